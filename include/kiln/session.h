@@ -1,0 +1,83 @@
+// kiln public API: sessions (compile-or-load, then run).
+#pragma once
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/errors.h"
+#include "kiln/options.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+/// Declared type of a model input or output. dims: -1 for a symbolic dim,
+/// whose name is in `symbols` at the same index (empty for static dims).
+struct TensorInfo {
+  std::string name;
+  DType dtype = DType::undefined;
+  std::vector<int64_t> dims;
+  std::vector<std::string> symbols;
+};
+
+/// How the program of a Session was obtained, and what it cost (milliseconds,
+/// wall clock, measured inside the constructor).
+struct SessionStats {
+  enum class Cache { hit, miss, none };
+  Cache cache = Cache::none;   ///< none: --no-cache, explicit .kiln, or cache unusable
+  double compile_ms = 0;       ///< 0 when nothing was compiled
+  double load_ms = 0;          ///< reading + validating the artifact and making it ready
+  std::string artifact_path;   ///< cache entry or explicit artifact; empty for in-memory
+  std::vector<std::string> notes;  ///< e.g. why the cache was not written or why an entry was rebuilt
+};
+
+class Program;  // opaque; defined in src/runtime
+
+/// A compiled model ready to run.
+///
+/// Thread safety: run() may be called from several threads at once on one
+/// Session. The program and its constants are immutable after construction;
+/// each run() call takes its own scratch arena from an internal pool (guarded
+/// by a mutex only while taking and returning it), so concurrent runs never
+/// share intermediate buffers.
+class Session {
+ public:
+  /// Compiles `onnx_path` for opt.target, or loads the matching compiled
+  /// program from the cache (opt.cache_dir) when one exists. A cache entry that
+  /// is corrupt or does not match is rebuilt (policy recompile) and the reason
+  /// is added to stats().notes. An unwritable cache directory is not an error:
+  /// the program is compiled in memory and a note says so.
+  /// Defined in the compiler library (kiln_compiler); a program that links only
+  /// kiln_runtime uses Session::load.
+  /// Throws Error: invalid_option, invalid_model, unsupported, io.
+  Session(const std::filesystem::path& onnx_path, const SessionOptions& opt);
+
+  /// Loads an explicit artifact and never compiles. Throws Error(corrupt_artifact)
+  /// for a damaged file, Error(incompatible_artifact) naming the field when it
+  /// was built for another target / machine / library version, Error(io).
+  static Session load(const std::filesystem::path& artifact_path, const SessionOptions& opt);
+
+  Session(Session&&) noexcept;
+  Session& operator=(Session&&) noexcept;
+  ~Session();
+
+  /// Runs the model. `inputs` maps every graph input name to a tensor of the
+  /// declared dtype and a shape that matches the static dims (symbolic dims may
+  /// take any size; the same symbol must have the same size in every input).
+  /// Returns every graph output by name. Throws Error(invalid_input) naming the
+  /// input and the expected vs. given dtype/shape, or for missing/extra names.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+
+  std::vector<TensorInfo> inputs() const;
+  std::vector<TensorInfo> outputs() const;
+  const SessionStats& stats() const { return stats_; }
+
+ private:
+  Session() = default;
+  std::shared_ptr<const Program> program_;
+  SessionStats stats_;
+  friend struct SessionAccess;
+};
+
+}  // namespace kiln

@@ -1,0 +1,104 @@
+// The kiln IR: a model is a table of values plus a main graph whose nodes
+// refer to values by index. Subgraphs (If/Loop/Scan bodies) share the model's
+// value table, so a subgraph node can read an outer value by its index.
+#pragma once
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "ir/shape.h"
+#include "kiln/tensor.h"
+
+namespace kiln::ir {
+
+using ValueId = int32_t;
+constexpr ValueId kNoValue = -1;  ///< an omitted optional input/output (ONNX "")
+
+/// A tensor-valued SSA value: name, dtype, shape (nullopt: unknown rank) and,
+/// for initializers and folded constants, the constant data.
+struct Value {
+  std::string name;
+  DType dtype = DType::undefined;
+  std::optional<Shape> shape;
+  std::optional<Tensor> constant;
+};
+
+struct Graph;
+
+/// ONNX attribute payloads. Tensor attributes (Constant's value, ...) are
+/// stored as Tensor; graph attributes as a shared subgraph.
+using AttrValue = std::variant<int64_t, float, std::string, std::vector<int64_t>, std::vector<float>,
+                               std::vector<std::string>, Tensor, std::shared_ptr<Graph>>;
+
+/// One operator application. `opset` is the default-domain opset the model
+/// imports (parsers have already normalised version differences, see onnx/).
+struct Node {
+  std::string op_type;
+  std::string domain;  ///< "" for the default ONNX domain
+  std::string name;
+  std::vector<ValueId> inputs;
+  std::vector<ValueId> outputs;
+  std::map<std::string, AttrValue> attrs;
+  int opset = 0;
+
+  bool has(const std::string& a) const { return attrs.count(a) != 0; }
+  /// Typed attribute readers. Throw Error(invalid_model) naming the node and
+  /// attribute when the attribute has another type, or is missing without a default.
+  int64_t i(const std::string& a) const;
+  int64_t i(const std::string& a, int64_t def) const;
+  float f(const std::string& a, float def) const;
+  float f(const std::string& a) const;
+  std::string s(const std::string& a, const std::string& def) const;
+  std::vector<int64_t> ints(const std::string& a, std::vector<int64_t> def = {}) const;
+  std::vector<float> floats(const std::string& a, std::vector<float> def = {}) const;
+  const Tensor& tensor(const std::string& a) const;
+  const Graph& graph(const std::string& a) const;
+  /// "Conv node 'conv1'" for messages.
+  std::string label() const;
+};
+
+/// A graph: nodes in topological order, its inputs and outputs.
+struct Graph {
+  std::string name;
+  std::vector<Node> nodes;
+  std::vector<ValueId> inputs;   ///< for the main graph: inputs that are not initializers
+  std::vector<ValueId> outputs;
+};
+
+/// A whole model.
+struct Model {
+  std::vector<Value> values;
+  Graph main;
+  int opset = 0;              ///< default-domain opset
+  std::string producer;       ///< producer_name + version, for messages
+
+  ValueId add_value(Value v) {
+    values.push_back(std::move(v));
+    return static_cast<ValueId>(values.size() - 1);
+  }
+  Value& value(ValueId id) { return values.at(static_cast<size_t>(id)); }
+  const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
+};
+
+/// Calls f(graph) for the main graph and every nested subgraph, outer first.
+template <class F>
+void for_each_graph(Graph& g, F&& f) {
+  f(g);
+  for (auto& n : g.nodes)
+    for (auto& [k, a] : n.attrs)
+      if (auto* sg = std::get_if<std::shared_ptr<Graph>>(&a)) for_each_graph(**sg, f);
+}
+
+/// Checks structural invariants: every used value id exists, each value is
+/// produced once, nodes are in topological order (inputs defined before use,
+/// with outer-scope values visible in subgraphs). Throws Error(invalid_model)
+/// naming the node.
+void verify(const Model& m);
+
+/// Human-readable listing of the model (one node per line), for --dump and debugging.
+std::string print(const Model& m);
+
+}  // namespace kiln::ir

@@ -1,0 +1,8 @@
+// STUB: operator family 'normalization' not written yet.
+#include "ops/registry.h"
+
+namespace kiln::ops {
+
+void register_normalization(Registry&) {}
+
+}  // namespace kiln::ops

@@ -1,0 +1,8 @@
+// STUB: operator family 'softmax' not written yet.
+#include "ops/registry.h"
+
+namespace kiln::ops {
+
+void register_softmax(Registry&) {}
+
+}  // namespace kiln::ops

@@ -1,0 +1,123 @@
+#include "support/file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "support/error.h"
+
+namespace kiln {
+namespace fs = std::filesystem;
+
+namespace {
+std::string os_error() { return std::strerror(errno); }
+
+struct Fd {
+  int fd = -1;
+  ~Fd() {
+    if (fd >= 0) ::close(fd);
+  }
+};
+}  // namespace
+
+std::vector<uint8_t> read_file(const fs::path& p) {
+  Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) fail(ErrorCode::io, "cannot open '{}': {}", p.string(), os_error());
+  struct stat st{};
+  if (::fstat(f.fd, &st) != 0) fail(ErrorCode::io, "cannot stat '{}': {}", p.string(), os_error());
+  if (S_ISDIR(st.st_mode)) fail(ErrorCode::io, "'{}' is a directory, not a file", p.string());
+  std::vector<uint8_t> out(static_cast<size_t>(st.st_size));
+  size_t done = 0;
+  while (done < out.size()) {
+    ssize_t n = ::read(f.fd, out.data() + done, out.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) fail(ErrorCode::io, "read error on '{}': {}", p.string(), os_error());
+    if (n == 0) break;
+    done += static_cast<size_t>(n);
+  }
+  out.resize(done);
+  return out;
+}
+
+void atomic_write(const fs::path& dest, const void* data, size_t size) {
+  fs::path dir = dest.has_parent_path() ? dest.parent_path() : fs::path(".");
+  std::random_device rd;
+  fs::path tmp = dir / fmt::format(".{}.tmp-{}-{:08x}", dest.filename().string(), ::getpid(), rd());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) fail(ErrorCode::io, "cannot create '{}' (to write '{}'): {}", tmp.string(), dest.string(), os_error());
+  auto give_up = [&](const std::string& what) {
+    std::string reason = os_error();
+    ::close(fd);
+    ::unlink(tmp.c_str());
+    fail(ErrorCode::io, "cannot write '{}': {} failed: {}", dest.string(), what, reason);
+  };
+  const auto* p = static_cast<const uint8_t*>(data);
+  size_t done = 0;
+  while (done < size) {
+    ssize_t n = ::write(fd, p + done, size - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) give_up("write");
+    done += static_cast<size_t>(n);
+  }
+  if (::fsync(fd) != 0) give_up("fsync");
+  if (::close(fd) != 0) {
+    std::string reason = os_error();
+    ::unlink(tmp.c_str());
+    fail(ErrorCode::io, "cannot write '{}': close failed: {}", dest.string(), reason);
+  }
+  if (::rename(tmp.c_str(), dest.c_str()) != 0) {
+    std::string reason = os_error();
+    ::unlink(tmp.c_str());
+    fail(ErrorCode::io, "cannot move '{}' into place as '{}': {}", tmp.string(), dest.string(), reason);
+  }
+  // The rename is durable only once the directory entry is on disk.
+  Fd d{::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC)};
+  if (d.fd >= 0) ::fsync(d.fd);
+}
+
+std::shared_ptr<MappedFile> MappedFile::open(const fs::path& p) {
+  Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+  if (f.fd < 0) fail(ErrorCode::io, "cannot open '{}': {}", p.string(), os_error());
+  struct stat st{};
+  if (::fstat(f.fd, &st) != 0) fail(ErrorCode::io, "cannot stat '{}': {}", p.string(), os_error());
+  if (S_ISDIR(st.st_mode)) fail(ErrorCode::io, "'{}' is a directory, not a file", p.string());
+  std::shared_ptr<MappedFile> m(new MappedFile());
+  m->size_ = static_cast<size_t>(st.st_size);
+  if (m->size_ == 0) return m;
+  void* addr = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, f.fd, 0);
+  if (addr == MAP_FAILED) fail(ErrorCode::io, "cannot mmap '{}': {}", p.string(), os_error());
+  m->data_ = static_cast<const uint8_t*>(addr);
+  return m;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
+}
+
+bool ensure_writable_dir(const fs::path& dir, std::string* why) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) {
+    fs::create_directories(dir, ec);
+    if (ec) {
+      if (why) *why = ec.message();
+      return false;
+    }
+    fs::permissions(dir, fs::perms::owner_all, fs::perm_options::replace, ec);
+  }
+  if (!fs::is_directory(dir, ec)) {
+    if (why) *why = "not a directory";
+    return false;
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    if (why) *why = os_error();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace kiln
