@@ -34,6 +34,7 @@ import argparse
 import contextlib
 import fcntl
 import hashlib
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -278,7 +279,8 @@ def recipe_key(model: Model) -> dict:
     libs = {"onnx.helper": ["onnx", "numpy"], "transformers": ["torch", "transformers", "onnx"]}.get(
         model.recipe, ["torch", "torchvision", "onnx"])
     for lib in libs:
-        key[lib] = __import__(lib).__version__
+        # Package metadata, not `import torch`: a run that skips everything stays fast.
+        key[lib] = importlib.metadata.version(lib)
     return key
 
 
