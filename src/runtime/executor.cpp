@@ -1,1 +1,225 @@
-// placeholder
+#include <fmt/ranges.h>
+#include <omp.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <set>
+
+#include "runtime/program.h"
+#include "support/error.h"
+
+namespace kiln {
+
+struct Program::Arena {
+  explicit Arena(size_t n) : bytes(n) {
+    if (n) data.reset(static_cast<uint8_t*>(std::aligned_alloc(64, (n + 63) / 64 * 64)));
+  }
+  struct Free { void operator()(uint8_t* p) const { std::free(p); } };
+  size_t bytes;
+  std::unique_ptr<uint8_t, Free> data;
+};
+
+TensorInfo tensor_info(const ir::Value& v) {
+  TensorInfo t;
+  t.name = v.name;
+  t.dtype = v.dtype;
+  if (v.shape)
+    for (auto& d : *v.shape) {
+      t.dims.push_back(d.value);
+      t.symbols.push_back(d.is_static() ? "" : d.symbol);
+    }
+  return t;
+}
+
+Program::Program(artifact::CompiledProgram cp) : cp_(std::move(cp)) {
+  const auto& reg = ops::registry();
+  for_each_graph(cp_.model.main, [&](ir::Graph& g) {
+    for (auto& n : g.nodes) {
+      const ops::OpInfo* op = reg.find(n.domain, n.op_type);
+      if (!op)
+        fail(ErrorCode::unsupported, "the artifact uses operator {} (domain '{}') at node '{}', which this build of kiln lacks",
+             n.op_type, n.domain, n.name);
+      kernels_[&n] = op->kernel;
+    }
+  });
+  base_env_.resize(cp_.model.values.size());
+  for (size_t i = 0; i < cp_.model.values.size(); ++i)
+    if (cp_.model.values[i].constant) base_env_[i] = *cp_.model.values[i].constant;
+  // Heap values die after their last reader in the main graph.
+  const auto& nodes = cp_.model.main.nodes;
+  std::vector<int> last(cp_.model.values.size(), -1);
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    auto use = [&](ir::ValueId id) { if (id != ir::kNoValue) last[id] = i; };
+    for (auto id : nodes[i].inputs) use(id);
+    for (auto id : nodes[i].outputs) use(id);
+    for (auto& [k, a] : nodes[i].attrs)
+      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
+        for_each_graph(**sg, [&](ir::Graph& g) {
+          for (auto& n : g.nodes) for (auto id : n.inputs) use(id);
+          for (auto id : g.outputs) use(id);
+        });
+  }
+  std::set<ir::ValueId> keep(cp_.model.main.outputs.begin(), cp_.model.main.outputs.end());
+  free_after_.resize(nodes.size());
+  for (size_t id = 0; id < last.size(); ++id)
+    if (last[id] >= 0 && !keep.count(static_cast<ir::ValueId>(id)) && !cp_.model.values[id].constant)
+      free_after_[last[id]].push_back(static_cast<ir::ValueId>(id));
+}
+
+Program::~Program() = default;
+
+std::vector<TensorInfo> Program::inputs() const {
+  std::vector<TensorInfo> out;
+  for (auto id : cp_.model.main.inputs) out.push_back(tensor_info(cp_.model.value(id)));
+  return out;
+}
+
+std::vector<TensorInfo> Program::outputs() const {
+  std::vector<TensorInfo> out;
+  for (auto id : cp_.model.main.outputs) out.push_back(tensor_info(cp_.model.value(id)));
+  return out;
+}
+
+void Program::validate_inputs(const std::map<std::string, Tensor>& inputs) const {
+  std::vector<std::string> names;
+  for (auto id : cp_.model.main.inputs) names.push_back(cp_.model.value(id).name);
+  for (auto& [name, t] : inputs)
+    if (std::find(names.begin(), names.end(), name) == names.end())
+      fail(ErrorCode::invalid_input, "unknown input '{}' (the model's inputs are: {})", name, fmt::join(names, ", "));
+  std::map<std::string, int64_t> symbols;
+  for (auto id : cp_.model.main.inputs) {
+    const ir::Value& v = cp_.model.value(id);
+    auto it = inputs.find(v.name);
+    if (it == inputs.end())
+      fail(ErrorCode::invalid_input, "missing input '{}' ({}{})", v.name, dtype_name(v.dtype), ir::shape_str(v.shape));
+    const Tensor& t = it->second;
+    if (t.dtype() != v.dtype)
+      fail(ErrorCode::invalid_input, "input '{}' has dtype {}, the model expects {}", v.name, dtype_name(t.dtype()),
+           dtype_name(v.dtype));
+    if (!v.shape) continue;
+    auto wrong = [&](const std::string& why) {
+      fail(ErrorCode::invalid_input, "input '{}' has shape [{}], the model expects {}: {}", v.name,
+           fmt::join(t.shape(), ","), ir::shape_str(v.shape), why);
+    };
+    if (static_cast<size_t>(t.rank()) != v.shape->size())
+      wrong(fmt::format("rank {} instead of {}", t.rank(), v.shape->size()));
+    for (size_t i = 0; i < v.shape->size(); ++i) {
+      const ir::Dim& d = (*v.shape)[i];
+      if (d.is_static() && d.value != t.dim(i)) wrong(fmt::format("dim {} is {} instead of {}", i, t.dim(i), d.value));
+      if (!d.is_static() && !d.symbol.empty()) {
+        auto [s, fresh] = symbols.emplace(d.symbol, t.dim(i));
+        if (!fresh && s->second != t.dim(i))
+          wrong(fmt::format("dim {} ('{}') is {} but '{}' is {} in another input", i, d.symbol, t.dim(i), d.symbol, s->second));
+      }
+    }
+  }
+}
+
+std::unique_ptr<Program::Arena> Program::take_arena() const {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    if (!pool_.empty()) {
+      auto a = std::move(pool_.back());
+      pool_.pop_back();
+      return a;
+    }
+  }
+  return std::make_unique<Arena>(cp_.plan.arena_bytes);
+}
+
+void Program::give_back(std::unique_ptr<Arena> a) const {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  pool_.push_back(std::move(a));
+}
+
+/// The state of one run(): the value environment and the arena.
+class Program::Run {
+ public:
+  Run(const Program& p, uint8_t* arena) : p_(p), arena_(arena), env_(p.base_env_) {}
+
+  void bind(ir::ValueId id, Tensor t) { env_[id] = std::move(t); }
+  Tensor& at(ir::ValueId id) { return env_[id]; }
+
+  void main_graph() {
+    const auto& nodes = p_.cp_.model.main.nodes;
+    for (size_t i = 0; i < nodes.size(); ++i) {
+      node(nodes[i], /*planned=*/true);
+      for (auto id : p_.free_after_[i]) env_[id] = Tensor();
+    }
+  }
+
+  std::vector<Tensor> subgraph(const ir::Graph& g, const std::vector<Tensor>& inputs) {
+    if (inputs.size() != g.inputs.size())
+      fail(ErrorCode::invalid_model, "subgraph '{}' takes {} inputs, {} were given", g.name, g.inputs.size(), inputs.size());
+    for (size_t i = 0; i < inputs.size(); ++i) env_[g.inputs[i]] = inputs[i];
+    for (auto& n : g.nodes) node(n, /*planned=*/false);
+    std::vector<Tensor> out;
+    for (auto id : g.outputs) out.push_back(env_[id]);
+    return out;
+  }
+
+ private:
+  void node(const ir::Node& n, bool planned) {
+    std::vector<const Tensor*> ins;
+    ins.reserve(n.inputs.size());
+    for (auto id : n.inputs) {
+      if (id == ir::kNoValue) {
+        ins.push_back(nullptr);
+        continue;
+      }
+      if (!env_[id].defined())
+        fail(ErrorCode::internal, "{}: input '{}' has no value at run time", n.label(), p_.cp_.model.value(id).name);
+      ins.push_back(&env_[id]);
+    }
+    ops::KernelContext::Allocator alloc;
+    if (planned && arena_) {
+      alloc = [this, &n](size_t k, DType dt, const std::vector<int64_t>& shape) {
+        ir::ValueId id = n.outputs[k];
+        size_t bytes = dtype_size(dt);
+        for (auto d : shape) bytes *= static_cast<size_t>(d);
+        if (id != ir::kNoValue && p_.cp_.plan.offsets[id] >= 0 && bytes <= p_.cp_.plan.sizes[id])
+          return Tensor::view(dt, shape, arena_ + p_.cp_.plan.offsets[id], nullptr);
+        return Tensor(dt, shape);
+      };
+    }
+    ops::KernelContext ctx(n, std::move(ins), alloc,
+                           [this](const ir::Graph& g, const std::vector<Tensor>& in) { return subgraph(g, in); });
+    p_.kernels_.at(&n)(ctx);
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      if (n.outputs[k] == ir::kNoValue) continue;
+      if (!ctx.outputs()[k].defined())
+        fail(ErrorCode::internal, "{}: the kernel produced no output {}", n.label(), k);
+      env_[n.outputs[k]] = std::move(ctx.outputs()[k]);
+    }
+  }
+
+  const Program& p_;
+  uint8_t* arena_;
+  std::vector<Tensor> env_;
+};
+
+std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& inputs, int threads) const {
+  validate_inputs(inputs);
+  if (threads > 0) omp_set_num_threads(threads);
+  auto arena = take_arena();
+  std::map<std::string, Tensor> out;
+  try {
+    Run r(*this, arena->data.get());
+    for (auto id : cp_.model.main.inputs) r.bind(id, inputs.at(cp_.model.value(id).name));
+    r.main_graph();
+    for (auto id : cp_.model.main.outputs) {
+      Tensor& t = r.at(id);
+      // Outputs that are constants or inputs are copied: the caller may write to them.
+      bool shared = cp_.model.value(id).constant.has_value() ||
+                    std::find(cp_.model.main.inputs.begin(), cp_.model.main.inputs.end(), id) != cp_.model.main.inputs.end();
+      out[cp_.model.value(id).name] = shared ? t.clone() : t;
+    }
+  } catch (...) {
+    give_back(std::move(arena));
+    throw;
+  }
+  give_back(std::move(arena));
+  return out;
+}
+
+}  // namespace kiln

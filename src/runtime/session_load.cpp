@@ -1,1 +1,45 @@
-// placeholder
+// Session: the run side (load an artifact, run it). Links no compiler code.
+#include <fmt/format.h>
+
+#include "runtime/session_internal.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "targets/host.h"
+
+namespace kiln {
+
+std::shared_ptr<const Program> load_program(const std::filesystem::path& path, const SessionOptions& opt) {
+  artifact::CompatInfo compat = artifact::read_compat(path);
+  auto mismatches = targets::check_runnable(compat, opt.target);
+  if (!mismatches.empty()) {
+    std::string why;
+    for (auto& m : mismatches) why += (why.empty() ? "" : "; ") + m.str();
+    fail(ErrorCode::incompatible_artifact, "artifact '{}' cannot run here: {}", path.string(), why);
+  }
+  return std::make_shared<const Program>(artifact::read_file(path));
+}
+
+Session Session::load(const std::filesystem::path& artifact_path, const SessionOptions& opt) {
+  opt.validate();
+  Stopwatch sw;
+  auto program = load_program(artifact_path, opt);
+  SessionStats st;
+  st.cache = SessionStats::Cache::none;
+  st.load_ms = sw.ms();
+  st.artifact_path = artifact_path.string();
+  return SessionAccess::make(std::move(program), std::move(st));
+}
+
+Session::Session(Session&&) noexcept = default;
+Session& Session::operator=(Session&&) noexcept = default;
+Session::~Session() = default;
+
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs) const {
+  if (!program_) fail(ErrorCode::internal, "run() on a moved-from Session");
+  return program_->run(inputs, 0);
+}
+
+std::vector<TensorInfo> Session::inputs() const { return program_->inputs(); }
+std::vector<TensorInfo> Session::outputs() const { return program_->outputs(); }
+
+}  // namespace kiln

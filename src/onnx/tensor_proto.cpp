@@ -1,0 +1,133 @@
+// TensorProto -> kiln::Tensor (onnx.proto "message TensorProto"), including
+// external data ("External Data" in docs/ExternalData.md of the ONNX repo).
+#include "onnx/tensor_proto.h"
+
+#include <fmt/ranges.h>
+
+#include <cstring>
+#include <fstream>
+
+#include "support/error.h"
+
+namespace kiln::onnx_import {
+
+namespace fs = std::filesystem;
+
+namespace {
+[[noreturn]] void bad(const std::string& where, const std::string& why) {
+  fail(ErrorCode::invalid_model, "{}: {}", where, why);
+}
+
+fs::path external_path(const fs::path& base_dir, const std::string& location, const std::string& where) {
+  fs::path rel(location);
+  if (location.empty() || rel.is_absolute())
+    bad(where, fmt::format("external data location '{}' must be a relative path", location));
+  for (auto& part : rel)
+    if (part == "..") bad(where, fmt::format("external data location '{}' must not leave the model's directory", location));
+  return base_dir / rel;
+}
+
+void read_external(const onnx::TensorProto& tp, const fs::path& base_dir, const std::string& where, void* dst,
+                   size_t nbytes) {
+  std::string location;
+  int64_t offset = 0, length = -1;
+  for (auto& kv : tp.external_data()) {
+    if (kv.key() == "location") location = kv.value();
+    else if (kv.key() == "offset") offset = std::stoll(kv.value());
+    else if (kv.key() == "length") length = std::stoll(kv.value());
+  }
+  fs::path p = external_path(base_dir, location, where);
+  if (length >= 0 && static_cast<size_t>(length) != nbytes)
+    bad(where, fmt::format("external data length {} does not match the tensor's {} bytes", length, nbytes));
+  std::ifstream f(p, std::ios::binary);
+  if (!f) fail(ErrorCode::io, "{}: cannot open external data file '{}'", where, p.string());
+  f.seekg(offset);
+  f.read(static_cast<char*>(dst), static_cast<std::streamsize>(nbytes));
+  if (static_cast<size_t>(f.gcount()) != nbytes)
+    bad(where, fmt::format("external data file '{}' is too short (need {} bytes at offset {})", p.string(), nbytes, offset));
+}
+
+template <class Src, class Dst>
+void copy_field(const google::protobuf::RepeatedField<Src>& f, Tensor& t, const std::string& where) {
+  if (static_cast<int64_t>(f.size()) != t.numel())
+    bad(where, fmt::format("has {} values for shape [{}] ({} elements)", f.size(), fmt::join(t.shape(), ","), t.numel()));
+  Dst* d = t.data<Dst>();
+  for (int i = 0; i < f.size(); ++i) {
+    Src v = f.Get(i);
+    if constexpr (std::is_same_v<Dst, uint16_t> || std::is_same_v<Dst, int16_t> || std::is_same_v<Dst, int8_t> ||
+                  std::is_same_v<Dst, uint8_t>) {
+      std::memcpy(&d[i], &v, sizeof(Dst));  // 16/8-bit types are stored in int32_data, low bits
+    } else {
+      d[i] = static_cast<Dst>(v);
+    }
+  }
+}
+}  // namespace
+
+DType dtype_from_onnx(int elem_type, const std::string& where) {
+  switch (elem_type) {
+    case 1: return DType::f32;
+    case 2: return DType::u8;
+    case 3: return DType::i8;
+    case 4: return DType::u16;
+    case 5: return DType::i16;
+    case 6: return DType::i32;
+    case 7: return DType::i64;
+    case 9: return DType::boolean;
+    case 10: return DType::f16;
+    case 11: return DType::f64;
+    case 12: return DType::u32;
+    case 13: return DType::u64;
+    case 16: return DType::bf16;
+    case 8: fail(ErrorCode::unsupported, "{}: string tensors are not supported", where);
+    case 14: case 15: fail(ErrorCode::unsupported, "{}: complex tensors are not supported", where);
+    case 17: case 18: case 19: case 20:
+      fail(ErrorCode::unsupported, "{}: float8 tensors are not supported", where);
+    case 21: case 22: fail(ErrorCode::unsupported, "{}: 4-bit integer tensors are not supported", where);
+    default: fail(ErrorCode::invalid_model, "{}: unknown element type {}", where, elem_type);
+  }
+}
+
+Tensor tensor_from_proto(const onnx::TensorProto& tp, const fs::path& base_dir, const std::string& where) {
+  DType dt = dtype_from_onnx(tp.data_type(), where);
+  std::vector<int64_t> shape(tp.dims().begin(), tp.dims().end());
+  for (auto d : shape)
+    if (d < 0) bad(where, fmt::format("negative dimension {}", d));
+  if (tp.has_segment()) fail(ErrorCode::unsupported, "{}: segmented tensors are not supported", where);
+  Tensor t(dt, shape);
+  size_t nbytes = t.nbytes();
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    read_external(tp, base_dir, where, t.raw(), nbytes);
+    return t;
+  }
+  if (tp.has_raw_data()) {
+    if (tp.raw_data().size() != nbytes)
+      bad(where, fmt::format("raw_data has {} bytes, shape [{}] of {} needs {}", tp.raw_data().size(),
+                             fmt::join(shape, ","), dtype_name(dt), nbytes));
+    if (nbytes) std::memcpy(t.raw(), tp.raw_data().data(), nbytes);
+    return t;
+  }
+  switch (dt) {
+    case DType::f32: copy_field<float, float>(tp.float_data(), t, where); break;
+    case DType::f64: copy_field<double, double>(tp.double_data(), t, where); break;
+    case DType::i64: copy_field<int64_t, int64_t>(tp.int64_data(), t, where); break;
+    case DType::u32: copy_field<uint64_t, uint32_t>(tp.uint64_data(), t, where); break;
+    case DType::u64: copy_field<uint64_t, uint64_t>(tp.uint64_data(), t, where); break;
+    case DType::i32: copy_field<int32_t, int32_t>(tp.int32_data(), t, where); break;
+    case DType::i16: copy_field<int32_t, int16_t>(tp.int32_data(), t, where); break;
+    case DType::i8: copy_field<int32_t, int8_t>(tp.int32_data(), t, where); break;
+    case DType::u16: case DType::f16: case DType::bf16:
+      copy_field<int32_t, uint16_t>(tp.int32_data(), t, where); break;
+    case DType::u8: copy_field<int32_t, uint8_t>(tp.int32_data(), t, where); break;
+    case DType::boolean: {
+      if (static_cast<int64_t>(tp.int32_data_size()) != t.numel())
+        bad(where, fmt::format("has {} values for {} elements", tp.int32_data_size(), t.numel()));
+      for (int i = 0; i < tp.int32_data_size(); ++i) t.data<bool>()[i] = tp.int32_data(i) != 0;
+      break;
+    }
+    default: bad(where, "has no data");
+  }
+  return t;
+}
+
+}  // namespace kiln::onnx_import

@@ -1,0 +1,52 @@
+// A loaded, ready-to-run compiled program (internal to the runtime).
+#pragma once
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "artifact/artifact.h"
+#include "kiln/session.h"
+#include "ops/registry.h"
+
+namespace kiln {
+
+/// Executes a CompiledProgram: main-graph nodes in order through their
+/// kernels, intermediates in the static arena (when the plan has one) or on
+/// the heap, subgraphs (If/Loop/Scan) by recursion. Immutable after
+/// construction; run() is thread-safe (each call takes its own arena).
+class Program {
+ public:
+  /// Resolves every node's kernel. Throws Error(unsupported) naming the node
+  /// when this build lacks an operator the artifact uses.
+  explicit Program(artifact::CompiledProgram cp);
+  ~Program();
+
+  /// See Session::run. `threads` > 0 limits the OpenMP threads of this call.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads) const;
+
+  std::vector<TensorInfo> inputs() const;
+  std::vector<TensorInfo> outputs() const;
+  const artifact::CompiledProgram& compiled() const { return cp_; }
+
+ private:
+  struct Arena;
+  class Run;
+  void validate_inputs(const std::map<std::string, Tensor>& inputs) const;
+  std::unique_ptr<Arena> take_arena() const;
+  void give_back(std::unique_ptr<Arena> a) const;
+
+  artifact::CompiledProgram cp_;
+  std::unordered_map<const ir::Node*, ops::KernelFn> kernels_;
+  std::vector<std::vector<ir::ValueId>> free_after_;  ///< per main node: heap values dead after it
+  std::vector<Tensor> base_env_;                      ///< constants bound by value id
+  mutable std::mutex pool_mu_;
+  mutable std::vector<std::unique_ptr<Arena>> pool_;
+};
+
+/// TensorInfo of a value.
+TensorInfo tensor_info(const ir::Value& v);
+
+}  // namespace kiln

@@ -1,0 +1,25 @@
+// Shared between session_load.cpp (run side) and session_compile.cpp (compile side).
+#pragma once
+#include <memory>
+#include <string>
+
+#include "kiln/session.h"
+#include "runtime/program.h"
+
+namespace kiln {
+
+struct SessionAccess {
+  static Session make(std::shared_ptr<const Program> p, SessionStats stats) {
+    Session s;
+    s.program_ = std::move(p);
+    s.stats_ = std::move(stats);
+    return s;
+  }
+};
+
+/// Reads the compat block, checks it can run here for opt.target, then reads
+/// and validates the whole artifact. Throws Error(incompatible_artifact)
+/// listing every mismatching field, Error(corrupt_artifact), Error(io).
+std::shared_ptr<const Program> load_program(const std::filesystem::path& path, const SessionOptions& opt);
+
+}  // namespace kiln

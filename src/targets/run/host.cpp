@@ -1,0 +1,78 @@
+#include "targets/host.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <fstream>
+
+#include "support/version.h"
+
+namespace kiln::targets {
+
+namespace {
+std::string cpu_model_name() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto p = line.find(':');
+      return p == std::string::npos ? line : line.substr(p + 2);
+    }
+  return "unknown x86-64 CPU";
+}
+
+std::vector<std::string> host_isa() {
+  std::vector<std::string> out{"sse2"};
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("sse4.2")) out.push_back("sse4.2");
+  if (__builtin_cpu_supports("avx")) out.push_back("avx");
+  if (__builtin_cpu_supports("avx2")) out.push_back("avx2");
+  if (__builtin_cpu_supports("fma")) out.push_back("fma");
+  if (__builtin_cpu_supports("avx512f")) out.push_back("avx512f");
+  return out;
+}
+}  // namespace
+
+std::string Mismatch::str() const {
+  return fmt::format("{}: the artifact has '{}', here it must be '{}'", field, artifact, here);
+}
+
+std::vector<std::string> required_isa(const Target&) { return {"sse2"}; }
+
+artifact::CompatInfo host_facts(const Target& target) {
+  artifact::CompatInfo c;
+  c.kiln_version = KILN_VERSION_STRING;
+  c.target = target.name();
+  c.device_arch = "x86-64";
+  c.device_name = cpu_model_name();
+  c.cpu_isa = host_isa();
+  return c;
+}
+
+std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target& requested) {
+  std::vector<Mismatch> out;
+  artifact::CompatInfo h = host_facts(requested);
+  if (a.format_version != artifact::kFormatVersion)
+    out.push_back({"format_version", std::to_string(a.format_version), std::to_string(artifact::kFormatVersion)});
+  if (a.kiln_version != h.kiln_version) out.push_back({"kiln_version", a.kiln_version, h.kiln_version});
+  if (a.target != h.target) out.push_back({"target", a.target, h.target});
+  if (a.device_arch != h.device_arch) out.push_back({"device_arch", a.device_arch, h.device_arch});
+  std::vector<std::string> missing;
+  for (auto& f : a.cpu_isa)
+    if (std::find(h.cpu_isa.begin(), h.cpu_isa.end(), f) == h.cpu_isa.end()) missing.push_back(f);
+  if (!missing.empty())
+    out.push_back({"cpu_isa", fmt::format("{}", fmt::join(a.cpu_isa, ",")),
+                   fmt::format("{} (missing: {})", fmt::join(h.cpu_isa, ","), fmt::join(missing, ","))});
+  if (a.library_versions != h.library_versions) {
+    auto fmt_libs = [](auto& v) {
+      std::string s;
+      for (auto& [k, x] : v) s += (s.empty() ? "" : ",") + k + "=" + x;
+      return s.empty() ? std::string("none") : s;
+    };
+    out.push_back({"library_versions", fmt_libs(a.library_versions), fmt_libs(h.library_versions)});
+  }
+  return out;
+}
+
+}  // namespace kiln::targets

@@ -1,0 +1,56 @@
+// Shared pieces of the kiln command line (tools/kiln).
+#pragma once
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "kiln/errors.h"
+#include "kiln/options.h"
+#include "kiln/session.h"
+
+namespace kiln::cli {
+
+using json = nlohmann::ordered_json;
+
+/// Thrown by a subcommand that has already printed its result and wants a
+/// specific exit code (e.g. check: 3).
+struct Exit {
+  int code;
+};
+
+/// Options every subcommand shares.
+struct Common {
+  bool json = false;
+};
+
+/// Parses "NAME=DxDxD" (a rank-0 shape is "NAME=") into opt.input_shapes.
+/// Throws Error(invalid_option) naming the flag and the text.
+void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt);
+
+/// File-system-safe output file stem: characters outside [A-Za-z0-9._-]
+/// become '_', an empty name or one starting with '.' gets a '_' prefix, and
+/// repeats get "_2", "_3"... in output order (docs/cli.md).
+std::vector<std::string> safe_names(const std::vector<std::string>& names);
+
+/// min / max / mean of a float tensor (or its element count for others), one line.
+std::string summarize(const Tensor& t);
+
+/// TensorInfo -> {"name","dtype","shape"} (symbolic dims as their names).
+json info_json(const TensorInfo& t);
+json tensor_json(const std::string& name, const Tensor& t);
+
+/// True when the file starts with the .kiln magic.
+bool is_artifact(const std::string& path);
+
+void add_compile(CLI::App& app, Common& common);
+void add_run(CLI::App& app, Common& common);
+void add_inspect(CLI::App& app, Common& common);
+void add_check(CLI::App& app, Common& common);
+
+/// Prints a JSON object on stdout (one line).
+void print_json(const json& j);
+
+}  // namespace kiln::cli

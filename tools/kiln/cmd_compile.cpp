@@ -1,0 +1,49 @@
+// kiln compile MODEL.onnx -o OUT.kiln
+#include <fmt/format.h>
+
+#include <cstdio>
+
+#include "cli.h"
+#include "kiln/compile.h"
+
+namespace kiln::cli {
+
+void add_compile(CLI::App& app, Common& common) {
+  struct Args {
+    std::string model, out, target = "cpu";
+    std::vector<std::string> shapes;
+  };
+  auto args = std::make_shared<Args>();
+  auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
+  sub->add_option("model", args->model, "ONNX model file (.onnx); external data files are read from its directory")
+      ->required();
+  sub->add_option("-o,--output", args->out, "Artifact to write; written atomically (never a partial file)")->required();
+  sub->add_option("--target", args->target, "cpu (default) or ref (the reference oracle)")->capture_default_str();
+  sub->add_option("--shape", args->shapes,
+                  "Fix an input's shape, NAME=DxDx... (repeatable); inputs not named keep the model's dims, "
+                  "symbolic dims stay dynamic");
+  sub->add_flag("--json", common.json, "Print one JSON object with the facts on stdout");
+  sub->callback([args, &common] {
+    SessionOptions opt;
+    opt.target = Target::parse(args->target);
+    parse_shapes(args->shapes, opt);
+    if (!common.json) std::fprintf(stderr, "kiln: compiling '%s' for %s...\n", args->model.c_str(), opt.target.name().c_str());
+    CompileResult r = compile(args->model, args->out, opt);
+    if (common.json) {
+      print_json({{"model", args->model}, {"artifact", args->out}, {"target", opt.target.name()},
+                  {"compile_ms", r.compile_ms}, {"write_ms", r.write_ms}, {"nodes_imported", r.nodes_imported},
+                  {"nodes_compiled", r.nodes_compiled}, {"nodes_folded", r.nodes_folded},
+                  {"arena_bytes", r.arena_bytes}, {"naive_bytes", r.naive_bytes},
+                  {"artifact_bytes", r.artifact_bytes}, {"model_digest", r.model_digest}, {"cache_key", r.cache_key}});
+      return;
+    }
+    std::printf("compiled %s for %s in %.1f ms: %d nodes -> %d (%d folded at compile time)\n", args->model.c_str(),
+                opt.target.name().c_str(), r.compile_ms, r.nodes_imported, r.nodes_compiled, r.nodes_folded);
+    if (r.arena_bytes)
+      std::printf("memory plan: %.2f MiB arena for intermediates (%.2f MiB without reuse)\n", r.arena_bytes / 1048576.0,
+                  r.naive_bytes / 1048576.0);
+    std::printf("wrote %s (%.2f MiB) in %.1f ms\n", args->out.c_str(), r.artifact_bytes / 1048576.0, r.write_ms);
+  });
+}
+
+}  // namespace kiln::cli

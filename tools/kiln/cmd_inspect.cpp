@@ -1,0 +1,107 @@
+// kiln inspect ART.kiln / kiln check ART.kiln
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+
+#include "artifact/artifact.h"
+#include "cli.h"
+#include "runtime/program.h"
+#include "support/error.h"
+#include "targets/host.h"
+
+namespace kiln::cli {
+
+namespace {
+
+json compat_json(const artifact::CompatInfo& c) {
+  json j = json::object();
+  for (auto& [k, v] : c.fields()) j[k] = v;
+  return j;
+}
+
+void inspect(const std::string& path, bool as_json) {
+  auto cp = artifact::read_file(path);
+  std::map<std::string, int> ops;
+  size_t nodes = 0;
+  for_each_graph(cp.model.main, [&](ir::Graph& g) {
+    for (auto& n : g.nodes) {
+      ++ops[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
+      ++nodes;
+    }
+  });
+  uint64_t const_bytes = 0;
+  int consts = 0;
+  for (auto& v : cp.model.values)
+    if (v.constant) {
+      const_bytes += v.constant->nbytes();
+      ++consts;
+    }
+  json ins = json::array(), outs = json::array();
+  for (auto id : cp.model.main.inputs) ins.push_back(info_json(tensor_info(cp.model.value(id))));
+  for (auto id : cp.model.main.outputs) outs.push_back(info_json(tensor_info(cp.model.value(id))));
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  if (as_json) {
+    print_json({{"artifact", path}, {"file_bytes", size}, {"compat", compat_json(cp.compat)}, {"inputs", ins},
+                {"outputs", outs}, {"nodes", nodes}, {"operators", ops}, {"constants", consts},
+                {"constant_bytes", const_bytes}, {"arena_bytes", cp.plan.arena_bytes},
+                {"metadata", json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false)}});
+    return;
+  }
+  std::printf("%s: kiln artifact, %.2f MiB\n", path.c_str(), size / 1048576.0);
+  for (auto& [k, v] : cp.compat.fields()) std::printf("  %-17s %s\n", (k + ":").c_str(), v.c_str());
+  std::printf("inputs:\n");
+  for (auto& i : ins) std::printf("  %s\n", i.dump().c_str());
+  std::printf("outputs:\n");
+  for (auto& o : outs) std::printf("  %s\n", o.dump().c_str());
+  std::printf("program: %zu nodes, %d constants (%.2f MiB), arena %.2f MiB\n", nodes, consts, const_bytes / 1048576.0,
+              cp.plan.arena_bytes / 1048576.0);
+  std::string hist;
+  for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);
+  std::printf("operators: %s\n", hist.c_str());
+  std::printf("metadata: %s\n", cp.metadata_json.c_str());
+}
+
+void check(const std::string& path, const std::string& target_text, bool as_json) {
+  auto compat = artifact::read_compat(path);
+  Target target = Target::parse(target_text.empty() ? compat.target : target_text);
+  auto mismatches = targets::check_runnable(compat, target);
+  if (as_json) {
+    json ms = json::array();
+    for (auto& m : mismatches) ms.push_back({{"field", m.field}, {"artifact", m.artifact}, {"here", m.here}});
+    print_json({{"artifact", path}, {"runnable", mismatches.empty()}, {"target", target.name()}, {"mismatches", ms}});
+  } else if (mismatches.empty()) {
+    std::printf("%s: can run here (target %s, %s)\n", path.c_str(), target.name().c_str(), compat.device_arch.c_str());
+  } else {
+    std::printf("%s: cannot run here:\n", path.c_str());
+    for (auto& m : mismatches) std::printf("  %s\n", m.str().c_str());
+  }
+  if (!mismatches.empty()) throw Exit{static_cast<int>(ErrorCode::incompatible_artifact)};
+}
+
+}  // namespace
+
+void add_inspect(CLI::App& app, Common& common) {
+  auto path = std::make_shared<std::string>();
+  auto* sub = app.add_subcommand("inspect", "Show what an artifact was built from and for (validates every checksum).");
+  sub->add_option("artifact", *path, "Compiled artifact (.kiln)")->required();
+  sub->add_flag("--json", common.json, "Print one JSON object on stdout");
+  sub->callback([path, &common] { inspect(*path, common.json); });
+}
+
+void add_check(CLI::App& app, Common& common) {
+  auto path = std::make_shared<std::string>();
+  auto target = std::make_shared<std::string>();
+  auto* sub = app.add_subcommand(
+      "check",
+      "Can this artifact run here? Reads only the header and compatibility block. Exit 0 if it can, 3 and the "
+      "reason (field, artifact value, value here) if not, 7 if the header is damaged.");
+  sub->add_option("artifact", *path, "Compiled artifact (.kiln)")->required();
+  sub->add_option("--target", *target, "Target it must run on (default: the artifact's own)");
+  sub->add_flag("--json", common.json, "Print one JSON object on stdout");
+  sub->callback([path, target, &common] { check(*path, *target, common.json); });
+}
+
+}  // namespace kiln::cli

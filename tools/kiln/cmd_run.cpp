@@ -1,0 +1,172 @@
+// kiln run MODEL.onnx|ART.kiln
+#include <fmt/format.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "artifact/artifact.h"
+#include "cli.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "support/npy.h"
+
+namespace kiln::cli {
+
+namespace {
+
+struct Args {
+  std::string model, target, output_dir, cache_dir;
+  std::vector<std::string> inputs, shapes;
+  bool random_inputs = false, no_cache = false, cache_dir_given = false;
+  uint64_t seed = 0;
+  int threads = 0;
+};
+
+Tensor random_tensor(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>& notes) {
+  std::vector<int64_t> shape;
+  for (size_t i = 0; i < info.dims.size(); ++i) {
+    if (info.dims[i] >= 0) {
+      shape.push_back(info.dims[i]);
+    } else {
+      shape.push_back(1);
+      notes.push_back(fmt::format("input '{}': dim {} ('{}') is symbolic; --random-inputs uses 1 (fix it with --shape)",
+                                  info.name, i, info.symbols[i]));
+    }
+  }
+  Tensor t(info.dtype, shape);
+  std::uniform_real_distribution<float> uf(0.f, 1.f);
+  std::uniform_int_distribution<int> ui(0, 9);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    switch (info.dtype) {
+      case DType::f32: t.data<float>()[i] = uf(rng); break;
+      case DType::f64: t.data<double>()[i] = uf(rng); break;
+      case DType::i64: t.data<int64_t>()[i] = ui(rng); break;
+      case DType::i32: t.data<int32_t>()[i] = ui(rng); break;
+      case DType::boolean: t.data<bool>()[i] = ui(rng) < 5; break;
+      case DType::u8: t.data<uint8_t>()[i] = static_cast<uint8_t>(ui(rng)); break;
+      case DType::i8: t.data<int8_t>()[i] = static_cast<int8_t>(ui(rng)); break;
+      default: fail(ErrorCode::invalid_input, "--random-inputs cannot make {} input '{}'", dtype_name(info.dtype), info.name);
+    }
+  }
+  return t;
+}
+
+std::map<std::string, Tensor> gather_inputs(const Args& a, const Session& s, std::vector<std::string>& notes) {
+  std::map<std::string, Tensor> in;
+  for (auto& spec : a.inputs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail(ErrorCode::invalid_option, "--input '{}': expected NAME=FILE.npy", spec);
+    std::string name = spec.substr(0, eq);
+    if (in.count(name)) fail(ErrorCode::invalid_option, "--input: input '{}' is given twice", name);
+    in[name] = read_npy(spec.substr(eq + 1));
+  }
+  if (a.random_inputs) {
+    std::mt19937_64 rng(a.seed);
+    for (auto& info : s.inputs())
+      if (!in.count(info.name)) in[info.name] = random_tensor(info, rng, notes);
+  } else {
+    for (auto& info : s.inputs())
+      if (!in.count(info.name))
+        fail(ErrorCode::invalid_input, "missing input '{}' ({}): give it with --input {}=FILE.npy, or use --random-inputs",
+             info.name, dtype_name(info.dtype), info.name);
+  }
+  return in;
+}
+
+void run_command(const Args& a, bool as_json) {
+  SessionOptions opt;
+  bool artifact_file = is_artifact(a.model);
+  if (!a.target.empty()) opt.target = Target::parse(a.target);
+  else if (artifact_file) opt.target = Target::parse(artifact::read_compat(a.model).target);
+  parse_shapes(a.shapes, opt);
+  opt.threads = a.threads;
+  if (a.no_cache && a.cache_dir_given)
+    fail(ErrorCode::invalid_option, "--cache-dir and --no-cache cannot be used together");
+  if (a.cache_dir_given) opt.cache_dir = a.cache_dir;
+  opt.use_cache = !a.no_cache;
+  if (artifact_file && !a.shapes.empty())
+    fail(ErrorCode::invalid_option, "--shape applies when compiling; '{}' is already compiled", a.model);
+
+  Session s = artifact_file ? Session::load(a.model, opt) : Session(a.model, opt);
+  std::vector<std::string> notes = s.stats().notes;
+  auto inputs = gather_inputs(a, s, notes);
+  Stopwatch sw;
+  auto outputs = s.run(inputs);
+  double run_ms = sw.ms();
+
+  std::vector<std::string> names;
+  for (auto& o : s.outputs()) names.push_back(o.name);
+  auto safe = safe_names(names);
+  json outs = json::array();
+  if (!a.output_dir.empty()) {
+    std::error_code ec;
+    std::filesystem::create_directories(a.output_dir, ec);
+    if (ec) fail(ErrorCode::io, "--output-dir '{}': cannot create it: {}", a.output_dir, ec.message());
+  }
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Tensor& t = outputs.at(names[i]);
+    json j = tensor_json(names[i], t);
+    if (!a.output_dir.empty()) {
+      auto file = std::filesystem::path(a.output_dir) / (safe[i] + ".npy");
+      write_npy(file, t);
+      j["file"] = file.string();
+    }
+    outs.push_back(j);
+  }
+  const auto& st = s.stats();
+  const char* cache = st.cache == SessionStats::Cache::hit ? "hit" : st.cache == SessionStats::Cache::miss ? "miss" : "none";
+  if (as_json) {
+    json ins = json::array();
+    for (auto& [n, t] : inputs) ins.push_back(tensor_json(n, t));
+    print_json({{"model", a.model}, {"target", opt.target.name()}, {"cache", cache}, {"compile_ms", st.compile_ms},
+                {"load_ms", st.load_ms}, {"run_ms", run_ms},
+                {"artifact", st.artifact_path.empty() ? json(nullptr) : json(st.artifact_path)}, {"notes", notes},
+                {"inputs", ins}, {"outputs", outs}});
+    return;
+  }
+  for (auto& n : notes) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
+  if (st.cache == SessionStats::Cache::hit)
+    std::printf("cache: hit, loaded %s in %.1f ms (no compilation)\n", st.artifact_path.c_str(), st.load_ms);
+  else if (st.cache == SessionStats::Cache::miss)
+    std::printf("cache: miss, compiled in %.1f ms and saved %s; ready in %.1f ms more\n", st.compile_ms,
+                st.artifact_path.c_str(), st.load_ms);
+  else if (artifact_file)
+    std::printf("loaded %s in %.1f ms (no compilation)\n", a.model.c_str(), st.load_ms);
+  else
+    std::printf("cache: none, compiled in memory in %.1f ms\n", st.compile_ms);
+  std::printf("run: %.1f ms\n", run_ms);
+  for (size_t i = 0; i < names.size(); ++i) {
+    std::printf("  %s: %s\n", names[i].c_str(), summarize(outputs.at(names[i])).c_str());
+    if (!a.output_dir.empty()) std::printf("    -> %s\n", outs[i]["file"].get<std::string>().c_str());
+  }
+}
+
+}  // namespace
+
+void add_run(CLI::App& app, Common& common) {
+  auto a = std::make_shared<Args>();
+  auto* sub = app.add_subcommand(
+      "run",
+      "Run a model. An .onnx goes through the compiled-program cache (compiled on the first run, loaded on later "
+      "ones); a .kiln artifact is loaded and never recompiled.");
+  sub->add_option("model", a->model, "ONNX model (.onnx) or compiled artifact (.kiln)")->required();
+  sub->add_option("--target", a->target, "cpu or ref; default cpu for .onnx, the artifact's own target for .kiln");
+  sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable)");
+  sub->add_option("--output-dir", a->output_dir,
+                  "Write each output as DIR/<name>.npy (characters outside [A-Za-z0-9._-] become '_')");
+  sub->add_flag("--random-inputs", a->random_inputs,
+                "Fill inputs not given with --input with random data (floats in [0,1), integers in [0,9])");
+  sub->add_option("--seed", a->seed, "Seed for --random-inputs")->capture_default_str();
+  sub->add_option("--shape", a->shapes, "Fix an input's shape when compiling, NAME=DxDx... (repeatable)");
+  sub->add_option("--cache-dir", a->cache_dir, "Cache directory (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)")
+      ->each([a](const std::string&) { a->cache_dir_given = true; });
+  sub->add_flag("--no-cache", a->no_cache, "Compile in memory; neither read nor write the cache");
+  sub->add_option("--threads", a->threads, "Threads for the run (0 = all cores)")->capture_default_str();
+  sub->add_flag("--json", common.json,
+                "Print one JSON object: cache (hit|miss|none), compile_ms, load_ms, run_ms, inputs, outputs");
+  sub->callback([a, &common] { run_command(*a, common.json); });
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,112 @@
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <set>
+
+#include "cli.h"
+#include "support/error.h"
+#include "support/half.h"
+
+namespace kiln::cli {
+
+void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt) {
+  for (auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail(ErrorCode::invalid_option, "--shape '{}': expected NAME=DxDx... (e.g. images=1x3x640x640)", spec);
+    std::string name = spec.substr(0, eq), dims = spec.substr(eq + 1);
+    std::vector<int64_t> shape;
+    size_t pos = 0;
+    while (pos < dims.size()) {
+      size_t x = dims.find('x', pos);
+      std::string part = dims.substr(pos, x == std::string::npos ? std::string::npos : x - pos);
+      try {
+        size_t used = 0;
+        long long v = std::stoll(part, &used);
+        if (used != part.size() || v < 0) throw std::invalid_argument(part);
+        shape.push_back(v);
+      } catch (const std::exception&) {
+        fail(ErrorCode::invalid_option, "--shape '{}': '{}' is not a dimension (non-negative integer)", spec, part);
+      }
+      if (x == std::string::npos) break;
+      pos = x + 1;
+      if (pos == dims.size()) fail(ErrorCode::invalid_option, "--shape '{}': trailing 'x'", spec);
+    }
+    if (opt.input_shapes.count(name)) fail(ErrorCode::invalid_option, "--shape: input '{}' is given twice", name);
+    opt.input_shapes[name] = shape;
+  }
+}
+
+std::vector<std::string> safe_names(const std::vector<std::string>& names) {
+  std::vector<std::string> out;
+  std::set<std::string> used;
+  for (auto& n : names) {
+    std::string s;
+    for (char c : n) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
+    if (s.empty() || s[0] == '.') s = "_" + s;
+    std::string base = s;
+    for (int k = 2; used.count(s); ++k) s = base + "_" + std::to_string(k);
+    used.insert(s);
+    out.push_back(s);
+  }
+  return out;
+}
+
+std::string summarize(const Tensor& t) {
+  if (t.numel() == 0) return t.describe() + " (empty)";
+  if (!dtype_is_float(t.dtype())) {
+    std::string first;
+    for (int64_t i = 0; i < std::min<int64_t>(t.numel(), 6); ++i) {
+      double v = 0;
+      switch (t.dtype()) {
+        case DType::i64: v = static_cast<double>(t.data<int64_t>()[i]); break;
+        case DType::i32: v = t.data<int32_t>()[i]; break;
+        case DType::boolean: v = t.data<bool>()[i]; break;
+        case DType::u8: v = t.data<uint8_t>()[i]; break;
+        case DType::i8: v = t.data<int8_t>()[i]; break;
+        default: break;
+      }
+      first += fmt::format("{}{}", first.empty() ? "" : " ", v);
+    }
+    return fmt::format("{} first: {}{}", t.describe(), first, t.numel() > 6 ? " ..." : "");
+  }
+  double lo = INFINITY, hi = -INFINITY, sum = 0;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    double v = t.dtype() == DType::f32   ? t.data<float>()[i]
+               : t.dtype() == DType::f64 ? t.data<double>()[i]
+               : t.dtype() == DType::f16 ? half_to_float(t.data<uint16_t>()[i])
+                                          : bf16_to_float(t.data<uint16_t>()[i]);
+    lo = std::min(lo, v);
+    hi = std::max(hi, v);
+    sum += v;
+  }
+  return fmt::format("{} min {:.6g} max {:.6g} mean {:.6g}", t.describe(), lo, hi, sum / static_cast<double>(t.numel()));
+}
+
+json info_json(const TensorInfo& t) {
+  json shape = json::array();
+  for (size_t i = 0; i < t.dims.size(); ++i) {
+    if (t.dims[i] >= 0) shape.push_back(t.dims[i]);
+    else shape.push_back(t.symbols[i].empty() ? "?" : t.symbols[i]);
+  }
+  return {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape}};
+}
+
+json tensor_json(const std::string& name, const Tensor& t) {
+  return {{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}};
+}
+
+bool is_artifact(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  f.read(magic, 4);
+  return f.gcount() == 4 && std::string(magic, 4) == "KILN";
+}
+
+void print_json(const json& j) { std::cout << j.dump() << std::endl; }
+
+}  // namespace kiln::cli
