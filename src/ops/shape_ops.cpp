@@ -1,8 +1,881 @@
-// STUB: operator family 'shape_ops' not written yet.
-#include "ops/registry.h"
+// Data-movement operators that change shape or layout: Shape, Size, Reshape,
+// Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Expand, Tile,
+// Pad, DepthToSpace, SpaceToDepth (https://onnx.ai/onnx/operators/, newest
+// opset semantics; onnx/parsers/shape_ops.cpp turns older forms into these).
+//
+// Kernels move elements by their byte width, so every fixed-size dtype
+// (bool and 16-bit floats included) works without per-type code. Shape
+// inference keeps symbolic dims whenever the result is provably the same dim,
+// because these ops carry the shape arithmetic of exported models.
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+#include <limits>
+
+#include "ops/util.h"
 
 namespace kiln::ops {
+namespace {
 
-void register_shape_ops(Registry&) {}
+using ir::Dim;
+using ir::Shape;
+
+// Calls f(T{}) with T an unsigned integer as wide as one element of dt: data
+// movement then works for every dtype by moving raw elements.
+template <class F>
+void by_width(const ir::Node& n, DType dt, F&& f) {
+  switch (dtype_size(dt)) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    case 8: f(uint64_t{}); break;
+    default: unsupported_dtype(n, dt, "input 0");
+  }
+}
+
+// dst[o] = src[offset + sum_d idx_d(o) * strides[d]] for every o of `shape` in
+// row-major order. Strides may be 0 (broadcast) or negative (reversed slices).
+template <class T>
+void gather_strided(const T* src, T* dst, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
+                    int64_t offset) {
+  int64_t total = prod(shape);
+  if (total == 0) return;
+  size_t r = shape.size();
+  if (r == 0) {
+    dst[0] = src[offset];
+    return;
+  }
+  std::vector<int64_t> idx(r, 0);
+  const int64_t inner = shape[r - 1], istride = strides[r - 1];
+  int64_t off = offset;
+  for (int64_t o = 0; o < total; o += inner) {
+    for (int64_t j = 0; j < inner; ++j) dst[o + j] = src[off + j * istride];
+    for (size_t d = r - 1; d-- > 0;) {
+      off += strides[d];
+      if (++idx[d] < shape[d]) break;
+      off -= strides[d] * shape[d];
+      idx[d] = 0;
+    }
+  }
+}
+
+/// Type-erased gather_strided from `src` into `dst` (dst's element count = prod(shape)).
+void copy_strided(const ir::Node& n, const Tensor& src, Tensor& dst, const std::vector<int64_t>& shape,
+                  const std::vector<int64_t>& strides, int64_t offset) {
+  by_width(n, src.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    gather_strided(src.data<T>(), dst.data<T>(), shape, strides, offset);
+  });
+}
+
+/// Output 0 = input 0's bytes under a new shape (Reshape, Flatten, Squeeze, Unsqueeze).
+void copy_reshaped(KernelContext& c, const std::vector<int64_t>& shape) {
+  const Tensor& x = c.in(0);
+  if (dtype_size(x.dtype()) == 0) unsupported_dtype(c.node, x.dtype(), "input 0");
+  Tensor& y = c.output(0, x.dtype(), shape);
+  if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+}
+
+/// Constant integer input i of an inference context, if known.
+std::optional<std::vector<int64_t>> const_ints(const InferContext& c, size_t i) {
+  if (!c.has(i) || !c.inputs[i].value) return std::nullopt;
+  return to_int64s(*c.inputs[i].value);
+}
+
+/// Length of a 1-D input whose shape is statically known (e.g. a non-constant shape tensor).
+std::optional<int64_t> static_length(const InferContext& c, size_t i) {
+  if (!c.has(i) || !c.inputs[i].shape || c.inputs[i].shape->size() != 1 || !(*c.inputs[i].shape)[0].is_static())
+    return std::nullopt;
+  return (*c.inputs[i].shape)[0].value;
+}
+
+Shape unknown_dims(size_t rank) { return Shape(rank, Dim::sym("")); }
+
+/// a*b for dims: exact when both static, the symbol when the other factor is 1.
+Dim mul_dim(const Dim& a, const Dim& b) {
+  if (a.is_static() && b.is_static()) return Dim::known(a.value * b.value);
+  if (a.is_static() && a.value == 1) return b;
+  if (b.is_static() && b.value == 1) return a;
+  return Dim::sym("");
+}
+
+/// A product of dims as a static factor times named symbols; `opaque` once an
+/// anonymous dim joins (its value can never cancel against anything).
+struct DimProduct {
+  int64_t known = 1;
+  std::vector<std::string> syms;
+  bool opaque = false;
+  void mul(const Dim& d) {
+    if (d.is_static()) known *= d.value;
+    else if (d.symbol.empty()) opaque = true;
+    else syms.push_back(d.symbol);
+  }
+  Dim as_dim() const {
+    if (opaque) return Dim::sym("");
+    if (syms.empty()) return Dim::known(known);
+    if (syms.size() == 1 && known == 1) return Dim::sym(syms[0]);
+    return Dim::sym("");
+  }
+};
+
+std::vector<OutType> one(DType dt, std::optional<Shape> s) { return {OutType{dt, std::move(s)}}; }
+
+// ---- Shape, Size -------------------------------------------------------------
+
+/// Shape-15 start/end clamped into [0, rank]; the slice is [first, second).
+std::pair<int64_t, int64_t> shape_range(const ir::Node& n, int64_t rank) {
+  auto clampi = [&](int64_t v) { return std::clamp<int64_t>(v < 0 ? v + rank : v, 0, rank); };
+  int64_t s = clampi(n.i("start", 0)), e = clampi(n.i("end", rank));
+  return {s, std::max(s, e)};
+}
+
+std::vector<OutType> infer_shape(const InferContext& c) {
+  const auto& s = c.in(0).shape;
+  if (!s) return one(DType::i64, Shape{Dim::sym("")});
+  auto [b, e] = shape_range(c.node, static_cast<int64_t>(s->size()));
+  return one(DType::i64, ir::static_shape({e - b}));
+}
+
+void kernel_shape(KernelContext& c) {
+  const auto& dims = c.in(0).shape();
+  auto [b, e] = shape_range(c.node, static_cast<int64_t>(dims.size()));
+  Tensor& y = c.output(0, DType::i64, {e - b});
+  for (int64_t i = b; i < e; ++i) y.data<int64_t>()[i - b] = dims[i];
+}
+
+std::vector<OutType> infer_size(const InferContext& c) {
+  c.in(0);
+  return one(DType::i64, Shape{});
+}
+
+void kernel_size(KernelContext& c) { c.output(0, DType::i64, {}).data<int64_t>()[0] = c.in(0).numel(); }
+
+// ---- Reshape, Flatten ------------------------------------------------------------
+
+/// Reshape-14 target shape: 0 copies the input dim (unless allowzero), one -1
+/// takes the remaining size. Symbolic input dims that reappear through 0
+/// cancel out, so [N,3,4] with [0,-1] gives [N,12]. `code` is the error code
+/// for a size mismatch (invalid_model at compile time, invalid_input at run time).
+Shape reshape_target(const ir::Node& n, const std::optional<Shape>& in, const std::vector<int64_t>& spec,
+                     ErrorCode code) {
+  bool allowzero = n.i("allowzero", 0) != 0;
+  Shape out(spec.size());
+  int infer_at = -1;
+  DimProduct rest;  // product of the output dims other than -1
+  for (size_t i = 0; i < spec.size(); ++i) {
+    int64_t s = spec[i];
+    if (s == -1) {
+      if (infer_at >= 0) fail(ErrorCode::invalid_model, "{}: shape has more than one -1: [{}]", n.label(), fmt::join(spec, ","));
+      infer_at = static_cast<int>(i);
+      continue;
+    }
+    if (s < -1) fail(code, "{}: invalid target dim {} in shape [{}]", n.label(), s, fmt::join(spec, ","));
+    if (s == 0 && !allowzero) {
+      if (in && i >= in->size())
+        fail(code, "{}: shape [{}] copies dim {} (0) but the input has rank {}", n.label(), fmt::join(spec, ","), i,
+             in->size());
+      out[i] = in ? (*in)[i] : Dim::sym("");
+    } else {
+      out[i] = Dim::known(s);
+    }
+    rest.mul(out[i]);
+  }
+  if (allowzero && infer_at >= 0 && std::count(spec.begin(), spec.end(), 0) > 0)
+    fail(ErrorCode::invalid_model, "{}: shape [{}] has both 0 (allowzero=1) and -1", n.label(), fmt::join(spec, ","));
+  DimProduct total;
+  if (in)
+    for (auto& d : *in) total.mul(d);
+  else
+    total.opaque = true;
+  auto mismatch = [&] {
+    fail(code, "{}: cannot reshape {} to [{}]", n.label(), ir::shape_str(in), fmt::join(spec, ","));
+  };
+  // Cancel the named symbols shared by input and output.
+  for (auto& s : rest.syms) {
+    auto it = std::find(total.syms.begin(), total.syms.end(), s);
+    if (it == total.syms.end()) {
+      total.opaque = true;
+      break;
+    }
+    total.syms.erase(it);
+  }
+  bool decidable = !total.opaque && !rest.opaque && total.syms.empty();
+  if (infer_at >= 0) {
+    if (!decidable) {
+      out[infer_at] = Dim::sym("");
+    } else {
+      if (rest.known == 0 || total.known % rest.known != 0) mismatch();
+      out[infer_at] = Dim::known(total.known / rest.known);
+    }
+  } else if (decidable && total.known != rest.known) {
+    mismatch();
+  }
+  return out;
+}
+
+std::vector<OutType> infer_reshape(const InferContext& c) {
+  const InType& x = c.in(0);
+  c.in(1);
+  if (auto spec = const_ints(c, 1)) return one(x.dtype, reshape_target(c.node, x.shape, *spec, ErrorCode::invalid_model));
+  if (auto len = static_length(c, 1)) return one(x.dtype, unknown_dims(static_cast<size_t>(*len)));
+  return one(x.dtype, std::nullopt);
+}
+
+void kernel_reshape(KernelContext& c) {
+  Shape s = reshape_target(c.node, ir::static_shape(c.in(0).shape()), to_int64s(c.in(1)), ErrorCode::invalid_input);
+  copy_reshaped(c, ir::to_sizes(s));
+}
+
+/// Flatten's axis in [0, rank] (negative counts from the end).
+int64_t flatten_axis(const ir::Node& n, int64_t rank) {
+  int64_t a = n.i("axis", 1);
+  if (a < -rank || a > rank) fail(ErrorCode::invalid_model, "{}: axis {} is out of range for rank {}", n.label(), a, rank);
+  return a < 0 ? a + rank : a;
+}
+
+std::vector<OutType> infer_flatten(const InferContext& c) {
+  const InType& x = c.in(0);
+  if (!x.shape) return one(x.dtype, unknown_dims(2));
+  size_t a = static_cast<size_t>(flatten_axis(c.node, static_cast<int64_t>(x.shape->size())));
+  DimProduct outer, inner;
+  for (size_t i = 0; i < x.shape->size(); ++i) (i < a ? outer : inner).mul((*x.shape)[i]);
+  return one(x.dtype, Shape{outer.as_dim(), inner.as_dim()});
+}
+
+void kernel_flatten(KernelContext& c) {
+  const auto& s = c.in(0).shape();
+  size_t a = static_cast<size_t>(flatten_axis(c.node, c.in(0).rank()));
+  copy_reshaped(c, {prod(s, 0, a), prod(s, a)});
+}
+
+// ---- Squeeze, Unsqueeze ------------------------------------------------------------
+
+/// Sorted, normalised axes; throws Error(invalid_model) when one repeats.
+std::vector<int64_t> unique_axes(const ir::Node& n, std::vector<int64_t> axes, int64_t rank) {
+  for (auto& a : axes) a = normalize_axis(n, a, rank, "axes entry");
+  std::sort(axes.begin(), axes.end());
+  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
+    fail(ErrorCode::invalid_model, "{}: axes contain a repeated axis", n.label());
+  return axes;
+}
+
+/// Squeeze output shape; without axes every static 1 goes (nullopt when a
+/// symbolic dim might be 1, since then even the rank is unknown).
+std::optional<Shape> squeeze_shape(const ir::Node& n, const Shape& in, const std::optional<std::vector<int64_t>>& axes,
+                                   ErrorCode code) {
+  Shape out;
+  if (!axes || axes->empty()) {
+    for (auto& d : in) {
+      if (!d.is_static()) return std::nullopt;
+      if (d.value != 1) out.push_back(d);
+    }
+    return out;
+  }
+  auto ax = unique_axes(n, *axes, static_cast<int64_t>(in.size()));
+  for (size_t i = 0; i < in.size(); ++i) {
+    if (!std::binary_search(ax.begin(), ax.end(), static_cast<int64_t>(i))) {
+      out.push_back(in[i]);
+    } else if (in[i].is_static() && in[i].value != 1) {
+      fail(code, "{}: cannot squeeze axis {} of size {} (input shape {})", n.label(), i, in[i].value,
+           ir::shape_str(in));
+    }
+  }
+  return out;
+}
+
+std::vector<OutType> infer_squeeze(const InferContext& c) {
+  const InType& x = c.in(0);
+  if (!x.shape) return one(x.dtype, std::nullopt);
+  if (!c.has(1)) return one(x.dtype, squeeze_shape(c.node, *x.shape, std::nullopt, ErrorCode::invalid_model));
+  if (auto axes = const_ints(c, 1)) return one(x.dtype, squeeze_shape(c.node, *x.shape, axes, ErrorCode::invalid_model));
+  if (auto len = static_length(c, 1); len && *len <= static_cast<int64_t>(x.shape->size()))
+    return one(x.dtype, unknown_dims(x.shape->size() - static_cast<size_t>(*len)));
+  return one(x.dtype, std::nullopt);
+}
+
+void kernel_squeeze(KernelContext& c) {
+  std::optional<std::vector<int64_t>> axes;
+  if (c.has(1)) axes = to_int64s(c.in(1));
+  auto s = squeeze_shape(c.node, ir::static_shape(c.in(0).shape()), axes, ErrorCode::invalid_input);
+  copy_reshaped(c, ir::to_sizes(*s));
+}
+
+/// Unsqueeze-13: axes index the output (rank + len(axes)).
+Shape unsqueeze_shape(const ir::Node& n, const Shape& in, const std::vector<int64_t>& axes) {
+  int64_t rank = static_cast<int64_t>(in.size() + axes.size());
+  auto ax = unique_axes(n, axes, rank);
+  Shape out;
+  size_t next = 0;
+  for (int64_t i = 0; i < rank; ++i)
+    out.push_back(std::binary_search(ax.begin(), ax.end(), i) ? Dim::known(1) : in[next++]);
+  return out;
+}
+
+std::vector<OutType> infer_unsqueeze(const InferContext& c) {
+  const InType& x = c.in(0);
+  c.in(1);
+  if (!x.shape) return one(x.dtype, std::nullopt);
+  if (auto axes = const_ints(c, 1)) return one(x.dtype, unsqueeze_shape(c.node, *x.shape, *axes));
+  if (auto len = static_length(c, 1)) return one(x.dtype, unknown_dims(x.shape->size() + static_cast<size_t>(*len)));
+  return one(x.dtype, std::nullopt);
+}
+
+void kernel_unsqueeze(KernelContext& c) {
+  copy_reshaped(c, ir::to_sizes(unsqueeze_shape(c.node, ir::static_shape(c.in(0).shape()), to_int64s(c.in(1)))));
+}
+
+// ---- Transpose ------------------------------------------------------------------------
+
+/// The perm attribute (default: reversed axes), checked to be a permutation.
+std::vector<int64_t> transpose_perm(const ir::Node& n, size_t rank) {
+  std::vector<int64_t> perm = n.ints("perm");
+  if (!n.has("perm"))
+    for (size_t i = rank; i-- > 0;) perm.push_back(static_cast<int64_t>(i));
+  std::vector<bool> seen(rank, false);
+  if (perm.size() != rank)
+    fail(ErrorCode::invalid_model, "{}: perm [{}] does not match input rank {}", n.label(), fmt::join(perm, ","), rank);
+  for (auto p : perm) {
+    if (p < 0 || p >= static_cast<int64_t>(rank) || seen[p])
+      fail(ErrorCode::invalid_model, "{}: perm [{}] is not a permutation of 0..{}", n.label(), fmt::join(perm, ","),
+           rank - 1);
+    seen[p] = true;
+  }
+  return perm;
+}
+
+std::vector<OutType> infer_transpose(const InferContext& c) {
+  const InType& x = c.in(0);
+  if (!x.shape) {
+    if (!c.node.has("perm")) return one(x.dtype, std::nullopt);
+    return one(x.dtype, unknown_dims(c.node.ints("perm").size()));
+  }
+  auto perm = transpose_perm(c.node, x.shape->size());
+  Shape out;
+  for (auto p : perm) out.push_back((*x.shape)[p]);
+  return one(x.dtype, out);
+}
+
+void kernel_transpose(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  auto perm = transpose_perm(c.node, x.shape().size());
+  auto st = strides_of(x.shape());
+  std::vector<int64_t> shape, strides;
+  for (auto p : perm) {
+    shape.push_back(x.dim(p));
+    strides.push_back(st[p]);
+  }
+  copy_strided(c.node, x, c.output(0, x.dtype(), shape), shape, strides, 0);
+}
+
+// ---- Concat -----------------------------------------------------------------------------
+
+std::vector<OutType> infer_concat(const InferContext& c) {
+  const InType& x0 = c.in(0);
+  std::optional<Shape> out;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    const InType& x = c.in(i);
+    if (x.dtype != x0.dtype)
+      fail(ErrorCode::invalid_model, "{}: input {} has dtype {}, input 0 has {}", c.node.label(), i,
+           dtype_name(x.dtype), dtype_name(x0.dtype));
+    if (x.shape && out && x.shape->size() != out->size())
+      fail(ErrorCode::invalid_model, "{}: input {} has rank {}, expected {}", c.node.label(), i, x.shape->size(),
+           out->size());
+    if (x.shape && !out) out = x.shape;
+  }
+  if (!out) return one(x0.dtype, std::nullopt);
+  size_t axis = static_cast<size_t>(normalize_axis(c.node, c.node.i("axis"), static_cast<int64_t>(out->size())));
+  // The concat axis: a static sum, or the one input's dim when the others are empty.
+  int64_t sum = 0;
+  std::vector<Dim> dynamic;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    const auto& s = c.inputs[i].shape;
+    if (!s) {
+      dynamic.push_back(Dim::sym(""));
+      continue;
+    }
+    for (size_t d = 0; d < out->size(); ++d) {
+      if (d == axis) continue;
+      const Dim &a = (*out)[d], &b = (*s)[d];
+      if (a.is_static() && b.is_static() && a.value != b.value)
+        fail(ErrorCode::invalid_model, "{}: input {} has shape {}, incompatible with {} outside axis {}",
+             c.node.label(), i, ir::shape_str(s), ir::shape_str(out), axis);
+      if (!a.is_static() && (b.is_static() || a.symbol.empty())) (*out)[d] = b;
+    }
+    if ((*s)[axis].is_static()) sum += (*s)[axis].value;
+    else dynamic.push_back((*s)[axis]);
+  }
+  if (dynamic.empty()) (*out)[axis] = Dim::known(sum);
+  else (*out)[axis] = (dynamic.size() == 1 && sum == 0) ? dynamic[0] : Dim::sym("");
+  return one(x0.dtype, out);
+}
+
+void kernel_concat(KernelContext& c) {
+  const Tensor& x0 = c.in(0);
+  int64_t rank = x0.rank();
+  size_t axis = static_cast<size_t>(normalize_axis(c.node, c.node.i("axis"), rank));
+  std::vector<int64_t> shape = x0.shape();
+  shape[axis] = 0;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    const Tensor& x = c.in(i);
+    bool ok = x.dtype() == x0.dtype() && x.rank() == rank;
+    for (size_t d = 0; ok && d < shape.size(); ++d) ok = d == axis || x.dim(d) == x0.dim(d);
+    if (!ok)
+      fail(ErrorCode::invalid_input, "{}: input {} is {}, incompatible with input 0 {} for axis {}", c.node.label(),
+           i, x.describe(), x0.describe(), axis);
+    shape[axis] += x.dim(axis);
+  }
+  size_t esize = dtype_size(x0.dtype());
+  if (esize == 0) unsupported_dtype(c.node, x0.dtype(), "input 0");
+  Tensor& y = c.output(0, x0.dtype(), shape);
+  int64_t outer = prod(shape, 0, axis);
+  size_t out_row = static_cast<size_t>(prod(shape, axis)) * esize, at = 0;
+  for (size_t i = 0; i < c.num_inputs(); ++i) {
+    const Tensor& x = c.in(i);
+    size_t row = static_cast<size_t>(prod(x.shape(), axis)) * esize;
+    for (int64_t o = 0; o < outer && row; ++o)
+      std::memcpy(static_cast<char*>(y.raw()) + o * out_row + at, static_cast<const char*>(x.raw()) + o * row, row);
+    at += row;
+  }
+}
+
+// ---- Split -----------------------------------------------------------------------------
+
+/// Chunk sizes along the split axis: the `split` input, else num_outputs
+/// chunks of ceil(dim/n) with a smaller last one (Split-18), else an even split.
+std::vector<int64_t> split_sizes(const ir::Node& n, int64_t dim, const std::optional<std::vector<int64_t>>& split,
+                                 size_t num_outputs, ErrorCode code) {
+  if (split) {
+    int64_t sum = 0;
+    for (auto s : *split) {
+      if (s < 0) fail(code, "{}: negative split size {}", n.label(), s);
+      sum += s;
+    }
+    if (split->size() != num_outputs || sum != dim)
+      fail(code, "{}: split [{}] must have {} entries summing to the axis size {}", n.label(), fmt::join(*split, ","),
+           num_outputs, dim);
+    return *split;
+  }
+  int64_t k = static_cast<int64_t>(num_outputs);
+  if (n.has("num_outputs") && n.i("num_outputs") != k)
+    fail(ErrorCode::invalid_model, "{}: num_outputs = {} but the node has {} outputs", n.label(), n.i("num_outputs"), k);
+  if (k == 0) fail(ErrorCode::invalid_model, "{}: no outputs", n.label());
+  int64_t chunk = (dim + k - 1) / k;
+  if (!n.has("num_outputs") && dim % k != 0)
+    fail(code, "{}: axis size {} cannot be split evenly into {} outputs", n.label(), dim, k);
+  std::vector<int64_t> sizes;
+  for (int64_t i = 0, left = dim; i < k; ++i, left -= std::min(left, chunk)) sizes.push_back(std::min(left, chunk));
+  return sizes;
+}
+
+std::vector<OutType> infer_split(const InferContext& c) {
+  const InType& x = c.in(0);
+  std::vector<OutType> out(c.num_outputs, OutType{x.dtype, std::nullopt});
+  if (!x.shape) return out;
+  size_t axis = static_cast<size_t>(normalize_axis(c.node, c.node.i("axis", 0), static_cast<int64_t>(x.shape->size())));
+  auto split = const_ints(c, 1);
+  std::vector<Dim> dims(c.num_outputs, Dim::sym(""));
+  const Dim& d = (*x.shape)[axis];
+  if (d.is_static() && (split || !c.has(1))) {
+    auto sizes = split_sizes(c.node, d.value, split, c.num_outputs, ErrorCode::invalid_model);
+    for (size_t i = 0; i < dims.size(); ++i) dims[i] = Dim::known(sizes[i]);
+  } else if (split) {
+    for (size_t i = 0; i < dims.size() && i < split->size(); ++i) dims[i] = Dim::known((*split)[i]);
+  } else if (c.num_outputs == 1) {
+    dims[0] = d;
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    out[i].shape = x.shape;
+    (*out[i].shape)[axis] = dims[i];
+  }
+  return out;
+}
+
+void kernel_split(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  size_t axis = static_cast<size_t>(normalize_axis(c.node, c.node.i("axis", 0), x.rank()));
+  std::optional<std::vector<int64_t>> split;
+  if (c.has(1)) split = to_int64s(c.in(1));
+  auto sizes = split_sizes(c.node, x.dim(axis), split, c.num_outputs(), ErrorCode::invalid_input);
+  auto st = strides_of(x.shape());
+  int64_t start = 0;
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    std::vector<int64_t> shape = x.shape();
+    shape[axis] = sizes[i];
+    copy_strided(c.node, x, c.output(i, x.dtype(), shape), shape, st, start * st[axis]);
+    start += sizes[i];
+  }
+}
+
+// ---- Slice -------------------------------------------------------------------------------
+
+/// One sliced axis after the Slice-13 clamping rules.
+struct SliceAxis {
+  int64_t start, step, count;
+};
+
+/// Resolves start/end/step on an axis of size dim: negatives count from the
+/// end, then start is clamped to [0,dim] ([0,dim-1] for step<0) and end to
+/// [0,dim] ([-1,dim-1] for step<0).
+SliceAxis slice_axis(int64_t dim, int64_t start, int64_t end, int64_t step) {
+  if (dim == 0) return {0, step, 0};
+  // A step longer than the axis takes at most one element; clamping it keeps the arithmetic in range.
+  step = std::clamp<int64_t>(step, -dim - 1, dim + 1);
+  if (start < 0) start += dim;
+  if (end < 0) end += dim;
+  if (step > 0) {
+    start = std::clamp<int64_t>(start, 0, dim);
+    end = std::clamp<int64_t>(end, 0, dim);
+    return {start, step, end > start ? (end - start + step - 1) / step : 0};
+  }
+  start = std::clamp<int64_t>(start, 0, dim - 1);
+  end = std::clamp<int64_t>(end, -1, dim - 1);
+  return {start, step, start > end ? (start - end - step - 1) / -step : 0};
+}
+
+/// A Slice's starts/ends/axes/steps with defaults filled in and axes normalised.
+struct SliceSpec {
+  std::vector<int64_t> starts, ends, axes, steps;
+};
+
+SliceSpec slice_spec(const ir::Node& n, int64_t rank, std::vector<int64_t> starts, std::vector<int64_t> ends,
+                     std::optional<std::vector<int64_t>> axes, std::optional<std::vector<int64_t>> steps) {
+  size_t k = starts.size();
+  if (!axes) {
+    axes.emplace();
+    for (size_t i = 0; i < k; ++i) axes->push_back(static_cast<int64_t>(i));
+  }
+  if (!steps) steps = std::vector<int64_t>(k, 1);
+  if (ends.size() != k || axes->size() != k || steps->size() != k)
+    fail(ErrorCode::invalid_model, "{}: starts, ends, axes and steps must have the same length ({}, {}, {}, {})",
+         n.label(), k, ends.size(), axes->size(), steps->size());
+  for (auto& a : *axes) a = normalize_axis(n, a, rank, "axes entry");
+  std::vector<int64_t> sorted = *axes;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
+    fail(ErrorCode::invalid_model, "{}: axes [{}] repeat an axis", n.label(), fmt::join(*axes, ","));
+  for (auto s : *steps)
+    if (s == 0) fail(ErrorCode::invalid_model, "{}: steps must not be 0", n.label());
+  return {std::move(starts), std::move(ends), std::move(*axes), std::move(*steps)};
+}
+
+std::vector<OutType> infer_slice(const InferContext& c) {
+  const InType& x = c.in(0);
+  c.in(1);
+  c.in(2);
+  if (!x.shape) return one(x.dtype, std::nullopt);
+  Shape out = *x.shape;
+  auto starts = const_ints(c, 1), ends = const_ints(c, 2), axes = const_ints(c, 3), steps = const_ints(c, 4);
+  bool known = starts && ends && (axes || !c.has(3)) && (steps || !c.has(4));
+  if (!known) {
+    // Only the axes that may be sliced lose their size.
+    if (axes) {
+      for (auto a : *axes) out[normalize_axis(c.node, a, static_cast<int64_t>(out.size()), "axes entry")] = Dim::sym("");
+    } else if (auto len = static_length(c, 1); len && !c.has(3)) {
+      for (int64_t i = 0; i < *len && i < static_cast<int64_t>(out.size()); ++i) out[i] = Dim::sym("");
+    } else {
+      out = unknown_dims(out.size());
+    }
+    return one(x.dtype, out);
+  }
+  auto sp = slice_spec(c.node, static_cast<int64_t>(out.size()), *starts, *ends, axes, steps);
+  for (size_t i = 0; i < sp.axes.size(); ++i) {
+    Dim& d = out[sp.axes[i]];
+    if (d.is_static()) {
+      d = Dim::known(slice_axis(d.value, sp.starts[i], sp.ends[i], sp.steps[i]).count);
+    } else {
+      // A whole-axis slice (forward or reversed) keeps the symbol; anything else depends on its value.
+      bool whole = (sp.starts[i] == 0 && sp.steps[i] == 1 && sp.ends[i] >= std::numeric_limits<int32_t>::max()) ||
+                   (sp.starts[i] == -1 && sp.steps[i] == -1 && sp.ends[i] <= std::numeric_limits<int32_t>::min());
+      if (!whole) d = Dim::sym("");
+    }
+  }
+  return one(x.dtype, out);
+}
+
+void kernel_slice(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  std::optional<std::vector<int64_t>> axes, steps;
+  if (c.has(3)) axes = to_int64s(c.in(3));
+  if (c.has(4)) steps = to_int64s(c.in(4));
+  auto sp = slice_spec(c.node, x.rank(), to_int64s(c.in(1)), to_int64s(c.in(2)), axes, steps);
+  auto st = strides_of(x.shape());
+  std::vector<int64_t> shape = x.shape(), strides = st;
+  int64_t offset = 0;
+  for (size_t i = 0; i < sp.axes.size(); ++i) {
+    auto a = sp.axes[i];
+    SliceAxis s = slice_axis(x.dim(a), sp.starts[i], sp.ends[i], sp.steps[i]);
+    shape[a] = s.count;
+    strides[a] = st[a] * s.step;
+    if (s.count) offset += s.start * st[a];
+  }
+  copy_strided(c.node, x, c.output(0, x.dtype(), shape), shape, strides, offset);
+}
+
+// ---- Expand, Tile ----------------------------------------------------------------------
+
+std::vector<OutType> infer_expand(const InferContext& c) {
+  const InType& x = c.in(0);
+  c.in(1);
+  if (auto shape = const_ints(c, 1)) {
+    for (auto d : *shape)
+      if (d < 0) fail(ErrorCode::invalid_model, "{}: negative dim {} in shape", c.node.label(), d);
+    return one(x.dtype, broadcast_shapes(c.node, x.shape, ir::static_shape(*shape)));
+  }
+  if (auto len = static_length(c, 1); len && x.shape)
+    return one(x.dtype, unknown_dims(std::max<size_t>(x.shape->size(), static_cast<size_t>(*len))));
+  return one(x.dtype, std::nullopt);
+}
+
+void kernel_expand(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  auto shape = broadcast_sizes(c.node, x.shape(), to_int64s(c.in(1)));
+  auto st = strides_of(x.shape());
+  size_t lead = shape.size() - x.shape().size();
+  std::vector<int64_t> strides(shape.size(), 0);
+  for (size_t d = lead; d < shape.size(); ++d) strides[d] = x.dim(d - lead) == 1 ? 0 : st[d - lead];
+  copy_strided(c.node, x, c.output(0, x.dtype(), shape), shape, strides, 0);
+}
+
+std::vector<int64_t> tile_repeats(const ir::Node& n, const std::vector<int64_t>& reps, size_t rank, ErrorCode code) {
+  if (reps.size() != rank)
+    fail(code, "{}: repeats has {} entries, input rank is {}", n.label(), reps.size(), rank);
+  for (auto r : reps)
+    if (r < 0) fail(code, "{}: negative repeat {}", n.label(), r);
+  return reps;
+}
+
+std::vector<OutType> infer_tile(const InferContext& c) {
+  const InType& x = c.in(0);
+  c.in(1);
+  if (!x.shape) return one(x.dtype, std::nullopt);
+  auto reps = const_ints(c, 1);
+  if (!reps) return one(x.dtype, unknown_dims(x.shape->size()));
+  tile_repeats(c.node, *reps, x.shape->size(), ErrorCode::invalid_model);
+  Shape out;
+  for (size_t i = 0; i < reps->size(); ++i) out.push_back(mul_dim((*x.shape)[i], Dim::known((*reps)[i])));
+  return one(x.dtype, out);
+}
+
+void kernel_tile(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  auto reps = tile_repeats(c.node, to_int64s(c.in(1)), x.shape().size(), ErrorCode::invalid_input);
+  // The output seen as [r0, d0, r1, d1, ...] reads the input with stride 0 on each r.
+  auto st = strides_of(x.shape());
+  std::vector<int64_t> view, strides, out;
+  for (size_t d = 0; d < reps.size(); ++d) {
+    view.insert(view.end(), {reps[d], x.dim(d)});
+    strides.insert(strides.end(), {0, st[d]});
+    out.push_back(reps[d] * x.dim(d));
+  }
+  copy_strided(c.node, x, c.output(0, x.dtype(), out), view, strides, 0);
+}
+
+// ---- Pad ------------------------------------------------------------------------------------
+
+/// Pad-18 begin/end amounts for every axis (2*rank entries, begins first),
+/// expanding the optional axes input.
+std::vector<int64_t> full_pads(const ir::Node& n, const std::vector<int64_t>& pads,
+                               const std::optional<std::vector<int64_t>>& axes, int64_t rank, ErrorCode code) {
+  std::vector<int64_t> ax;
+  if (axes) {
+    unique_axes(n, *axes, rank);  // only to reject repeats; pads follow the given order
+    ax = *axes;
+  } else {
+    for (int64_t i = 0; i < rank; ++i) ax.push_back(i);
+  }
+  if (pads.size() != 2 * ax.size())
+    fail(code, "{}: pads has {} entries, expected {} (2 per padded axis)", n.label(), pads.size(), 2 * ax.size());
+  std::vector<int64_t> out(2 * rank, 0);
+  for (size_t i = 0; i < ax.size(); ++i) {
+    int64_t a = normalize_axis(n, ax[i], rank, "axes entry");
+    out[a] = pads[i];
+    out[a + rank] = pads[i + ax.size()];
+  }
+  return out;
+}
+
+std::string pad_mode(const ir::Node& n) {
+  std::string m = n.s("mode", "constant");
+  if (m != "constant" && m != "reflect" && m != "edge" && m != "wrap")
+    fail(ErrorCode::unsupported, "{}: mode '{}' is not supported", n.label(), m);
+  return m;
+}
+
+std::vector<OutType> infer_pad(const InferContext& c) {
+  const InType& x = c.in(0);
+  c.in(1);
+  pad_mode(c.node);
+  if (!x.shape) return one(x.dtype, std::nullopt);
+  int64_t rank = static_cast<int64_t>(x.shape->size());
+  auto pads = const_ints(c, 1);
+  auto axes = const_ints(c, 3);
+  if (!pads || (c.has(3) && !axes)) return one(x.dtype, unknown_dims(x.shape->size()));
+  auto p = full_pads(c.node, *pads, axes, rank, ErrorCode::invalid_model);
+  Shape out = *x.shape;
+  for (int64_t d = 0; d < rank; ++d) {
+    int64_t add = p[d] + p[d + rank];
+    if (out[d].is_static()) {
+      if (out[d].value + add < 0)
+        fail(ErrorCode::invalid_model, "{}: pads {} remove more than axis {} of size {}", c.node.label(),
+             fmt::join(*pads, ","), d, out[d].value);
+      out[d] = Dim::known(out[d].value + add);
+    } else if (add != 0) {
+      out[d] = Dim::sym("");
+    }
+  }
+  return one(x.dtype, out);
+}
+
+/// Input coordinate for output coordinate o on an axis of size dim padded
+/// by `begin` in front; -1 where the constant value goes.
+int64_t pad_source(const std::string& mode, int64_t o, int64_t begin, int64_t dim) {
+  int64_t i = o - begin;
+  if (i >= 0 && i < dim) return i;
+  if (mode == "constant") return -1;
+  if (mode == "edge") return std::clamp<int64_t>(i, 0, dim - 1);
+  if (mode == "wrap") return ((i % dim) + dim) % dim;
+  if (dim == 1) return 0;  // reflect: mirror without repeating the edge, period 2*(dim-1)
+  int64_t period = 2 * (dim - 1);
+  i = ((i % period) + period) % period;
+  return i < dim ? i : period - i;
+}
+
+/// The constant pad value converted to dt (the spec requires dt already; converting is lenient).
+Tensor pad_value(const KernelContext& c, DType dt) {
+  Tensor v(dt, {});
+  if (!c.has(2) || c.in(2).numel() == 0) return v;
+  const Tensor& cv = c.in(2);
+  if (cv.dtype() == dt) {
+    std::memcpy(v.raw(), cv.raw(), dtype_size(dt));
+    return v;
+  }
+  double d = element_as_double(cv, 0);
+  if (dt == DType::f16) v.data<uint16_t>()[0] = float_to_half(static_cast<float>(d));
+  else if (dt == DType::bf16) v.data<uint16_t>()[0] = float_to_bf16(static_cast<float>(d));
+  else KILN_DISPATCH_ALL(dt, c.node, "input 0", { v.data<scalar_t>()[0] = static_cast<scalar_t>(d); });
+  return v;
+}
+
+void kernel_pad(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  std::string mode = pad_mode(c.node);
+  int64_t rank = x.rank();
+  std::optional<std::vector<int64_t>> axes;
+  if (c.has(3)) axes = to_int64s(c.in(3));
+  auto p = full_pads(c.node, to_int64s(c.in(1)), axes, rank, ErrorCode::invalid_input);
+  std::vector<int64_t> shape(rank);
+  std::vector<std::vector<int64_t>> source(rank);  // per axis: output coordinate -> input coordinate
+  for (int64_t d = 0; d < rank; ++d) {
+    shape[d] = x.dim(d) + p[d] + p[d + rank];
+    if (shape[d] < 0)
+      fail(ErrorCode::invalid_input, "{}: pads remove more than axis {} of {}", c.node.label(), d, x.describe());
+    if (mode != "constant" && x.dim(d) == 0 && shape[d] > 0)
+      fail(ErrorCode::invalid_input, "{}: mode '{}' cannot pad the empty axis {} of {}", c.node.label(), mode, d,
+           x.describe());
+    for (int64_t o = 0; o < shape[d]; ++o) source[d].push_back(pad_source(mode, o, p[d], x.dim(d)));
+  }
+  Tensor value = pad_value(c, x.dtype());
+  Tensor& y = c.output(0, x.dtype(), shape);
+  auto st = strides_of(x.shape());
+  int64_t total = prod(shape);
+  by_width(c.node, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = x.data<T>();
+    T* dst = y.data<T>();
+    T fill = value.data<T>()[0];
+    std::vector<int64_t> idx(rank, 0);
+    for (int64_t o = 0; o < total; ++o) {
+      int64_t off = 0;
+      bool inside = true;
+      for (int64_t d = 0; d < rank && inside; ++d) {
+        int64_t s = source[d][idx[d]];
+        inside = s >= 0;
+        off += s * st[d];
+      }
+      dst[o] = inside ? src[off] : fill;
+      for (int64_t d = rank; d-- > 0;) {
+        if (++idx[d] < shape[d]) break;
+        idx[d] = 0;
+      }
+    }
+  });
+}
+
+// ---- DepthToSpace, SpaceToDepth -----------------------------------------------------------
+
+int64_t block_size(const ir::Node& n) {
+  int64_t b = n.i("blocksize");
+  if (b <= 0) fail(ErrorCode::invalid_model, "{}: blocksize must be positive, got {}", n.label(), b);
+  return b;
+}
+
+/// dim / by, exact when static (error if not divisible), unknown when symbolic.
+Dim div_dim(const ir::Node& n, const Dim& d, int64_t by, const char* what, ErrorCode code) {
+  if (!d.is_static()) return Dim::sym("");
+  if (d.value % by != 0) fail(code, "{}: {} {} is not divisible by {}", n.label(), what, d.value, by);
+  return Dim::known(d.value / by);
+}
+
+std::vector<OutType> infer_space_depth(const InferContext& c) {
+  const InType& x = c.in(0);
+  if (!x.shape) return one(x.dtype, unknown_dims(4));
+  if (x.shape->size() != 4) fail(ErrorCode::invalid_model, "{}: input must be 4-D, got {}", c.node.label(), ir::shape_str(x.shape));
+  int64_t b = block_size(c.node);
+  const Shape& s = *x.shape;
+  auto e = ErrorCode::invalid_model;
+  Dim bb = Dim::known(b);
+  if (c.node.op_type == "DepthToSpace")
+    return one(x.dtype, Shape{s[0], div_dim(c.node, s[1], b * b, "channels", e), mul_dim(s[2], bb), mul_dim(s[3], bb)});
+  return one(x.dtype, Shape{s[0], mul_dim(s[1], Dim::known(b * b)), div_dim(c.node, s[2], b, "height", e),
+                            div_dim(c.node, s[3], b, "width", e)});
+}
+
+void kernel_space_depth(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  if (x.rank() != 4) fail(ErrorCode::invalid_input, "{}: input must be 4-D, got {}", c.node.label(), x.describe());
+  int64_t b = block_size(c.node), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
+  int64_t sN = C * H * W, sC = H * W, sH = W;
+  auto e = ErrorCode::invalid_input;
+  std::vector<int64_t> view, strides, out;
+  if (c.node.op_type == "DepthToSpace") {
+    std::string mode = c.node.s("mode", "DCR");
+    int64_t Co = div_dim(c.node, Dim::known(C), b * b, "channels", e).value;
+    // Output [N, C', H, b, W, b] in row-major order; where each (c', i, j) reads its input channel.
+    view = {N, Co, H, b, W, b};
+    if (mode == "DCR") strides = {sN, sC, sH, b * Co * sC, 1, Co * sC};
+    else if (mode == "CRD") strides = {sN, b * b * sC, sH, b * sC, 1, sC};
+    else fail(ErrorCode::unsupported, "{}: mode '{}' is not supported", c.node.label(), mode);
+    out = {N, Co, H * b, W * b};
+  } else {
+    int64_t Ho = div_dim(c.node, Dim::known(H), b, "height", e).value;
+    int64_t Wo = div_dim(c.node, Dim::known(W), b, "width", e).value;
+    // Output channel (i*b + j)*C + c takes pixel (h*b + i, w*b + j) of channel c.
+    view = {N, b, b, C, Ho, Wo};
+    strides = {sN, sH, 1, sC, b * sH, b};
+    out = {N, C * b * b, Ho, Wo};
+  }
+  copy_strided(c.node, x, c.output(0, x.dtype(), out), view, strides, 0);
+}
+
+}  // namespace
+
+void register_shape_ops(Registry& r) {
+  r.add({"", "Shape", infer_shape, kernel_shape});
+  r.add({"", "Size", infer_size, kernel_size});
+  r.add({"", "Reshape", infer_reshape, kernel_reshape});
+  r.add({"", "Flatten", infer_flatten, kernel_flatten});
+  r.add({"", "Squeeze", infer_squeeze, kernel_squeeze});
+  r.add({"", "Unsqueeze", infer_unsqueeze, kernel_unsqueeze});
+  r.add({"", "Transpose", infer_transpose, kernel_transpose});
+  r.add({"", "Concat", infer_concat, kernel_concat});
+  r.add({"", "Split", infer_split, kernel_split});
+  r.add({"", "Slice", infer_slice, kernel_slice});
+  r.add({"", "Expand", infer_expand, kernel_expand});
+  r.add({"", "Tile", infer_tile, kernel_tile});
+  r.add({"", "Pad", infer_pad, kernel_pad});
+  r.add({"", "DepthToSpace", infer_space_depth, kernel_space_depth});
+  r.add({"", "SpaceToDepth", infer_space_depth, kernel_space_depth});
+}
 
 }  // namespace kiln::ops
