@@ -81,6 +81,7 @@ class Importer : public ParseContext {
   }
 
   void apply_type(ir::Value& v, const onnx::TypeProto& tp, const std::string& where) {
+    if (tp.value_case() == onnx::TypeProto::VALUE_NOT_SET) return;  // untyped: left to inference
     if (!tp.has_tensor_type()) {
       fail(ErrorCode::unsupported, "{}: {} has a non-tensor type (sequence, map, optional or sparse), which kiln does not support",
            what_, where);

@@ -55,7 +55,7 @@ Session::Session(const std::filesystem::path& onnx_path, const SessionOptions& o
       stats_.cache = SessionStats::Cache::hit;
       stats_.load_ms = sw.ms();
       stats_.artifact_path = c->entry_path(key).string();
-      for (auto& n : stats_.notes) log().warn("{}", n);
+      for (auto& n : stats_.notes) log().info("{}", n);
       return;
     }
   }
@@ -82,7 +82,7 @@ Session::Session(const std::filesystem::path& onnx_path, const SessionOptions& o
   Stopwatch sw;
   program_ = std::make_shared<const Program>(std::move(cp));
   stats_.load_ms = sw.ms();
-  for (auto& n : stats_.notes) log().warn("{}", n);
+  for (auto& n : stats_.notes) log().info("{}", n);
 }
 
 }  // namespace kiln

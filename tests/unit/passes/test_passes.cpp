@@ -2,6 +2,7 @@
 
 #include "../onnx/model_builder.h"
 #include "onnx/importer.h"
+#include "kiln/errors.h"
 #include "passes/passes.h"
 
 namespace kiln::testing {
