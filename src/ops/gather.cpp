@@ -1,8 +1,313 @@
-// STUB: operator family 'gather' not written yet.
-#include "ops/registry.h"
+// Indexed reads and writes: Gather, GatherElements, GatherND, ScatterElements,
+// ScatterND, and Scatter (the pre-opset-11 name of ScatterElements)
+// (https://onnx.ai/onnx/operators/, newest opset semantics).
+//
+// Indices may be int32 or int64 and negative (counting from the end of the
+// axis); an index outside [-dim, dim-1] is an Error(invalid_input) naming the
+// node, never an out-of-bounds access. Plain copies move raw elements, so they
+// work for every dtype; scatter reductions need arithmetic and take the
+// numeric dtypes.
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "ops/util.h"
 
 namespace kiln::ops {
+namespace {
 
-void register_gather(Registry&) {}
+using ir::Dim;
+using ir::Shape;
+
+/// Calls f(T{}) with T an unsigned integer as wide as one element of dt.
+template <class F>
+void by_width(const ir::Node& n, DType dt, F&& f) {
+  switch (dtype_size(dt)) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    case 8: f(uint64_t{}); break;
+    default: unsupported_dtype(n, dt, "input 0");
+  }
+}
+
+/// Indices input i as int64 values (int32/int64 only, as the spec allows).
+std::vector<int64_t> read_indices(const KernelContext& c, size_t i) {
+  const Tensor& t = c.in(i);
+  if (t.dtype() != DType::i64 && t.dtype() != DType::i32) unsupported_dtype(c.node, t.dtype(), "indices");
+  return to_int64s(t);
+}
+
+/// Maps index v on an axis of size dim into [0, dim); Error(invalid_input) otherwise.
+int64_t resolve_index(const ir::Node& n, int64_t v, int64_t dim, int64_t axis) {
+  if (v < -dim || v >= dim)
+    fail(ErrorCode::invalid_input, "{}: index {} is out of range for axis {} of size {}", n.label(), v, axis, dim);
+  return v < 0 ? v + dim : v;
+}
+
+std::vector<OutType> one(DType dt, std::optional<Shape> s) { return {OutType{dt, std::move(s)}}; }
+
+void check_index_dtype(const InferContext& c, size_t i) {
+  DType t = c.in(i).dtype;
+  if (t != DType::i64 && t != DType::i32) unsupported_dtype(c.node, t, "indices");
+}
+
+// ---- Gather ---------------------------------------------------------------------------------
+
+std::vector<OutType> infer_gather(const InferContext& c) {
+  const InType& x = c.in(0);
+  const InType& idx = c.in(1);
+  check_index_dtype(c, 1);
+  if (!x.shape || !idx.shape) return one(x.dtype, std::nullopt);
+  size_t axis = static_cast<size_t>(normalize_axis(c.node, c.node.i("axis", 0), static_cast<int64_t>(x.shape->size())));
+  Shape out(x.shape->begin(), x.shape->begin() + axis);
+  out.insert(out.end(), idx.shape->begin(), idx.shape->end());
+  out.insert(out.end(), x.shape->begin() + axis + 1, x.shape->end());
+  return one(x.dtype, out);
+}
+
+void kernel_gather(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  auto idx = read_indices(c, 1);
+  int64_t axis = normalize_axis(c.node, c.node.i("axis", 0), x.rank());
+  std::vector<int64_t> shape(x.shape().begin(), x.shape().begin() + axis);
+  shape.insert(shape.end(), c.in(1).shape().begin(), c.in(1).shape().end());
+  shape.insert(shape.end(), x.shape().begin() + axis + 1, x.shape().end());
+  int64_t dim = x.dim(axis);
+  for (auto& v : idx) v = resolve_index(c.node, v, dim, axis);
+  size_t esize = dtype_size(x.dtype());
+  if (esize == 0) unsupported_dtype(c.node, x.dtype(), "input 0");
+  Tensor& y = c.output(0, x.dtype(), shape);
+  int64_t outer = prod(x.shape(), 0, axis);
+  size_t block = static_cast<size_t>(prod(x.shape(), axis + 1)) * esize;
+  if (block == 0) return;
+  const char* src = static_cast<const char*>(x.raw());
+  char* dst = static_cast<char*>(y.raw());
+  for (int64_t o = 0; o < outer; ++o)
+    for (size_t j = 0; j < idx.size(); ++j)
+      std::memcpy(dst + (o * idx.size() + j) * block, src + (o * dim + idx[j]) * block, block);
+}
+
+// ---- GatherElements / ScatterElements addressing ----------------------------------------
+
+/// For every element of `index_shape` (row-major), the flat offset into a
+/// tensor of `data_shape` that element addresses along `axis`. Checks that
+/// the index tensor fits inside the data outside the axis.
+std::vector<int64_t> element_offsets(const ir::Node& n, const std::vector<int64_t>& data_shape,
+                                     const std::vector<int64_t>& index_shape, const std::vector<int64_t>& idx,
+                                     int64_t axis) {
+  if (index_shape.size() != data_shape.size())
+    fail(ErrorCode::invalid_input, "{}: indices rank {} differs from data rank {}", n.label(), index_shape.size(),
+         data_shape.size());
+  for (size_t d = 0; d < data_shape.size(); ++d)
+    if (static_cast<int64_t>(d) != axis && index_shape[d] > data_shape[d])
+      fail(ErrorCode::invalid_input, "{}: indices shape [{}] exceeds data shape [{}] on axis {}", n.label(),
+           fmt::join(index_shape, ","), fmt::join(data_shape, ","), d);
+  auto st = strides_of(data_shape);
+  std::vector<int64_t> out(idx.size()), pos(index_shape.size(), 0);
+  for (size_t e = 0; e < idx.size(); ++e) {
+    int64_t off = 0;
+    for (size_t d = 0; d < pos.size(); ++d)
+      off += (static_cast<int64_t>(d) == axis ? resolve_index(n, idx[e], data_shape[d], axis) : pos[d]) * st[d];
+    out[e] = off;
+    for (size_t d = pos.size(); d-- > 0;) {
+      if (++pos[d] < index_shape[d]) break;
+      pos[d] = 0;
+    }
+  }
+  return out;
+}
+
+std::vector<OutType> infer_gather_elements(const InferContext& c) {
+  const InType& x = c.in(0);
+  check_index_dtype(c, 1);
+  if (x.shape && c.in(1).shape && x.shape->size() != c.in(1).shape->size())
+    fail(ErrorCode::invalid_model, "{}: indices rank {} differs from data rank {}", c.node.label(),
+         c.in(1).shape->size(), x.shape->size());
+  if (x.shape) normalize_axis(c.node, c.node.i("axis", 0), static_cast<int64_t>(x.shape->size()));
+  return one(x.dtype, c.in(1).shape);
+}
+
+void kernel_gather_elements(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& it = c.in(1);
+  int64_t axis = normalize_axis(c.node, c.node.i("axis", 0), x.rank());
+  auto offs = element_offsets(c.node, x.shape(), it.shape(), read_indices(c, 1), axis);
+  Tensor& y = c.output(0, x.dtype(), it.shape());
+  by_width(c.node, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    for (size_t e = 0; e < offs.size(); ++e) y.data<T>()[e] = x.data<T>()[offs[e]];
+  });
+}
+
+// ---- GatherND / ScatterND addressing ---------------------------------------------------------
+
+/// GatherND/ScatterND geometry: the data offset of each index tuple and the
+/// number of elements each tuple addresses.
+struct NdPlan {
+  std::vector<int64_t> offsets;
+  int64_t block = 1;
+};
+
+/// Resolves index tuples (last indices dim = k) against data with `batch`
+/// leading dims shared by data and indices (GatherND batch_dims).
+NdPlan nd_plan(const ir::Node& n, const std::vector<int64_t>& data_shape, const std::vector<int64_t>& index_shape,
+               const std::vector<int64_t>& idx, size_t batch) {
+  size_t r = data_shape.size(), q = index_shape.size();
+  if (q == 0 || batch >= q || batch >= r)
+    fail(ErrorCode::invalid_input, "{}: indices of rank {} and batch_dims {} do not fit data of rank {}", n.label(), q,
+         batch, r);
+  size_t k = static_cast<size_t>(index_shape[q - 1]);
+  if (k > r - batch)
+    fail(ErrorCode::invalid_input, "{}: index tuples of length {} exceed data rank {} (batch_dims {})", n.label(), k,
+         r, batch);
+  for (size_t d = 0; d < batch; ++d)
+    if (index_shape[d] != data_shape[d])
+      fail(ErrorCode::invalid_input, "{}: batch dim {} differs: data {} vs indices {}", n.label(), d, data_shape[d],
+           index_shape[d]);
+  auto st = strides_of(data_shape);
+  NdPlan p;
+  p.block = prod(data_shape, batch + k);
+  int64_t batches = prod(data_shape, 0, batch);
+  int64_t per_batch = prod(index_shape, batch, q - 1);
+  int64_t batch_stride = prod(data_shape, batch);
+  for (int64_t b = 0; b < batches; ++b)
+    for (int64_t t = 0; t < per_batch; ++t) {
+      const int64_t* tuple = idx.data() + (b * per_batch + t) * static_cast<int64_t>(k);
+      int64_t off = b * batch_stride;
+      for (size_t j = 0; j < k; ++j)
+        off += resolve_index(n, tuple[j], data_shape[batch + j], static_cast<int64_t>(batch + j)) * st[batch + j];
+      p.offsets.push_back(off);
+    }
+  return p;
+}
+
+std::vector<OutType> infer_gather_nd(const InferContext& c) {
+  const InType& x = c.in(0);
+  const InType& idx = c.in(1);
+  check_index_dtype(c, 1);
+  if (!x.shape || !idx.shape || idx.shape->empty() || !idx.shape->back().is_static())
+    return one(x.dtype, std::nullopt);
+  size_t b = static_cast<size_t>(c.node.i("batch_dims", 0)), k = static_cast<size_t>(idx.shape->back().value);
+  if (b >= idx.shape->size() || b >= x.shape->size() || k > x.shape->size() - b)
+    fail(ErrorCode::invalid_model, "{}: indices {} with batch_dims {} do not fit data {}", c.node.label(),
+         ir::shape_str(idx.shape), b, ir::shape_str(x.shape));
+  Shape out(idx.shape->begin(), idx.shape->end() - 1);
+  out.insert(out.end(), x.shape->begin() + b + k, x.shape->end());
+  return one(x.dtype, out);
+}
+
+void kernel_gather_nd(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& it = c.in(1);
+  int64_t b = c.node.i("batch_dims", 0);
+  if (b < 0) fail(ErrorCode::invalid_model, "{}: batch_dims must be >= 0, got {}", c.node.label(), b);
+  NdPlan p = nd_plan(c.node, x.shape(), it.shape(), read_indices(c, 1), static_cast<size_t>(b));
+  std::vector<int64_t> shape(it.shape().begin(), it.shape().end() - 1);
+  shape.insert(shape.end(), x.shape().begin() + b + it.shape().back(), x.shape().end());
+  Tensor& y = c.output(0, x.dtype(), shape);
+  size_t esize = dtype_size(x.dtype()), bytes = static_cast<size_t>(p.block) * esize;
+  if (bytes == 0) return;
+  for (size_t t = 0; t < p.offsets.size(); ++t)
+    std::memcpy(static_cast<char*>(y.raw()) + t * bytes, static_cast<const char*>(x.raw()) + p.offsets[t] * esize,
+                bytes);
+}
+
+// ---- Scatter -----------------------------------------------------------------------------
+
+enum class Reduction { none, add, mul, max, min };
+
+Reduction reduction_of(const ir::Node& n) {
+  std::string r = n.s("reduction", "none");
+  if (r == "none") return Reduction::none;
+  if (r == "add") return Reduction::add;
+  if (r == "mul") return Reduction::mul;
+  if (r == "max") return Reduction::max;
+  if (r == "min") return Reduction::min;
+  fail(ErrorCode::unsupported, "{}: reduction '{}' is not supported", n.label(), r);
+}
+
+template <class T>
+void reduce_into(T& dst, T v, Reduction r) {
+  switch (r) {
+    case Reduction::none: dst = v; break;
+    case Reduction::add: dst = static_cast<T>(dst + v); break;
+    case Reduction::mul: dst = static_cast<T>(dst * v); break;
+    case Reduction::max: dst = std::max(dst, v); break;
+    case Reduction::min: dst = std::min(dst, v); break;
+  }
+}
+
+/// Output = copy of data, then updates[src..src+block) combined into
+/// output[dst..dst+block) for each (dst, src) pair, in order (so with
+/// reduction none a repeated index keeps the last update).
+void scatter(KernelContext& c, const std::vector<int64_t>& dst_offsets, int64_t block) {
+  const Tensor& x = c.in(0);
+  const Tensor& u = c.in(2);
+  if (u.dtype() != x.dtype())
+    fail(ErrorCode::invalid_input, "{}: updates dtype {} differs from data dtype {}", c.node.label(),
+         dtype_name(u.dtype()), dtype_name(x.dtype()));
+  Reduction red = reduction_of(c.node);
+  if (dtype_size(x.dtype()) == 0) unsupported_dtype(c.node, x.dtype(), "input 0");
+  Tensor& y = c.output(0, x.dtype(), x.shape());
+  if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+  auto apply = [&](auto* out, const auto* upd) {
+    for (size_t t = 0; t < dst_offsets.size(); ++t)
+      for (int64_t j = 0; j < block; ++j) reduce_into(out[dst_offsets[t] + j], upd[t * block + j], red);
+  };
+  if (red == Reduction::none) {
+    by_width(c.node, x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      apply(y.data<T>(), u.data<T>());
+    });
+  } else {
+    KILN_DISPATCH_NUMERIC(x.dtype(), c.node, "data with a reduction", { apply(y.data<scalar_t>(), u.data<scalar_t>()); });
+  }
+}
+
+std::vector<OutType> infer_scatter(const InferContext& c) {
+  const InType& x = c.in(0);
+  check_index_dtype(c, 1);
+  if (c.in(2).dtype != x.dtype)
+    fail(ErrorCode::invalid_model, "{}: updates dtype {} differs from data dtype {}", c.node.label(),
+         dtype_name(c.in(2).dtype), dtype_name(x.dtype));
+  reduction_of(c.node);
+  return one(x.dtype, x.shape);
+}
+
+void kernel_scatter_elements(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& it = c.in(1);
+  if (c.in(2).shape() != it.shape())
+    fail(ErrorCode::invalid_input, "{}: updates {} must have the shape of indices {}", c.node.label(),
+         c.in(2).describe(), it.describe());
+  int64_t axis = normalize_axis(c.node, c.node.i("axis", 0), x.rank());
+  scatter(c, element_offsets(c.node, x.shape(), it.shape(), read_indices(c, 1), axis), 1);
+}
+
+void kernel_scatter_nd(KernelContext& c) {
+  const Tensor& x = c.in(0);
+  const Tensor& it = c.in(1);
+  NdPlan p = nd_plan(c.node, x.shape(), it.shape(), read_indices(c, 1), 0);
+  std::vector<int64_t> expect(it.shape().begin(), it.shape().end() - 1);
+  expect.insert(expect.end(), x.shape().begin() + it.shape().back(), x.shape().end());
+  if (c.in(2).shape() != expect)
+    fail(ErrorCode::invalid_input, "{}: updates {} must have shape [{}]", c.node.label(), c.in(2).describe(),
+         fmt::join(expect, ","));
+  scatter(c, p.offsets, p.block);
+}
+
+}  // namespace
+
+void register_gather(Registry& r) {
+  r.add({"", "Gather", infer_gather, kernel_gather});
+  r.add({"", "GatherElements", infer_gather_elements, kernel_gather_elements});
+  r.add({"", "GatherND", infer_gather_nd, kernel_gather_nd});
+  r.add({"", "ScatterElements", infer_scatter, kernel_scatter_elements});
+  r.add({"", "ScatterND", infer_scatter, kernel_scatter_nd});
+  // The parser renames Scatter to ScatterElements; registered too so a graph built without it still runs.
+  r.add({"", "Scatter", infer_scatter, kernel_scatter_elements});
+}
 
 }  // namespace kiln::ops

@@ -41,7 +41,7 @@ std::vector<ops::OutType> infer(const std::string& op, std::map<std::string, Att
                                 std::vector<ops::InType> ins, size_t nout = 1, int opset = 21) {
   ir::Node n;
   n.op_type = op;
-  n.name = "t";
+  n.name = op + "_node";
   n.opset = opset;
   n.attrs = std::move(attrs);
   for (size_t i = 0; i < ins.size(); ++i) n.inputs.push_back(ins[i].present() ? static_cast<ir::ValueId>(i) : ir::kNoValue);

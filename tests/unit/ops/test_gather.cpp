@@ -1,0 +1,195 @@
+// Tests for src/ops/gather.cpp. Expected values are worked out by hand from
+// the ONNX operator definitions (several are the spec's own examples).
+#include "kiln/errors.h"
+#include "op_test_util.h"
+
+namespace kiln::testing {
+namespace {
+
+using ir::AttrValue;
+using I = std::vector<int64_t>;
+using F = std::vector<float>;
+
+Tensor ints(std::vector<int64_t> shape, I v) { return make<int64_t>(std::move(shape), std::move(v)); }
+
+template <class Fn>
+ErrorCode code_of(Fn&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.code();
+  }
+  return ErrorCode::internal;  // "did not throw" reads as a mismatch below
+}
+
+ops::InType typed(DType dt, std::vector<std::string> dims) {
+  ir::Shape s;
+  for (auto& d : dims)
+    s.push_back(d.find_first_not_of("0123456789") == std::string::npos ? ir::Dim::known(std::stoll(d)) : ir::Dim::sym(d));
+  return {dt, s, nullptr};
+}
+
+std::string infer_shape(const std::string& op, std::map<std::string, AttrValue> attrs, std::vector<ops::InType> ins) {
+  ir::Node n;
+  n.op_type = op;
+  n.name = op + "_node";
+  n.opset = 21;
+  n.attrs = std::move(attrs);
+  for (size_t i = 0; i < ins.size(); ++i) n.inputs.push_back(static_cast<ir::ValueId>(i));
+  n.outputs = {100};
+  return ir::shape_str(ops::infer(n, ins).at(0).shape);
+}
+
+// ---- Gather -------------------------------------------------------------------------------
+
+TEST(Gather, Axis0WithNegativeIndices) {
+  Tensor data = make<float>({3, 2}, {1, 2, 3, 4, 5, 6});
+  auto y = run_op("Gather", {}, {data, ints({2, 2}, {0, 1, -1, 0})})[0];
+  EXPECT_EQ(y.shape(), (I{2, 2, 2}));
+  EXPECT_EQ(values<float>(y), (F{1, 2, 3, 4, 5, 6, 1, 2}));
+}
+
+TEST(Gather, Axis1Int32Indices) {
+  Tensor data = make<float>({2, 3}, {0, 1, 2, 3, 4, 5});
+  auto y = run_op("Gather", {{"axis", int64_t{1}}}, {data, make<int32_t>({2}, {2, -3})})[0];
+  EXPECT_EQ(y.shape(), (I{2, 2}));
+  EXPECT_EQ(values<float>(y), (F{2, 0, 5, 3}));
+}
+
+TEST(Gather, ScalarIndexOnShapeVector) {
+  // The Shape -> Gather(0) pattern of exported models, on int64 data.
+  auto y = run_op("Gather", {}, {ints({4}, {2, 3, 4000000000, 5}), ints({}, {-2})})[0];
+  EXPECT_EQ(y.shape(), (I{}));
+  EXPECT_EQ(y.data<int64_t>()[0], 4000000000);
+}
+
+TEST(Gather, OutOfRangeIndexIsAnError) {
+  Tensor data = make<float>({3}, {1, 2, 3});
+  EXPECT_EQ(code_of([&] { run_op("Gather", {}, {data, ints({1}, {3})}); }), ErrorCode::invalid_input);
+  EXPECT_EQ(code_of([&] { run_op("Gather", {}, {data, ints({1}, {-4})}); }), ErrorCode::invalid_input);
+  EXPECT_EQ(code_of([&] { run_op("Gather", {}, {data, make<float>({1}, {0})}); }), ErrorCode::unsupported);
+}
+
+TEST(Gather, BoolData) {
+  auto y = run_op("Gather", {}, {make<bool>({3}, {true, false, true}), ints({2}, {1, 2})})[0];
+  EXPECT_EQ(values<bool>(y), (std::vector<bool>{false, true}));
+}
+
+// ---- GatherElements ---------------------------------------------------------------------------
+
+TEST(GatherElements, SpecExamples) {
+  auto y = run_op("GatherElements", {{"axis", int64_t{1}}},
+                  {make<float>({2, 2}, {1, 2, 3, 4}), ints({2, 2}, {0, 0, 1, 0})})[0];
+  EXPECT_EQ(values<float>(y), (F{1, 1, 4, 3}));
+  auto z = run_op("GatherElements", {{"axis", int64_t{0}}},
+                  {make<float>({3, 3}, {1, 2, 3, 4, 5, 6, 7, 8, 9}), ints({2, 3}, {1, 2, 0, 2, 0, 0})})[0];
+  EXPECT_EQ(z.shape(), (I{2, 3}));
+  EXPECT_EQ(values<float>(z), (F{4, 8, 3, 7, 2, 3}));
+}
+
+TEST(GatherElements, NegativeIndicesAndSmallerIndexTensor) {
+  auto y = run_op("GatherElements", {{"axis", int64_t{-1}}},
+                  {make<float>({2, 2}, {1, 2, 3, 4}), ints({1, 2}, {-1, 0})})[0];
+  EXPECT_EQ(y.shape(), (I{1, 2}));
+  EXPECT_EQ(values<float>(y), (F{2, 1}));
+  EXPECT_EQ(code_of([&] { run_op("GatherElements", {}, {make<float>({2}, {1, 2}), ints({1}, {2})}); }),
+            ErrorCode::invalid_input);
+}
+
+// ---- GatherND -------------------------------------------------------------------------------
+
+TEST(GatherND, SpecExamples) {
+  Tensor d2 = ints({2, 2}, {0, 1, 2, 3});
+  EXPECT_EQ(values<int64_t>(run_op("GatherND", {}, {d2, ints({2, 2}, {0, 0, 1, 1})})[0]), (I{0, 3}));
+  auto rows = run_op("GatherND", {}, {d2, ints({2, 1}, {1, 0})})[0];
+  EXPECT_EQ(rows.shape(), (I{2, 2}));
+  EXPECT_EQ(values<int64_t>(rows), (I{2, 3, 0, 1}));
+  Tensor d3 = ints({2, 2, 2}, {0, 1, 2, 3, 4, 5, 6, 7});
+  EXPECT_EQ(values<int64_t>(run_op("GatherND", {}, {d3, ints({2, 2}, {0, 1, 1, 0})})[0]), (I{2, 3, 4, 5}));
+  auto b = run_op("GatherND", {{"batch_dims", int64_t{1}}}, {d3, ints({2, 1}, {1, 0})})[0];
+  EXPECT_EQ(b.shape(), (I{2, 2}));
+  EXPECT_EQ(values<int64_t>(b), (I{2, 3, 4, 5}));
+  EXPECT_EQ(values<int64_t>(run_op("GatherND", {}, {d2, ints({1, 2}, {-1, -1})})[0]), (I{3}));
+  EXPECT_EQ(code_of([&] { run_op("GatherND", {}, {d2, ints({1, 2}, {2, 0})}); }), ErrorCode::invalid_input);
+}
+
+// ---- ScatterElements / Scatter --------------------------------------------------------------
+
+TEST(ScatterElements, SpecExamples) {
+  auto y = run_op("ScatterElements", {{"axis", int64_t{1}}},
+                  {make<float>({1, 5}, {1, 2, 3, 4, 5}), ints({1, 2}, {1, 3}), make<float>({1, 2}, {1.5f, 2.5f})})[0];
+  EXPECT_EQ(values<float>(y), (F{1, 1.5f, 3, 2.5f, 5}));
+  auto z = run_op("ScatterElements", {},
+                  {Tensor(DType::f32, {3, 3}), ints({2, 3}, {1, 0, 2, 0, 2, 1}), make<float>({2, 3}, {1, 2, 3, 4, 5, 6})})[0];
+  // out[idx[i][j]][j] = upd[i][j]
+  EXPECT_EQ(values<float>(z), (F{4, 2, 0, 1, 0, 6, 0, 5, 3}));
+}
+
+TEST(ScatterElements, Reductions) {
+  Tensor data = ints({1, 5}, {1, 2, 3, 4, 5});
+  Tensor idx = ints({1, 2}, {1, 1});
+  auto run = [&](const std::string& r, I upd) {
+    return values<int64_t>(run_op("ScatterElements", {{"axis", int64_t{1}}, {"reduction", r}},
+                                  {data, idx, ints({1, 2}, std::move(upd))})[0]);
+  };
+  EXPECT_EQ(run("add", {10, 20}), (I{1, 32, 3, 4, 5}));
+  EXPECT_EQ(run("mul", {10, 20}), (I{1, 400, 3, 4, 5}));
+  EXPECT_EQ(run("max", {10, 0}), (I{1, 10, 3, 4, 5}));
+  EXPECT_EQ(run("min", {10, 0}), (I{1, 0, 3, 4, 5}));
+  EXPECT_EQ(run("none", {10, 20}), (I{1, 20, 3, 4, 5}));  // repeated index: the last update stays
+  EXPECT_EQ(code_of([&] { run("sum", {1, 1}); }), ErrorCode::unsupported);
+}
+
+TEST(ScatterElements, NegativeIndexAndDeprecatedScatter) {
+  auto y = run_op("ScatterElements", {}, {ints({3}, {1, 2, 3}), ints({1}, {-1}), ints({1}, {9})})[0];
+  EXPECT_EQ(values<int64_t>(y), (I{1, 2, 9}));
+  auto z = run_op("Scatter", {{"axis", int64_t{0}}}, {ints({3}, {1, 2, 3}), ints({2}, {0, 2}), ints({2}, {7, 8})}, 1, 9)[0];
+  EXPECT_EQ(values<int64_t>(z), (I{7, 2, 8}));
+}
+
+// ---- ScatterND ------------------------------------------------------------------------------
+
+TEST(ScatterND, SpecExampleAndSlices) {
+  auto y = run_op("ScatterND", {},
+                  {ints({8}, {1, 2, 3, 4, 5, 6, 7, 8}), ints({4, 1}, {4, 3, 1, 7}), ints({4}, {9, 10, 11, 12})})[0];
+  EXPECT_EQ(values<int64_t>(y), (I{1, 11, 3, 10, 9, 6, 7, 12}));
+  auto z = run_op("ScatterND", {}, {Tensor(DType::i64, {2, 2}), ints({1, 1}, {-1}), ints({1, 2}, {5, 6})})[0];
+  EXPECT_EQ(values<int64_t>(z), (I{0, 0, 5, 6}));
+  EXPECT_EQ(code_of([&] { run_op("ScatterND", {}, {Tensor(DType::i64, {2, 2}), ints({1, 1}, {0}), ints({1}, {5})}); }),
+            ErrorCode::invalid_input);
+}
+
+TEST(ScatterND, Reductions) {
+  Tensor data = ints({3}, {1, 2, 3});
+  Tensor idx = ints({2, 1}, {0, 0});
+  auto run = [&](const std::string& r) {
+    return values<int64_t>(run_op("ScatterND", {{"reduction", r}}, {data, idx, ints({2}, {5, 6})})[0]);
+  };
+  EXPECT_EQ(run("add"), (I{12, 2, 3}));
+  EXPECT_EQ(run("mul"), (I{30, 2, 3}));
+  EXPECT_EQ(run("max"), (I{6, 2, 3}));
+  EXPECT_EQ(run("min"), (I{1, 2, 3}));
+}
+
+// ---- Shape inference ------------------------------------------------------------------------
+
+TEST(GatherInfer, SymbolicShapes) {
+  Tensor zero = ints({}, {0});
+  ops::InType scalar_idx{DType::i64, ir::Shape{}, &zero};
+  EXPECT_EQ(infer_shape("Gather", {}, {typed(DType::i64, {"3"}), scalar_idx}), "[]");
+  EXPECT_EQ(infer_shape("Gather", {{"axis", int64_t{1}}}, {typed(DType::f32, {"N", "3", "4"}), typed(DType::i64, {"2", "K"})}),
+            "[N,2,K,4]");
+  EXPECT_EQ(infer_shape("GatherElements", {{"axis", int64_t{1}}},
+                        {typed(DType::f32, {"N", "3"}), typed(DType::i64, {"N", "7"})}),
+            "[N,7]");
+  EXPECT_EQ(infer_shape("GatherND", {{"batch_dims", int64_t{1}}},
+                        {typed(DType::f32, {"N", "3", "4"}), typed(DType::i64, {"N", "5", "1"})}),
+            "[N,5,4]");
+  EXPECT_EQ(infer_shape("ScatterND", {}, {typed(DType::f32, {"N", "3"}), typed(DType::i64, {"2", "1"}), typed(DType::f32, {"2", "3"})}),
+            "[N,3]");
+  EXPECT_EQ(code_of([&] { infer_shape("Gather", {{"axis", int64_t{3}}}, {typed(DType::f32, {"N", "3"}), typed(DType::i64, {"1"})}); }),
+            ErrorCode::invalid_model);
+}
+
+}  // namespace
+}  // namespace kiln::testing
