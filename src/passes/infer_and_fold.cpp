@@ -46,6 +46,7 @@ class Folder {
  private:
   // Returns true when the node was folded away.
   bool node(ir::Node& n) {
+    type_body_inputs(n);
     bool has_subgraph = false;
     for (auto& [k, a] : n.attrs)
       if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) {
@@ -118,6 +119,29 @@ class Folder {
     }
     ++stats.folded_nodes;
     return true;
+  }
+
+  // Loop bodies take (iteration i64[], cond bool[], carried...) and exporters
+  // often leave those inputs untyped: give them the types the Loop feeds.
+  void type_body_inputs(ir::Node& n) {
+    if (n.op_type != "Loop" || !n.has("body")) return;
+    auto& g = const_cast<ir::Graph&>(n.graph("body"));
+    auto fill = [&](size_t idx, DType dt, std::optional<ir::Shape> shape) {
+      if (idx >= g.inputs.size()) return;
+      auto& v = m_.value(g.inputs[idx]);
+      if (v.dtype == DType::undefined) v.dtype = dt;
+      if (!v.shape) v.shape = shape;
+    };
+    fill(0, DType::i64, ir::Shape{});
+    fill(1, DType::boolean, ir::Shape{});
+    for (size_t k = 2; k < n.inputs.size(); ++k)
+      if (n.inputs[k] != ir::kNoValue) {
+        auto& src = m_.value(n.inputs[k]);
+        // A carried value may change shape between iterations: keep only the rank.
+        std::optional<ir::Shape> shape;
+        if (src.shape) shape = ir::Shape(src.shape->size(), ir::Dim::sym(""));
+        fill(k, src.dtype, shape);
+      }
   }
 
   // If / Loop / Scan outputs take their types from the body's outputs.
