@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "kiln/errors.h"
+#include "onnx/parser.h"
 #include "op_test_util.h"
 
 namespace kiln::testing {
@@ -24,6 +25,26 @@ ErrorCode code_of(Fn&& f) {
     return e.code();
   }
   return ErrorCode::internal;  // "did not throw" reads as a mismatch below
+}
+
+/// Records the constants a parser adds (ids from 1000 up).
+struct FakeParseContext : onnx_import::ParseContext {
+  std::vector<ir::Value> added;
+  ir::ValueId add_constant(const std::string& name, Tensor t) override {
+    ir::Value v;
+    v.name = name;
+    v.dtype = t.dtype();
+    v.constant = t;
+    added.push_back(v);
+    return static_cast<ir::ValueId>(999 + added.size());
+  }
+  const ir::Value& value(ir::ValueId id) const override { return added.at(static_cast<size_t>(id - 1000)); }
+};
+
+void parse(ir::Node& n, FakeParseContext& ctx) {
+  const auto* e = onnx_import::parsers().find(n.domain, n.op_type);
+  ASSERT_NE(e, nullptr) << n.op_type;
+  if (e->parse) e->parse(n, ctx);
 }
 
 ir::Node node(const std::string& op, std::vector<ValueId> in, std::vector<ValueId> out,
@@ -217,6 +238,24 @@ TEST(Scan, InputAxisAndReversedOutput) {
   auto o = run_with_bodies(n, {ints({0}, {}), x}, interp);
   EXPECT_EQ(values<int64_t>(o.at(0)), (I{1, 3, 5, 2, 4, 6}));
   EXPECT_EQ(values<int64_t>(o.at(1)), (I{2, 4, 6, 1, 3, 5}));
+}
+
+TEST(ControlFlowParsers, BodyArityIsChecked) {
+  FakeParseContext ctx;
+  ir::Node n = node("If", {0}, {1, 2});
+  n.attrs["then_branch"] = constant_branch(10, ints({1}, {1}));  // one output for two
+  n.attrs["else_branch"] = constant_branch(20, ints({1}, {3}));
+  EXPECT_EQ(code_of([&] { parse(n, ctx); }), ErrorCode::invalid_model);
+  ir::Node ok = node("If", {0}, {1});
+  ok.attrs = n.attrs;
+  parse(ok, ctx);
+  ir::Node loop = node("Loop", {0, 1, 2}, {3, 4});
+  loop.attrs["body"] = loop_body();
+  parse(loop, ctx);
+  ir::Node bad = node("Loop", {0, 1, 2, 5}, {3, 4});  // two carried values, body takes one
+  bad.attrs["body"] = loop_body();
+  EXPECT_EQ(code_of([&] { parse(bad, ctx); }), ErrorCode::invalid_model);
+  EXPECT_EQ(onnx_import::parsers().find("", "Scan")->min_opset, 9);  // Scan-8 (batched) is not normalised
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Tests for src/ops/gather.cpp. Expected values are worked out by hand from
 // the ONNX operator definitions (several are the spec's own examples).
 #include "kiln/errors.h"
+#include "onnx/parser.h"
 #include "op_test_util.h"
 
 namespace kiln::testing {
@@ -20,6 +21,26 @@ ErrorCode code_of(Fn&& f) {
     return e.code();
   }
   return ErrorCode::internal;  // "did not throw" reads as a mismatch below
+}
+
+/// Records the constants a parser adds (ids from 1000 up).
+struct FakeParseContext : onnx_import::ParseContext {
+  std::vector<ir::Value> added;
+  ir::ValueId add_constant(const std::string& name, Tensor t) override {
+    ir::Value v;
+    v.name = name;
+    v.dtype = t.dtype();
+    v.constant = t;
+    added.push_back(v);
+    return static_cast<ir::ValueId>(999 + added.size());
+  }
+  const ir::Value& value(ir::ValueId id) const override { return added.at(static_cast<size_t>(id - 1000)); }
+};
+
+void parse(ir::Node& n, FakeParseContext& ctx) {
+  const auto* e = onnx_import::parsers().find(n.domain, n.op_type);
+  ASSERT_NE(e, nullptr) << n.op_type;
+  if (e->parse) e->parse(n, ctx);
 }
 
 ops::InType typed(DType dt, std::vector<std::string> dims) {
@@ -189,6 +210,24 @@ TEST(GatherInfer, SymbolicShapes) {
             "[N,3]");
   EXPECT_EQ(code_of([&] { infer_shape("Gather", {{"axis", int64_t{3}}}, {typed(DType::f32, {"N", "3"}), typed(DType::i64, {"1"})}); }),
             ErrorCode::invalid_model);
+}
+
+TEST(GatherParsers, ScatterBecomesScatterElementsAndReductionsAreChecked) {
+  FakeParseContext ctx;
+  ir::Node n;
+  n.op_type = "Scatter";
+  n.name = "s";
+  n.opset = 9;
+  parse(n, ctx);
+  EXPECT_EQ(n.op_type, "ScatterElements");
+  ir::Node r;
+  r.op_type = "ScatterND";
+  r.name = "r";
+  r.opset = 18;
+  r.attrs["reduction"] = std::string("mean");
+  EXPECT_EQ(code_of([&] { parse(r, ctx); }), ErrorCode::unsupported);
+  for (const char* op : {"Gather", "GatherElements", "GatherND", "ScatterElements", "ScatterND", "Scatter"})
+    EXPECT_NE(onnx_import::parsers().find("", op), nullptr) << op;
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "kiln/errors.h"
+#include "onnx/parser.h"
 #include "op_test_util.h"
 #include "support/half.h"
 
@@ -25,6 +26,26 @@ ErrorCode code_of(Fn&& f) {
     return e.code();
   }
   return ErrorCode::internal;  // "did not throw" reads as a mismatch below
+}
+
+/// Records the constants a parser adds (ids from 1000 up).
+struct FakeParseContext : onnx_import::ParseContext {
+  std::vector<ir::Value> added;
+  ir::ValueId add_constant(const std::string& name, Tensor t) override {
+    ir::Value v;
+    v.name = name;
+    v.dtype = t.dtype();
+    v.constant = t;
+    added.push_back(v);
+    return static_cast<ir::ValueId>(999 + added.size());
+  }
+  const ir::Value& value(ir::ValueId id) const override { return added.at(static_cast<size_t>(id - 1000)); }
+};
+
+void parse(ir::Node& n, FakeParseContext& ctx) {
+  const auto* e = onnx_import::parsers().find(n.domain, n.op_type);
+  ASSERT_NE(e, nullptr) << n.op_type;
+  if (e->parse) e->parse(n, ctx);
 }
 
 /// Runs the kernel alone with outputs allocated over garbage (0xCD bytes), as
@@ -247,6 +268,37 @@ TEST(GeneratorInfer, ConstantInputsGiveExactShapes) {
   EXPECT_EQ(infer_shape("OneHot", {}, {ops::InType{DType::i64, nk, nullptr}, ops::InType{DType::i64, ir::Shape{}, &depth},
                                        ops::InType{DType::f32, ir::static_shape({2}), nullptr}}),
             "[N,10,4]");
+}
+
+TEST(GeneratorParsers, ConstantFormsBecomeValueTensor) {
+  FakeParseContext ctx;
+  ir::Node n;
+  n.op_type = "Constant";
+  n.name = "c";
+  n.opset = 13;
+  n.attrs["value_ints"] = I{4, 5};
+  parse(n, ctx);
+  EXPECT_FALSE(n.has("value_ints"));
+  EXPECT_EQ(values<int64_t>(n.tensor("value")), (I{4, 5}));
+  ir::Node s = n;
+  s.attrs = {{"value_string", std::string("x")}};
+  EXPECT_EQ(code_of([&] { parse(s, ctx); }), ErrorCode::unsupported);
+}
+
+TEST(GeneratorParsers, TopK1AttributeBecomesInput) {
+  FakeParseContext ctx;
+  ir::Node n;
+  n.op_type = "TopK";
+  n.name = "t";
+  n.opset = 1;
+  n.inputs = {0};
+  n.attrs["k"] = int64_t{3};
+  parse(n, ctx);
+  ASSERT_EQ(n.inputs.size(), 2u);
+  EXPECT_EQ(values<int64_t>(*ctx.value(n.inputs[1]).constant), (I{3}));
+  for (const char* op : {"Constant", "ConstantOfShape", "Range", "Identity", "EyeLike", "OneHot", "NonZero", "TopK",
+                         "CumSum", "Trilu"})
+    EXPECT_NE(onnx_import::parsers().find("", op), nullptr) << op;
 }
 
 }  // namespace

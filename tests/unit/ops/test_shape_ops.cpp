@@ -3,6 +3,7 @@
 #include <limits>
 
 #include "kiln/errors.h"
+#include "onnx/parser.h"
 #include "op_test_util.h"
 #include "support/half.h"
 
@@ -382,6 +383,68 @@ TEST(ShapeOpsInfer, ExpandTileSplitPadDepthToSpace) {
   EXPECT_EQ(shape1(infer("Pad", {}, {typed(DType::f32, {"N", "3"}), constant(pads)})), "[N,5]");
   EXPECT_EQ(shape1(infer("DepthToSpace", {{"blocksize", int64_t{2}}}, {typed(DType::f32, {"N", "8", "H", "4"})})),
             "[N,2,?,8]");
+}
+
+// ---- Parsers: old opsets normalised to the newest form ---------------------------------------
+
+/// Records the constants a parser adds (ids from 1000 up).
+struct FakeParseContext : onnx_import::ParseContext {
+  std::vector<ir::Value> added;
+  ir::ValueId add_constant(const std::string& name, Tensor t) override {
+    ir::Value v;
+    v.name = name;
+    v.dtype = t.dtype();
+    v.constant = t;
+    added.push_back(v);
+    return static_cast<ir::ValueId>(999 + added.size());
+  }
+  const ir::Value& value(ir::ValueId id) const override { return added.at(static_cast<size_t>(id - 1000)); }
+};
+
+ir::Node parsed(const std::string& op, int opset, std::vector<ir::ValueId> inputs,
+                std::map<std::string, AttrValue> attrs, FakeParseContext& ctx) {
+  ir::Node n;
+  n.op_type = op;
+  n.name = op + "_node";
+  n.opset = opset;
+  n.inputs = std::move(inputs);
+  n.outputs = {50};
+  n.attrs = std::move(attrs);
+  const auto* e = onnx_import::parsers().find("", op);
+  EXPECT_NE(e, nullptr) << op;
+  if (e && e->parse) e->parse(n, ctx);
+  return n;
+}
+
+TEST(ShapeOpsParsers, AttributesBecomeInputs) {
+  FakeParseContext ctx;
+  auto sq = parsed("Squeeze", 11, {0}, {{"axes", I{1, -1}}}, ctx);
+  ASSERT_EQ(sq.inputs.size(), 2u);
+  EXPECT_FALSE(sq.has("axes"));
+  EXPECT_EQ(values<int64_t>(*ctx.value(sq.inputs[1]).constant), (I{1, -1}));
+  auto sl = parsed("Slice", 9, {0}, {{"starts", I{1}}, {"ends", I{3}}, {"axes", I{2}}}, ctx);
+  ASSERT_EQ(sl.inputs.size(), 4u);
+  EXPECT_EQ(values<int64_t>(*ctx.value(sl.inputs[2]).constant), (I{3}));
+  EXPECT_EQ(values<int64_t>(*ctx.value(sl.inputs[3]).constant), (I{2}));
+  auto pad = parsed("Pad", 2, {0}, {{"pads", I{0, 1, 0, 2}}, {"value", 1.5f}}, ctx);
+  ASSERT_EQ(pad.inputs.size(), 3u);
+  EXPECT_EQ(values<int64_t>(*ctx.value(pad.inputs[1]).constant), (I{0, 1, 0, 2}));
+  EXPECT_EQ(ctx.value(pad.inputs[2]).constant->data<float>()[0], 1.5f);
+  auto sp = parsed("Split", 11, {0}, {{"split", I{2, 3}}}, ctx);
+  EXPECT_EQ(values<int64_t>(*ctx.value(sp.inputs.at(1)).constant), (I{2, 3}));
+  auto un = parsed("Unsqueeze", 13, {0, 7}, {}, ctx);  // already the new form: untouched
+  EXPECT_EQ(un.inputs, (std::vector<ir::ValueId>{0, 7}));
+}
+
+TEST(ShapeOpsParsers, RejectUnsupportedModes) {
+  FakeParseContext ctx;
+  EXPECT_EQ(code_of([&] { parsed("Pad", 18, {0, 1}, {{"mode", std::string("symmetric")}}, ctx); }),
+            ErrorCode::unsupported);
+  EXPECT_EQ(code_of([&] { parsed("DepthToSpace", 13, {0}, {{"blocksize", int64_t{2}}, {"mode", std::string("XYZ")}}, ctx); }),
+            ErrorCode::unsupported);
+  for (const char* op : {"Shape", "Size", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Concat", "Split",
+                         "Slice", "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth"})
+    EXPECT_NE(onnx_import::parsers().find("", op), nullptr) << op;
 }
 
 }  // namespace
