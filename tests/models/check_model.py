@@ -165,7 +165,8 @@ def check_run(obj: dict, label: str, want_cache: str, out_dir: Path, ort_names: 
               ort_outs: list[np.ndarray], input_names: list[str], args, fails: Failures) -> tuple[float, float]:
     """Checks one kiln run's JSON and output files; returns (max abs, max rel) error."""
     if obj.get("cache") != want_cache:
-        fails.add(f"{label}: JSON cache is {obj.get('cache')!r}, expected {want_cache!r}")
+        fails.add(f"{label}: JSON cache is {obj.get('cache')!r}, expected {want_cache!r}; "
+                  f"notes: {obj.get('notes')!r}")
     compile_ms = number(obj, "compile_ms", label, fails)
     if want_cache == "miss" and not compile_ms > 0:
         fails.add(f"{label}: compile_ms is {compile_ms}, expected > 0 on a cache miss")
