@@ -92,6 +92,13 @@ std::optional<int64_t> static_length(const InferContext& c, size_t i) {
 
 Shape unknown_dims(size_t rank) { return Shape(rank, Dim::sym("")); }
 
+/// 0, 1, ..., k-1: the default axes list.
+std::vector<int64_t> first_axes(size_t k) {
+  std::vector<int64_t> a(k);
+  for (size_t i = 0; i < k; ++i) a[i] = static_cast<int64_t>(i);
+  return a;
+}
+
 /// a*b for dims: exact when both static, the symbol when the other factor is 1.
 Dim mul_dim(const Dim& a, const Dim& b) {
   if (a.is_static() && b.is_static()) return Dim::known(a.value * b.value);
@@ -112,10 +119,8 @@ struct DimProduct {
     else syms.push_back(d.symbol);
   }
   Dim as_dim() const {
-    if (opaque) return Dim::sym("");
-    if (syms.empty()) return Dim::known(known);
-    if (syms.size() == 1 && known == 1) return Dim::sym(syms[0]);
-    return Dim::sym("");
+    if (opaque || syms.size() > 1 || (syms.size() == 1 && known != 1)) return Dim::sym("");
+    return syms.empty() ? Dim::known(known) : Dim::sym(syms[0]);
   }
 };
 
@@ -154,62 +159,47 @@ void kernel_size(KernelContext& c) { c.output(0, DType::i64, {}).data<int64_t>()
 // ---- Reshape, Flatten ------------------------------------------------------------
 
 /// Reshape-14 target shape: 0 copies the input dim (unless allowzero), one -1
-/// takes the remaining size. Symbolic input dims that reappear through 0
-/// cancel out, so [N,3,4] with [0,-1] gives [N,12]. `code` is the error code
-/// for a size mismatch (invalid_model at compile time, invalid_input at run time).
+/// takes the remaining size. A dim copied through 0 cancels out of the
+/// element count whatever it is, so [N,3,4] with [0,-1] gives [N,12]; [N,3,4]
+/// with [-1,12] gives [N,12] too. `code` is the error code for a size
+/// mismatch (invalid_model at compile time, invalid_input at run time).
 Shape reshape_target(const ir::Node& n, const std::optional<Shape>& in, const std::vector<int64_t>& spec,
                      ErrorCode code) {
   bool allowzero = n.i("allowzero", 0) != 0;
   Shape out(spec.size());
   int infer_at = -1;
-  DimProduct rest;  // product of the output dims other than -1
+  int64_t rest = 1;               // product of the explicit target dims
+  DimProduct total;               // product of the input dims not copied by a 0
+  std::vector<bool> copied(in ? in->size() : 0, false);
   for (size_t i = 0; i < spec.size(); ++i) {
     int64_t s = spec[i];
-    if (s == -1) {
-      if (infer_at >= 0) fail(ErrorCode::invalid_model, "{}: shape has more than one -1: [{}]", n.label(), fmt::join(spec, ","));
-      infer_at = static_cast<int>(i);
-      continue;
-    }
+    if (s == -1 && infer_at >= 0)
+      fail(ErrorCode::invalid_model, "{}: shape has more than one -1: [{}]", n.label(), fmt::join(spec, ","));
     if (s < -1) fail(code, "{}: invalid target dim {} in shape [{}]", n.label(), s, fmt::join(spec, ","));
-    if (s == 0 && !allowzero) {
+    if (s == -1) {
+      infer_at = static_cast<int>(i);
+    } else if (s == 0 && !allowzero) {
       if (in && i >= in->size())
         fail(code, "{}: shape [{}] copies dim {} (0) but the input has rank {}", n.label(), fmt::join(spec, ","), i,
              in->size());
       out[i] = in ? (*in)[i] : Dim::sym("");
+      if (in) copied[i] = true;
     } else {
       out[i] = Dim::known(s);
+      rest *= s;
     }
-    rest.mul(out[i]);
   }
   if (allowzero && infer_at >= 0 && std::count(spec.begin(), spec.end(), 0) > 0)
     fail(ErrorCode::invalid_model, "{}: shape [{}] has both 0 (allowzero=1) and -1", n.label(), fmt::join(spec, ","));
-  DimProduct total;
-  if (in)
-    for (auto& d : *in) total.mul(d);
-  else
-    total.opaque = true;
-  auto mismatch = [&] {
-    fail(code, "{}: cannot reshape {} to [{}]", n.label(), ir::shape_str(in), fmt::join(spec, ","));
-  };
-  // Cancel the named symbols shared by input and output.
-  for (auto& s : rest.syms) {
-    auto it = std::find(total.syms.begin(), total.syms.end(), s);
-    if (it == total.syms.end()) {
-      total.opaque = true;
-      break;
-    }
-    total.syms.erase(it);
-  }
-  bool decidable = !total.opaque && !rest.opaque && total.syms.empty();
+  total.opaque = !in;
+  for (size_t i = 0; i < copied.size(); ++i)
+    if (!copied[i]) total.mul((*in)[i]);
+  bool exact = !total.opaque && total.syms.empty();
+  bool fits = infer_at >= 0 ? rest != 0 && total.known % rest == 0 : total.known == rest;
+  if (exact && !fits) fail(code, "{}: cannot reshape {} to [{}]", n.label(), ir::shape_str(in), fmt::join(spec, ","));
   if (infer_at >= 0) {
-    if (!decidable) {
-      out[infer_at] = Dim::sym("");
-    } else {
-      if (rest.known == 0 || total.known % rest.known != 0) mismatch();
-      out[infer_at] = Dim::known(total.known / rest.known);
-    }
-  } else if (decidable && total.known != rest.known) {
-    mismatch();
+    total.known = rest != 0 && total.known % rest == 0 ? total.known / rest : -1;
+    out[infer_at] = total.known < 0 ? Dim::sym("") : total.as_dim();
   }
   return out;
 }
@@ -346,10 +336,7 @@ std::vector<int64_t> transpose_perm(const ir::Node& n, size_t rank) {
 
 std::vector<OutType> infer_transpose(const InferContext& c) {
   const InType& x = c.in(0);
-  if (!x.shape) {
-    if (!c.node.has("perm")) return one(x.dtype, std::nullopt);
-    return one(x.dtype, unknown_dims(c.node.ints("perm").size()));
-  }
+  if (!x.shape) return one(x.dtype, c.node.has("perm") ? std::optional(unknown_dims(c.node.ints("perm").size())) : std::nullopt);
   auto perm = transpose_perm(c.node, x.shape->size());
   Shape out;
   for (auto p : perm) out.push_back((*x.shape)[p]);
@@ -541,19 +528,13 @@ struct SliceSpec {
 SliceSpec slice_spec(const ir::Node& n, int64_t rank, std::vector<int64_t> starts, std::vector<int64_t> ends,
                      std::optional<std::vector<int64_t>> axes, std::optional<std::vector<int64_t>> steps) {
   size_t k = starts.size();
-  if (!axes) {
-    axes.emplace();
-    for (size_t i = 0; i < k; ++i) axes->push_back(static_cast<int64_t>(i));
-  }
+  if (!axes) axes = first_axes(k);
   if (!steps) steps = std::vector<int64_t>(k, 1);
   if (ends.size() != k || axes->size() != k || steps->size() != k)
     fail(ErrorCode::invalid_model, "{}: starts, ends, axes and steps must have the same length ({}, {}, {}, {})",
          n.label(), k, ends.size(), axes->size(), steps->size());
+  unique_axes(n, *axes, rank);  // rejects repeats; the entries keep their order
   for (auto& a : *axes) a = normalize_axis(n, a, rank, "axes entry");
-  std::vector<int64_t> sorted = *axes;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end())
-    fail(ErrorCode::invalid_model, "{}: axes [{}] repeat an axis", n.label(), fmt::join(*axes, ","));
   for (auto s : *steps)
     if (s == 0) fail(ErrorCode::invalid_model, "{}: steps must not be 0", n.label());
   return {std::move(starts), std::move(ends), std::move(*axes), std::move(*steps)};
@@ -677,13 +658,8 @@ void kernel_tile(KernelContext& c) {
 /// expanding the optional axes input.
 std::vector<int64_t> full_pads(const ir::Node& n, const std::vector<int64_t>& pads,
                                const std::optional<std::vector<int64_t>>& axes, int64_t rank, ErrorCode code) {
-  std::vector<int64_t> ax;
-  if (axes) {
-    unique_axes(n, *axes, rank);  // only to reject repeats; pads follow the given order
-    ax = *axes;
-  } else {
-    for (int64_t i = 0; i < rank; ++i) ax.push_back(i);
-  }
+  std::vector<int64_t> ax = axes ? *axes : first_axes(static_cast<size_t>(rank));
+  unique_axes(n, ax, rank);  // rejects repeats; pads follow the given order
   if (pads.size() != 2 * ax.size())
     fail(code, "{}: pads has {} entries, expected {} (2 per padded axis)", n.label(), pads.size(), 2 * ax.size());
   std::vector<int64_t> out(2 * rank, 0);

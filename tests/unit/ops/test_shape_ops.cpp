@@ -327,6 +327,10 @@ TEST(ShapeOpsInfer, ReshapeWithConstantShapeKeepsSymbols) {
   EXPECT_EQ(shape1(infer("Reshape", {}, {x, constant(s3)})), "[?,4]");
   EXPECT_EQ(shape1(infer("Reshape", {}, {x, constant(s4)})), "[2,?]");
   EXPECT_EQ(shape1(infer("Reshape", {}, {x, constant(s5)})), "[N,3,2,2]");
+  Tensor s6 = ints({-1, 12});
+  EXPECT_EQ(shape1(infer("Reshape", {}, {x, constant(s6)})), "[N,12]");
+  // An anonymous dim copied through 0 still cancels out of the count.
+  EXPECT_EQ(shape1(infer("Reshape", {}, {typed(DType::f32, {"", "3", "4"}), constant(s1)})), "[?,12]");
   Tensor bad = ints({0, 5, 2});
   EXPECT_EQ(code_of([&] { infer("Reshape", {}, {x, constant(bad)}); }), ErrorCode::invalid_model);
   // A computed shape tensor of length 3: rank known, dims not.
