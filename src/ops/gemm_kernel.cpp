@@ -175,6 +175,41 @@ void scale_c(int64_t M, int64_t N, float beta, float* C, int64_t ldc) {
     for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = beta == 0.f ? 0.f : beta * C[i * ldc + j];
 }
 
+/// Single-threaded blocked GEMM (the contract of sgemm, K > 0, M > 2).
+void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                 int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
+  static thread_local std::vector<float> a_buf, b_buf;
+  float* a_pack = scratch(a_buf, MC * std::min(K, KC));
+  float* b_pack = scratch(b_buf, ((std::min(N, NC) + NR - 1) / NR) * NR * std::min(K, KC));
+  alignas(64) float acc[MR * NR];
+  for (int64_t j0 = 0; j0 < N; j0 += NC) {
+    const int64_t nc = std::min(NC, N - j0);
+    const int64_t n_panels = (nc + NR - 1) / NR;
+    for (int64_t p0 = 0; p0 < K; p0 += KC) {
+      const int64_t kc = std::min(KC, K - p0);
+      const float beta_eff = p0 == 0 ? beta : 1.f;
+      for (int64_t jp = 0; jp < n_panels; ++jp)
+        pack_b_panel(trans_b, B, ldb, p0, kc, j0 + jp * NR, std::min(NR, nc - jp * NR), b_pack + jp * NR * kc);
+      for (int64_t i0 = 0; i0 < M; i0 += MC) {
+        const int64_t mc = std::min(MC, M - i0);
+        const int64_t m_panels = (mc + MR - 1) / MR;
+        for (int64_t ip = 0; ip < m_panels; ++ip)
+          pack_a_panel(trans_a, A, lda, i0 + ip * MR, std::min(MR, mc - ip * MR), p0, kc, a_pack + ip * MR * kc);
+        for (int64_t jp = 0; jp < n_panels; ++jp) {
+          const float* bp = b_pack + jp * NR * kc;
+          const int64_t col = j0 + jp * NR;
+          const int64_t nr = std::min(NR, N - col);
+          for (int64_t ip = 0; ip < m_panels; ++ip) {
+            const int64_t row = i0 + ip * MR;
+            micro_kernel(kc, a_pack + ip * MR * kc, bp, acc);
+            store_tile(acc, std::min(MR, M - row), nr, alpha, beta_eff, C + row * ldc + col, ldc);
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
@@ -184,67 +219,39 @@ void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float al
     scale_c(M, N, beta, C, ldc);
     return;
   }
-  const bool parallel = M * N * K >= kParallelMacs && !omp_in_parallel() && omp_get_max_threads() > 1;
+  const int threads = M * N * K >= kParallelMacs && !omp_in_parallel() ? omp_get_max_threads() : 1;
   if (M <= 2) {
-    gemm_few_rows(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, parallel);
+    gemm_few_rows(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc, threads > 1);
     return;
   }
-  static thread_local std::vector<float> a_buf, b_buf;
-  const int64_t m_panels = (M + MR - 1) / MR;
-  float* a_pack = scratch(a_buf, m_panels * MR * std::min(K, KC));
-  float* b_pack = scratch(b_buf, ((std::min(N, NC) + NR - 1) / NR) * NR * std::min(K, KC));
-
-  const int threads = parallel ? omp_get_max_threads() : 1;
-
-  for (int64_t p0 = 0; p0 < K; p0 += KC) {
-    const int64_t kc = std::min(KC, K - p0);
-    const float beta_eff = p0 == 0 ? beta : 1.f;
-    for (int64_t j0 = 0; j0 < N; j0 += NC) {
-      const int64_t nc = std::min(NC, N - j0);
-      const int64_t n_panels = (nc + NR - 1) / NR;
-      // Tasks are (MC rows) x (a run of B panels). Splitting N as well as M
-      // keeps both cores busy when M is small (e.g. 128 tokens).
-      const int64_t m_blocks = (M + MC - 1) / MC;
-      int64_t panels_per_task = n_panels;
-      if (threads > 1) {
-        const int64_t want_n_split = std::max<int64_t>(1, (4 * threads + m_blocks - 1) / m_blocks);
-        panels_per_task = std::max<int64_t>(1, (n_panels + want_n_split - 1) / want_n_split);
-      }
-      const int64_t n_tasks = (n_panels + panels_per_task - 1) / panels_per_task;
-
-#pragma omp parallel num_threads(threads) if (threads > 1)
-      {
-        // A is packed once per K block (all of M), on the first N block only.
-        if (j0 == 0) {
-#pragma omp for schedule(static)
-          for (int64_t ip = 0; ip < m_panels; ++ip)
-            pack_a_panel(trans_a, A, lda, ip * MR, std::min(MR, M - ip * MR), p0, kc, a_pack + ip * MR * kc);
-        }
-#pragma omp for schedule(static)
-        for (int64_t jp = 0; jp < n_panels; ++jp)
-          pack_b_panel(trans_b, B, ldb, p0, kc, j0 + jp * NR, std::min(NR, nc - jp * NR), b_pack + jp * NR * kc);
-
-#pragma omp for collapse(2) schedule(dynamic, 1)
-        for (int64_t mb = 0; mb < m_blocks; ++mb) {
-          for (int64_t t = 0; t < n_tasks; ++t) {
-            alignas(64) float acc[MR * NR];
-            const int64_t ip_begin = mb * (MC / MR);
-            const int64_t ip_end = std::min(m_panels, ip_begin + MC / MR);
-            const int64_t jp_begin = t * panels_per_task;
-            const int64_t jp_end = std::min(n_panels, jp_begin + panels_per_task);
-            for (int64_t jp = jp_begin; jp < jp_end; ++jp) {
-              const float* bp = b_pack + jp * NR * kc;
-              const int64_t col = j0 + jp * NR;
-              const int64_t nr = std::min(NR, N - col);
-              for (int64_t ip = ip_begin; ip < ip_end; ++ip) {
-                const int64_t row = ip * MR;
-                micro_kernel(kc, a_pack + ip * MR * kc, bp, acc);
-                store_tile(acc, std::min(MR, M - row), nr, alpha, beta_eff, C + row * ldc + col, ldc);
-              }
-            }
-          }
-        }
-      }
+  if (threads == 1) {
+    gemm_serial(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+    return;
+  }
+  // Each thread computes its own slab of C (a range of register-tile rows or
+  // columns, whichever dimension has more tiles) with its own packing. The
+  // other operand is packed once per thread, which costs little next to the
+  // arithmetic, and buys a parallel region with no barrier but the final
+  // join: on a loaded 2-core machine a barrier waiting for a descheduled
+  // thread costs far more than the duplicated packing.
+  const int64_t m_tiles = (M + MR - 1) / MR, n_tiles = (N + NR - 1) / NR;
+  const bool split_n = n_tiles >= m_tiles;
+  const int64_t tiles = split_n ? n_tiles : m_tiles;
+  const int parts = static_cast<int>(std::min<int64_t>(threads, tiles));
+#pragma omp parallel num_threads(parts)
+  {
+    const int64_t t = omp_get_thread_num(), nt = omp_get_num_threads();
+    const int64_t b = tiles * t / nt, e = tiles * (t + 1) / nt;
+    if (split_n) {
+      const int64_t j0 = b * NR, j1 = std::min(N, e * NR);
+      if (j1 > j0)
+        gemm_serial(trans_a, trans_b, M, j1 - j0, K, alpha, A, lda, trans_b ? B + j0 * ldb : B + j0, ldb, beta,
+                    C + j0, ldc);
+    } else {
+      const int64_t i0 = b * MR, i1 = std::min(M, e * MR);
+      if (i1 > i0)
+        gemm_serial(trans_a, trans_b, i1 - i0, N, K, alpha, trans_a ? A + i0 : A + i0 * lda, lda, B, ldb, beta,
+                    C + i0 * ldc, ldc);
     }
   }
 }
