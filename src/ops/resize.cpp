@@ -7,8 +7,8 @@
 // taps (input indices and weights) of every output coordinate and applies
 // them as one pass over a [outer, in, inner] view, skipping axes whose taps
 // are the identity. The coordinate mapping follows the spec's
-// coordinate_transformation_mode formulas using the integer output length,
-// as onnxruntime does. antialias=1 is not supported.
+// coordinate_transformation_mode formulas (see original_coord for the one
+// reading that differs from onnxruntime). antialias=1 is not supported.
 #include <omp.h>
 
 #include <algorithm>
@@ -96,6 +96,7 @@ ResizeAttrs read_attrs(const ir::Node& n, int64_t rank) {
 struct AxisPlan {
   int64_t in = -1, out = -1;  ///< -1: unknown (shape inference only)
   double scale = 1.0;
+  double length = -1;  ///< resized length before flooring: scale * in (== out when sizes are given)
   double roi_start = 0.0, roi_end = 1.0;
 };
 
@@ -112,7 +113,10 @@ std::vector<AxisPlan> make_plan(const ir::Node& n, const ResizeAttrs& a, const s
                                 const ResizeInputs& inp) {
   const size_t r = in.size(), na = a.axes.size();
   std::vector<AxisPlan> p(r);
-  for (size_t i = 0; i < r; ++i) p[i].in = p[i].out = in[i];
+  for (size_t i = 0; i < r; ++i) {
+    p[i].in = p[i].out = in[i];
+    p[i].length = static_cast<double>(in[i]);
+  }
   if (inp.scales && inp.sizes)
     fail(ErrorCode::invalid_model, "{}: only one of 'scales' and 'sizes' may be given", n.label());
   if (!inp.scales && !inp.sizes)
@@ -126,7 +130,8 @@ std::vector<AxisPlan> make_plan(const ir::Node& n, const ResizeAttrs& a, const s
       AxisPlan& ap = p[static_cast<size_t>(a.axes[j])];
       ap.scale = element_as_double(*inp.scales, static_cast<int64_t>(j));
       if (!(ap.scale > 0)) fail(ErrorCode::invalid_input, "{}: scale {} must be > 0", n.label(), ap.scale);
-      ap.out = ap.in >= 0 ? static_cast<int64_t>(std::floor(ap.scale * static_cast<double>(ap.in))) : -1;
+      ap.length = ap.scale * static_cast<double>(ap.in);
+      ap.out = ap.in >= 0 ? static_cast<int64_t>(std::floor(ap.length)) : -1;
     }
   } else {
     const std::vector<int64_t> sz = to_int64s(*inp.sizes);
@@ -136,6 +141,7 @@ std::vector<AxisPlan> make_plan(const ir::Node& n, const ResizeAttrs& a, const s
       for (size_t j = 0; j < na; ++j) {
         AxisPlan& ap = p[static_cast<size_t>(a.axes[j])];
         ap.out = sz[j];
+        ap.length = static_cast<double>(sz[j]);
         ap.scale = ap.in > 0 ? static_cast<double>(sz[j]) / static_cast<double>(ap.in) : 1.0;
       }
     } else {
@@ -155,6 +161,7 @@ std::vector<AxisPlan> make_plan(const ir::Node& n, const ResizeAttrs& a, const s
       for (size_t j = 0; j < na; ++j) {
         AxisPlan& ap = p[static_cast<size_t>(a.axes[j])];
         ap.scale = s;
+        ap.length = s * static_cast<double>(ap.in);
         ap.out = known ? static_cast<int64_t>(std::floor(s * static_cast<double>(ap.in) + 0.5)) : -1;
       }
     }
@@ -173,13 +180,17 @@ std::vector<AxisPlan> make_plan(const ir::Node& n, const ResizeAttrs& a, const s
   return p;
 }
 
-/// The input coordinate of output coordinate x along one axis (spec formulas).
+/// The input coordinate of output coordinate x along one axis (spec
+/// formulas). Like the ONNX reference (and the backend test data), the
+/// "length_resized" of align_corners and tf_crop_and_resize is scale * in
+/// before flooring, which differs from the integer output length only when
+/// a scale does not divide evenly.
 double original_coord(const ResizeAttrs& a, const AxisPlan& p, int64_t xi) {
-  const double x = static_cast<double>(xi), in = static_cast<double>(p.in), out = static_cast<double>(p.out);
+  const double x = static_cast<double>(xi), in = static_cast<double>(p.in), out = p.length;
   switch (a.coord) {
     case Coord::half_pixel: return (x + 0.5) / p.scale - 0.5;
     case Coord::half_pixel_symmetric: {
-      const double adjustment = out / (p.scale * in);
+      const double adjustment = static_cast<double>(p.out) / (p.scale * in);
       const double offset = in / 2 * (1 - adjustment);
       return offset + (x + 0.5) / p.scale - 0.5;
     }
@@ -298,7 +309,8 @@ void resize_axis(const T* src, T* dst, int64_t outer, int64_t in, int64_t out, i
     const int64_t* idx = &t.idx[static_cast<size_t>(o * t.n)];
     const float* w = &t.w[static_cast<size_t>(o * t.n)];
     if (t.n == 1) {
-      std::memcpy(d, s + idx[0] * inner, static_cast<size_t>(inner) * sizeof(T));
+      if (inner == 1) d[0] = s[idx[0]];  // last-axis nearest: one element
+      else std::memcpy(d, s + idx[0] * inner, static_cast<size_t>(inner) * sizeof(T));
       continue;
     }
     if constexpr (std::is_floating_point_v<T>) {
