@@ -95,6 +95,15 @@ TEST(Resize, LinearHalfPixelAndAlignCorners) {
                2.33333f, 2.66667f, 3});
 }
 
+TEST(Resize, AlignCornersUsesUnflooredLengthWithScales) {
+  // 4 * 0.6 = 2.4: x_orig = 1 * (4 - 1) / (2.4 - 1) = 2.142857 (ONNX reference and
+  // backend test data; onnxruntime divides by the floored length 2 - 1 and gives 4).
+  Tensor x = make<float>({1, 4}, {1, 2, 3, 4});
+  expect_near(resize({{"mode", std::string("linear")}, {"coordinate_transformation_mode", std::string("align_corners")}},
+                     x, Tensor(), scales({1, 0.6f})),
+              {1, 2}, {1, 3.142857f});
+}
+
 TEST(Resize, LinearPytorchHalfPixelAsymmetricAndSymmetric) {
   expect_near(resize({{"mode", std::string("linear")},
                       {"coordinate_transformation_mode", std::string("pytorch_half_pixel")}},
