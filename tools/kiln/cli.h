@@ -42,13 +42,15 @@ std::string summarize(const Tensor& t);
 json info_json(const TensorInfo& t);
 json tensor_json(const std::string& name, const Tensor& t);
 
-/// True when the file starts with the .kiln magic.
+/// True when the file is named *.kiln or starts with the .kiln magic.
 bool is_artifact(const std::string& path);
 
 void add_compile(CLI::App& app, Common& common);
 void add_run(CLI::App& app, Common& common);
 void add_inspect(CLI::App& app, Common& common);
 void add_check(CLI::App& app, Common& common);
+/// `kiln cache ls|verify|gc|clear|explain` (tools/kiln/cmd_cache.cpp, docs/cache.md).
+void add_cache(CLI::App& app, Common& common);
 
 /// Prints a JSON object on stdout (one line).
 void print_json(const json& j);

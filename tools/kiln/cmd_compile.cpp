@@ -21,7 +21,9 @@ void add_compile(CLI::App& app, Common& common) {
   sub->add_option("--target", args->target, "cpu (default) or ref (the reference oracle)")->capture_default_str();
   sub->add_option("--shape", args->shapes,
                   "Fix an input's shape, NAME=DxDx... (repeatable); inputs not named keep the model's dims, "
-                  "symbolic dims stay dynamic");
+                  "symbolic dims stay dynamic")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--json", common.json, "Print one JSON object with the facts on stdout");
   sub->callback([args, &common] {
     SessionOptions opt;

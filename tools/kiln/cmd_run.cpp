@@ -16,9 +16,9 @@ namespace kiln::cli {
 namespace {
 
 struct Args {
-  std::string model, target, output_dir, cache_dir;
+  std::string model, target, output_dir, cache_dir, on_mismatch;
   std::vector<std::string> inputs, shapes;
-  bool random_inputs = false, no_cache = false, cache_dir_given = false;
+  bool random_inputs = false, no_cache = false, cache_dir_given = false, trust_cache_dir = false;
   uint64_t seed = 0;
   int threads = 0;
 };
@@ -88,10 +88,20 @@ void run_command(const Args& a, bool as_json) {
   opt.use_cache = !a.no_cache;
   if (artifact_file && !a.shapes.empty())
     fail(ErrorCode::invalid_option, "--shape applies when compiling; '{}' is already compiled", a.model);
+  if (a.on_mismatch == "recompile" && artifact_file)
+    fail(ErrorCode::invalid_option,
+         "--on-mismatch recompile: '{}' is an explicit artifact, which is never recompiled (its model is not known); "
+         "run the .onnx model to go through the cache",
+         a.model);
+  opt.cache_mismatch = a.on_mismatch == "error" ? MismatchPolicy::error : MismatchPolicy::recompile;
+  opt.trust_cache_dir = a.trust_cache_dir;
+  // Notes (e.g. waiting for another process's compile) are printed as they happen.
+  opt.on_note = [](const std::string& n) { std::fprintf(stderr, "kiln: note: %s\n", n.c_str()); };
 
   Session s = artifact_file ? Session::load(a.model, opt) : Session(a.model, opt);
-  std::vector<std::string> notes = s.stats().notes;
-  auto inputs = gather_inputs(a, s, notes);
+  std::vector<std::string> notes = s.stats().notes, input_notes;
+  auto inputs = gather_inputs(a, s, input_notes);
+  notes.insert(notes.end(), input_notes.begin(), input_notes.end());
   Stopwatch sw;
   auto outputs = s.run(inputs);
   double run_ms = sw.ms();
@@ -126,7 +136,7 @@ void run_command(const Args& a, bool as_json) {
                 {"inputs", ins}, {"outputs", outs}});
     return;
   }
-  for (auto& n : notes) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
+  for (auto& n : input_notes) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
   if (st.cache == SessionStats::Cache::hit)
     std::printf("cache: hit, loaded %s in %.1f ms (no compilation)\n", st.artifact_path.c_str(), st.load_ms);
   else if (st.cache == SessionStats::Cache::miss)
@@ -153,16 +163,28 @@ void add_run(CLI::App& app, Common& common) {
       "ones); a .kiln artifact is loaded and never recompiled.");
   sub->add_option("model", a->model, "ONNX model (.onnx) or compiled artifact (.kiln)")->required();
   sub->add_option("--target", a->target, "cpu or ref; default cpu for .onnx, the artifact's own target for .kiln");
-  sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable)");
+  sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--output-dir", a->output_dir,
                   "Write each output as DIR/<name>.npy (characters outside [A-Za-z0-9._-] become '_')");
   sub->add_flag("--random-inputs", a->random_inputs,
                 "Fill inputs not given with --input with random data (floats in [0,1), integers in [0,9])");
   sub->add_option("--seed", a->seed, "Seed for --random-inputs")->capture_default_str();
-  sub->add_option("--shape", a->shapes, "Fix an input's shape when compiling, NAME=DxDx... (repeatable)");
+  sub->add_option("--shape", a->shapes, "Fix an input's shape when compiling, NAME=DxDx... (repeatable)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--cache-dir", a->cache_dir, "Cache directory (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)")
       ->each([a](const std::string&) { a->cache_dir_given = true; });
   sub->add_flag("--no-cache", a->no_cache, "Compile in memory; neither read nor write the cache");
+  sub->add_option("--on-mismatch", a->on_mismatch,
+                  "When the cache entry is damaged or does not match this machine: recompile (default; a damaged "
+                  "entry is moved aside to .bad) or error (exit 3, or 7 when damaged). An explicit .kiln always "
+                  "errors")
+      ->check(CLI::IsMember({"recompile", "error"}));
+  sub->add_flag("--trust-cache-dir", a->trust_cache_dir,
+                "Use the cache directory even if other users can write to it or another user owns it (by default "
+                "kiln then compiles in memory: an artifact holds code)");
   sub->add_option("--threads", a->threads, "Threads for the run (0 = all cores)")->capture_default_str();
   sub->add_flag("--json", common.json,
                 "Print one JSON object: cache (hit|miss|none), compile_ms, load_ms, run_ms, inputs, outputs");
