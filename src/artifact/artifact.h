@@ -43,7 +43,11 @@ struct CompiledProgram {
   CompatInfo compat;
   ir::Model model;
   ir::MemoryPlan plan;          ///< empty for the ref target
-  std::string metadata_json;    ///< human metadata (JSON object text)
+  std::string metadata_json;    ///< human metadata (JSON object text, or "" for none)
+  /// Contents of the kernels and tuning sections. Opaque to the artifact
+  /// layer (a target defines them); empty for the cpu and ref targets.
+  std::vector<uint8_t> kernels;
+  std::vector<uint8_t> tuning;
 };
 
 /// Serialises to the .kiln byte layout. Constants are 64-byte aligned in the
@@ -67,5 +71,138 @@ CompiledProgram read_file(const std::filesystem::path& path);
 
 /// read_file() on bytes in memory (used by tests and fuzzing); `what` names the source.
 CompiledProgram read_bytes(std::shared_ptr<const std::vector<uint8_t>> bytes, const std::string& what);
+
+/// Building blocks of the format shared by the reader and writer files
+/// (docs/file-format.md gives the byte layout). Not for use outside artifact/.
+namespace detail {
+
+constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'A', 'R', 'T', '\0'};
+constexpr size_t kHeaderSize = 80;        ///< bytes of the fixed header, version 1
+constexpr size_t kSectionEntrySize = 32;  ///< bytes of one section table entry
+constexpr uint64_t kAlign = 64;           ///< every region and every constant starts at a multiple of this
+constexpr uint64_t kMaxCompatSize = 1u << 20;  ///< a larger compatibility block is refused as corrupt
+constexpr size_t kMaxRank = 64;           ///< largest rank a value or constant may have
+constexpr int kMaxGraphDepth = 64;        ///< deepest subgraph nesting the reader accepts
+
+/// Section kinds, in the order they appear in the section table (u32 on disk).
+enum class SectionKind : uint32_t {
+  program = 1,
+  memory_plan = 2,
+  kernels = 3,
+  tuning = 4,
+  constants = 5,
+  metadata = 6,
+};
+constexpr uint32_t kSectionCount = 6;
+
+/// "program", "memory_plan", ... as used in error messages ("section 'program'").
+const char* section_name(SectionKind k);
+
+/// A byte range of the file.
+struct Region {
+  uint64_t offset = 0;
+  uint64_t size = 0;
+};
+
+/// The decoded fixed header (magic and header checksum are implicit).
+struct Header {
+  uint32_t format_version = kFormatVersion;
+  uint32_t header_size = kHeaderSize;
+  uint64_t file_size = 0;
+  Region compat;
+  uint64_t compat_checksum = 0;
+  uint64_t table_offset = 0;
+  uint32_t table_count = kSectionCount;
+  uint64_t table_checksum = 0;
+};
+
+/// One section table entry.
+struct SectionEntry {
+  SectionKind kind = SectionKind::program;
+  Region region;
+  uint64_t checksum = 0;
+};
+
+/// Throws Error(corrupt_artifact): "artifact '<what>' is corrupt: <region>: <detail>".
+[[noreturn]] void corrupt(const std::string& what, const std::string& region, const std::string& detail);
+
+/// Rounds up to a multiple of kAlign.
+constexpr uint64_t align_up(uint64_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
+
+/// The kHeaderSize bytes of `h`, header checksum included.
+std::vector<uint8_t> encode_header(const Header& h);
+
+/// Decodes and validates the header from the first `avail` bytes of a file
+/// whose real size is `file_size`: magic, version, header size, checksum, then
+/// every region in bounds and aligned. Throws Error(corrupt_artifact).
+Header parse_header(const uint8_t* p, size_t avail, uint64_t file_size, const std::string& what);
+
+/// The section table bytes (kSectionEntrySize per entry, in kind order).
+std::vector<uint8_t> encode_section_table(const std::vector<SectionEntry>& entries);
+
+/// Decodes the section table of a whole file in memory (header already
+/// parsed): its checksum, one entry per kind in order, each section in bounds
+/// and aligned. Throws Error(corrupt_artifact) naming "section table".
+std::vector<SectionEntry> parse_section_table(const uint8_t* file, uint64_t file_size, const Header& h,
+                                              const std::string& what);
+
+/// Checks that header, compat block, table and sections do not overlap and
+/// that every byte between them (alignment padding) is zero, so that no byte
+/// of the file escapes a checksum or this check. Throws Error(corrupt_artifact).
+void check_padding(const uint8_t* file, uint64_t file_size, const Header& h,
+                   const std::vector<SectionEntry>& sections, const std::string& what);
+
+/// FlatBuffers verifier table budget for a buffer of n bytes: enough for any
+/// honest buffer, small enough that shared sub-tables cannot blow up the work.
+uint32_t verifier_max_tables(size_t n);
+
+/// True for the DType numbers the format accepts (0..13 and 16).
+bool known_dtype(int32_t d);
+
+/// True when the elements of the FlatBuffers vector at `vector` (its length
+/// prefix) are aligned for `elem_size`. The FlatBuffers 2.0.8 verifier checks
+/// only the 4-byte length prefix, so 8-byte elements need this check.
+bool vector_data_aligned(const void* vector, size_t elem_size);
+
+/// The Compat FlatBuffer of `c` (format_version is always kFormatVersion).
+std::vector<uint8_t> encode_compat(const CompatInfo& c);
+/// Verifies and decodes a Compat FlatBuffer. Throws Error(corrupt_artifact)
+/// naming "compatibility block".
+CompatInfo decode_compat(const uint8_t* p, size_t n, uint32_t header_version, const std::string& what);
+
+/// Where the writer puts one constant: `offset` relative to the constants section.
+struct ConstPlacement {
+  const Tensor* tensor = nullptr;
+  uint64_t offset = 0;
+};
+
+/// A Program FlatBuffer plus the layout of the constants section it refers to.
+struct EncodedProgram {
+  std::vector<uint8_t> bytes;
+  std::vector<ConstPlacement> constants;
+  uint64_t constants_size = 0;
+};
+
+/// Encodes a model. Throws Error(internal) for a model that breaks the
+/// format's rules (value id out of range, rank above kMaxRank, undefined constant).
+EncodedProgram encode_program(const ir::Model& m);
+
+/// Verifies and decodes a Program FlatBuffer. Constants become Tensor::view
+/// into `consts` (the constants section, `nconsts` bytes) holding `keepalive`.
+/// Throws Error(corrupt_artifact) naming "section 'program'" for any bad
+/// index, range, dtype or rank.
+ir::Model decode_program(const uint8_t* p, size_t n, const uint8_t* consts, size_t nconsts,
+                         const std::shared_ptr<const void>& keepalive, const std::string& what);
+
+/// MemoryPlan FlatBuffer; `nvalues` is the model's value count the plan is
+/// indexed by. Throws Error(internal) for an inconsistent plan.
+std::vector<uint8_t> encode_memory_plan(const ir::MemoryPlan& plan, size_t nvalues);
+/// Verifies and decodes; Error(corrupt_artifact) naming "section 'memory_plan'".
+ir::MemoryPlan decode_memory_plan(const uint8_t* p, size_t n, size_t nvalues, const std::string& what);
+
+/// Empty when `text` is "" or a JSON object; otherwise why it is not.
+std::string metadata_problem(const std::string& text);
+
+}  // namespace detail
 
 }  // namespace kiln::artifact
