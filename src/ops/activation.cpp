@@ -4,9 +4,10 @@
 // ThresholdedRelu and Clip (opset 13 form: optional scalar min / max inputs;
 // the parser turns the opset < 11 attributes into those inputs).
 //
-// dtypes: float32 and float64 for all; Relu, PRelu and Clip also take int32
-// and int64 (Relu on integer tensors and Clip on indices occur in exported
-// graphs). Output shape and dtype = input X's. Float results are computed in
+// dtypes: float32 and float64 for all; Relu, PRelu and Clip also take the
+// 8- to 64-bit integers (Relu on integer tensors and Clip on indices occur in
+// exported graphs). float16 / bfloat16 inputs are computed in float32 and
+// the result rounded back. Output shape and dtype = input X's. Float results are computed in
 // the input's precision with numerically stable forms (Sigmoid, Softplus
 // never overflow exp for large |x|).
 #include <cmath>
@@ -18,14 +19,25 @@
 #include "ops/util.h"
 
 namespace kiln::ops {
+
+// Defined in elementwise_unary.cpp (see there).
+bool is_16bit_float(DType t);
+void run_widened_16(KernelContext& ctx, KernelFn kernel);
+
 namespace {
 
 template <class T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>) return DType::f32;
   else if constexpr (std::is_same_v<T, double>) return DType::f64;
+  else if constexpr (std::is_same_v<T, int8_t>) return DType::i8;
+  else if constexpr (std::is_same_v<T, int16_t>) return DType::i16;
   else if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
   else if constexpr (std::is_same_v<T, int64_t>) return DType::i64;
+  else if constexpr (std::is_same_v<T, uint8_t>) return DType::u8;
+  else if constexpr (std::is_same_v<T, uint16_t>) return DType::u16;
+  else if constexpr (std::is_same_v<T, uint32_t>) return DType::u32;
+  else if constexpr (std::is_same_v<T, uint64_t>) return DType::u64;
   else static_assert(sizeof(T) == 0, "no DType for this type");
 }
 
@@ -37,10 +49,21 @@ void visit(DType t, const ir::Node& n, const char* where, F&& f) {
 }
 
 #define KILN_ACT_FLOAT float, double
-#define KILN_ACT_NUMERIC float, double, int32_t, int64_t
+#define KILN_ACT_NUMERIC float, double, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
-bool is_numeric(DType t) { return is_float(t) || t == DType::i32 || t == DType::i64; }
+template <class... Ts>
+bool dtype_in(DType t) {
+  return ((t == dtype_of<Ts>()) || ...);
+}
+bool is_float(DType t) { return dtype_in<KILN_ACT_FLOAT>(t) || is_16bit_float(t); }
+bool is_numeric(DType t) { return dtype_in<KILN_ACT_NUMERIC>(t) || is_16bit_float(t); }
+
+/// x < 0, without a comparison that is always false for unsigned types.
+template <class T>
+constexpr bool negative(T x) {
+  if constexpr (std::is_unsigned_v<T>) return false;
+  else return x < T(0);
+}
 
 constexpr int64_t kTile = 16384;
 constexpr int64_t kParallelMin = 1 << 15;
@@ -90,7 +113,7 @@ inline T softplus(T x) {
 template <Act OP, class T>
 inline T activate(T x, const Params<T>& p) {
   if constexpr (OP == Act::relu) {
-    return x < T(0) ? T(0) : x;  // NaN passes through, as max(0, NaN) does in ONNX Runtime
+    return negative(x) ? T(0) : x;  // NaN passes through, as max(0, NaN) does in ONNX Runtime
   } else if constexpr (OP == Act::leaky_relu) {
     return x < T(0) ? p.alpha * x : x;
   } else if constexpr (OP == Act::sigmoid) {
@@ -152,6 +175,7 @@ void run_pointwise(KernelContext& ctx) {
 template <Act OP>
 void pointwise_kernel(KernelContext& ctx) {
   const DType dt = ctx.in(0).dtype();
+  if (is_16bit_float(dt)) return run_widened_16(ctx, pointwise_kernel<OP>);
   auto body = [&](auto tag) { run_pointwise<OP, decltype(tag)>(ctx); };
   if constexpr (takes_integers(OP)) visit<KILN_ACT_NUMERIC>(dt, ctx.node, "input 0", body);
   else visit<KILN_ACT_FLOAT>(dt, ctx.node, "input 0", body);
@@ -212,7 +236,7 @@ void run_prelu(KernelContext& ctx) {
   if (s.numel() == 1 || s.numel() == n) {  // scalar slope or one slope per element
     const int64_t ss = s.numel() == 1 ? 0 : 1;
     parallel_tiles(n, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) po[i] = px[i] < T(0) ? ps[i * ss] * px[i] : px[i];
+      for (int64_t i = b; i < e; ++i) po[i] = negative(px[i]) ? static_cast<T>(ps[i * ss] * px[i]) : px[i];
     });
     return;
   }
@@ -232,7 +256,8 @@ void run_prelu(KernelContext& ctx) {
   for (int64_t row = 0; row < rows; ++row) {
     const T* xr = px + row * inner;
     T* orow = po + row * inner;
-    for (int64_t j = 0; j < inner; ++j) orow[j] = xr[j] < T(0) ? ps[soff + j * inner_stride] * xr[j] : xr[j];
+    for (int64_t j = 0; j < inner; ++j)
+      orow[j] = negative(xr[j]) ? static_cast<T>(ps[soff + j * inner_stride] * xr[j]) : xr[j];
     for (size_t d = r - 1; d-- > 0;) {  // advance the odometer over the outer dims
       soff += sst[d];
       if (++idx[d] < xs[d]) break;
@@ -243,6 +268,7 @@ void run_prelu(KernelContext& ctx) {
 }
 
 void prelu_kernel(KernelContext& ctx) {
+  if (is_16bit_float(ctx.in(0).dtype())) return run_widened_16(ctx, prelu_kernel);
   visit<KILN_ACT_NUMERIC>(ctx.in(0).dtype(), ctx.node, "input 0", [&](auto tag) {
     if (ctx.in(1).dtype() != ctx.in(0).dtype())
       fail(ErrorCode::invalid_input, "{}: slope has dtype {} but X has {}", ctx.node.label(),
@@ -297,6 +323,7 @@ void run_clip(KernelContext& ctx) {
 }
 
 void clip_kernel(KernelContext& ctx) {
+  if (is_16bit_float(ctx.in(0).dtype())) return run_widened_16(ctx, clip_kernel);
   visit<KILN_ACT_NUMERIC>(ctx.in(0).dtype(), ctx.node, "input 0", [&](auto tag) { run_clip<decltype(tag)>(ctx); });
 }
 

@@ -10,6 +10,15 @@
 // drops size-1 dims and merges dims that are contiguous for every operand, so
 // that a row or channel broadcast becomes an outer walk around a contiguous
 // (vectorisable) inner loop. Large outputs are split into tiles over OpenMP.
+//
+// dtypes: arithmetic, Max/Min/Sum and the comparisons take float32/64 and all
+// 8- to 64-bit integers (integer +, -, * wrap modulo 2^bits; integer Div/Mod
+// by zero is an invalid_input error, not a trap); Mean takes floats; Equal
+// also bool; And/Or/Xor bool; Bitwise* integers; BitShift unsigned integers;
+// Where any fixed-size dtype (it only moves elements). Pow's exponent may
+// have any of the arithmetic dtypes; the output has the base's. float16 and
+// bfloat16 operands of the arithmetic and comparison operators are computed
+// in float32 and the result rounded back.
 #include <array>
 #include <cmath>
 #include <cstring>
@@ -20,6 +29,11 @@
 #include "ops/util.h"
 
 namespace kiln::ops {
+
+// Defined in elementwise_unary.cpp (see there).
+bool is_16bit_float(DType t);
+void run_widened_16(KernelContext& ctx, KernelFn kernel);
+
 namespace {
 
 // ---------------------------------------------------------------- dtypes
@@ -53,7 +67,7 @@ bool dtype_in(DType t) {
 }
 
 // The dtype sets each operator group accepts (kernels and inference agree).
-#define KILN_ARITH_TYPES float, double, int32_t, int64_t
+#define KILN_ARITH_TYPES float, double, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 #define KILN_FLOAT_TYPES float, double
 #define KILN_BITWISE_TYPES int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 #define KILN_SHIFT_TYPES uint8_t, uint16_t, uint32_t, uint64_t
@@ -201,26 +215,42 @@ enum class Op {
 template <class T>
 constexpr bool is_float_v = std::is_floating_point_v<T>;
 
+/// Unsigned type for wrapping integer arithmetic on T; at least 32 bits so
+/// that narrow operands do not promote to (overflowing) signed int.
+template <class T>
+using wrap_t = std::conditional_t<(sizeof(T) < sizeof(unsigned)), unsigned, std::make_unsigned_t<T>>;
+
+/// a (+ - *) b on integers, wrapping modulo 2^bits like two's complement hardware.
+template <char OPC, class T>
+inline T wrap(T a, T b) {
+  using W = wrap_t<T>;
+  const W x = static_cast<W>(a), y = static_cast<W>(b);
+  return static_cast<T>(OPC == '+' ? x + y : OPC == '-' ? x - y : x * y);
+}
+
 /// Integer a / b truncating toward zero; b == -1 is done in unsigned
 /// arithmetic so that MIN / -1 wraps instead of trapping. b != 0 (checked before).
 template <class T>
 inline T int_div(T a, T b) {
-  using U = std::make_unsigned_t<T>;
-  return b == T(-1) ? static_cast<T>(U(0) - static_cast<U>(a)) : static_cast<T>(a / b);
+  if constexpr (std::is_signed_v<T>)
+    if (b == T(-1)) return wrap<'-'>(T(0), a);
+  return static_cast<T>(a / b);
 }
 
 /// Remainder with the sign of the dividend (C fmod / %).
 template <class T>
 inline T trunc_mod(T a, T b) {
   if constexpr (is_float_v<T>) return std::fmod(a, b);
-  else return b == T(-1) ? T(0) : static_cast<T>(a % b);
+  else if constexpr (std::is_signed_v<T>) return b == T(-1) ? T(0) : static_cast<T>(a % b);
+  else return static_cast<T>(a % b);
 }
 
 /// Remainder with the sign of the divisor (Python %, ONNX Mod fmod=0).
 template <class T>
 inline T floor_mod(T a, T b) {
   T r = trunc_mod(a, b);
-  if (r != T(0) && ((r < T(0)) != (b < T(0)))) r = static_cast<T>(r + b);
+  if constexpr (std::is_signed_v<T>)
+    if (r != T(0) && ((r < T(0)) != (b < T(0)))) r = static_cast<T>(r + b);
   return r;
 }
 
@@ -239,14 +269,20 @@ inline B power(B base, E e) {
       return r > 0 ? std::numeric_limits<B>::max() : std::numeric_limits<B>::min();  // also NaN -> min
     return static_cast<B>(r);
   } else {
-    if (e < 0) return base == 1 ? B(1) : base == B(-1) ? (e % 2 ? B(-1) : B(1)) : B(0);
-    using U = std::make_unsigned_t<B>;
-    U result = 1, b = static_cast<U>(base);
-    for (auto k = static_cast<uint64_t>(e); k; k >>= 1) {
-      if (k & 1) result = static_cast<U>(result * b);
-      b = static_cast<U>(b * b);
+    if constexpr (std::is_signed_v<E>) {
+      if (e < 0) {
+        if (base == B(1)) return B(1);
+        if constexpr (std::is_signed_v<B>)
+          if (base == B(-1)) return e % 2 ? B(-1) : B(1);
+        return B(0);
+      }
     }
-    return static_cast<B>(result);
+    B result = 1;
+    for (auto k = static_cast<uint64_t>(e); k; k >>= 1) {
+      if (k & 1) result = wrap<'*'>(result, base);
+      base = wrap<'*'>(base, base);
+    }
+    return result;
   }
 }
 
@@ -254,16 +290,13 @@ inline B power(B base, E e) {
 template <Op OP, class T>
 inline auto scalar_op(T a, T b) {
   if constexpr (OP == Op::add || OP == Op::sum || OP == Op::mean) {
-    if constexpr (std::is_integral_v<T>)  // wrap, as two's complement hardware does
-      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) + static_cast<std::make_unsigned_t<T>>(b));
+    if constexpr (std::is_integral_v<T>) return wrap<'+'>(a, b);
     else return static_cast<T>(a + b);
   } else if constexpr (OP == Op::sub) {
-    if constexpr (std::is_integral_v<T>)
-      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) - static_cast<std::make_unsigned_t<T>>(b));
+    if constexpr (std::is_integral_v<T>) return wrap<'-'>(a, b);
     else return static_cast<T>(a - b);
   } else if constexpr (OP == Op::mul) {
-    if constexpr (std::is_integral_v<T>)
-      return static_cast<T>(static_cast<std::make_unsigned_t<T>>(a) * static_cast<std::make_unsigned_t<T>>(b));
+    if constexpr (std::is_integral_v<T>) return wrap<'*'>(a, b);
     else return static_cast<T>(a * b);
   } else if constexpr (OP == Op::div) {
     if constexpr (is_float_v<T>) return static_cast<T>(a / b);
@@ -324,6 +357,7 @@ constexpr bool is_variadic(Op op) { return op == Op::max || op == Op::min || op 
 
 /// Whether OP's kernel implements dtype t for its (first) input.
 bool supports(Op op, DType t) {
+  if (is_16bit_float(t)) return !is_logic(op) && !is_bitwise(op) && !is_shift(op);
   if (op == Op::equal) return dtype_in<KILN_ARITH_TYPES, bool>(t);
   if (is_compare(op)) return dtype_in<KILN_ARITH_TYPES>(t);
   if (is_logic(op)) return t == DType::boolean;
@@ -366,7 +400,7 @@ std::vector<OutType> infer_binary(const InferContext& ctx) {
   }
   for (size_t i = first + 1; i < ctx.num_inputs(); ++i) {
     if (OP == Op::pow) {
-      if (!dtype_in<KILN_ARITH_TYPES>(ctx.in(i).dtype)) unsupported_dtype(n, ctx.in(i).dtype, "exponent");
+      if (!supports(Op::pow, ctx.in(i).dtype)) unsupported_dtype(n, ctx.in(i).dtype, "exponent");
     } else if (ctx.in(i).dtype != dt) {
       fail(ErrorCode::invalid_model, "{}: input {} has dtype {} but input {} has {}", n.label(), i,
            dtype_name(ctx.in(i).dtype), first, dtype_name(dt));
@@ -427,6 +461,7 @@ void binary_kernel(KernelContext& ctx) {
       fail(ErrorCode::invalid_input, "{}: input {} has dtype {} but input 0 has {}", ctx.node.label(), i,
            dtype_name(ctx.in(i).dtype()), dtype_name(dt));
   if (!supports(OP, dt)) unsupported_dtype(ctx.node, dt, "input 0");
+  if (is_16bit_float(dt)) return run_widened_16(ctx, binary_kernel<OP>);
   if constexpr (is_logic(OP)) {
     fold_kernel<OP, bool>(ctx);
   } else if constexpr (is_bitwise(OP)) {
@@ -463,6 +498,7 @@ void pow_kernel(KernelContext& ctx) {
   check_arity(ctx.node, Op::pow, ctx.num_inputs());
   const Tensor& base = ctx.in(0);
   const Tensor& expo = ctx.in(1);
+  if (is_16bit_float(base.dtype()) || is_16bit_float(expo.dtype())) return run_widened_16(ctx, pow_kernel);
   const auto shape = broadcast_all(ctx);
   visit<KILN_ARITH_TYPES>(base.dtype(), ctx.node, "base", [&](auto btag) {
     using B = decltype(btag);

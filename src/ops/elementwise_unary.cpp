@@ -5,13 +5,62 @@
 // 64-bit integers). Output shape = input shape. Floating-point results follow
 // the C library (<cmath>): NaN and infinities propagate as IEEE 754 says
 // (e.g. Log(-1) = NaN, Log(0) = -inf), which is what ONNX Runtime produces too.
+// float16 / bfloat16 inputs of the float operators are computed in float32
+// and rounded back (run_widened_16, defined here and shared by the other
+// families of this helper's set).
 #include <cmath>
 #include <type_traits>
 
 #include "ops/registry.h"
 #include "ops/util.h"
+#include "support/half.h"
 
 namespace kiln::ops {
+
+// Shared with activation.cpp, elementwise_binary.cpp, reduce.cpp and
+// softmax.cpp, which declare them locally. (They belong in ops/util.h, which
+// this family does not own; the integrator may move them there.)
+
+/// True for float16 and bfloat16.
+bool is_16bit_float(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+/// Runs `kernel` (a float32 kernel of the same node) on ctx with every
+/// float16/bfloat16 input widened to float32 (exact) and, when the node's
+/// data input (input 0; Where: input 1) is 16-bit, every float32 output
+/// rounded back to that type (nearest even). Other inputs and outputs (int64
+/// indices, bool masks) pass through unchanged. Costs one float32 copy of
+/// each 16-bit input and output; this is the reference kernel, not a fast path.
+void run_widened_16(KernelContext& ctx, KernelFn kernel) {
+  const DType narrow = ctx.in(ctx.node.op_type == "Where" ? 1 : 0).dtype();
+  std::vector<Tensor> wide(ctx.num_inputs());
+  std::vector<const Tensor*> ptrs(ctx.num_inputs(), nullptr);
+  for (size_t i = 0; i < ctx.num_inputs(); ++i) {
+    if (!ctx.has(i)) continue;
+    const Tensor& t = ctx.in(i);
+    ptrs[i] = &t;
+    if (!is_16bit_float(t.dtype())) continue;
+    wide[i] = Tensor(DType::f32, t.shape());
+    const uint16_t* src = t.data<uint16_t>();
+    float* dst = wide[i].data<float>();
+    for (int64_t k = 0; k < t.numel(); ++k) dst[k] = t.dtype() == DType::f16 ? half_to_float(src[k]) : bf16_to_float(src[k]);
+    ptrs[i] = &wide[i];
+  }
+  KernelContext inner(ctx.node, ptrs, nullptr);
+  kernel(inner);
+  for (size_t i = 0; i < inner.num_outputs(); ++i) {
+    const Tensor& o = inner.outputs()[i];
+    if (!o.defined()) continue;
+    if (o.dtype() != DType::f32 || !is_16bit_float(narrow)) {
+      ctx.set_output(i, o);
+      continue;
+    }
+    Tensor& out = ctx.output(i, narrow, o.shape());
+    const float* src = o.data<float>();
+    uint16_t* dst = out.data<uint16_t>();
+    for (int64_t k = 0; k < o.numel(); ++k) dst[k] = narrow == DType::f16 ? float_to_half(src[k]) : float_to_bf16(src[k]);
+  }
+}
+
 namespace {
 
 template <class T>
@@ -80,6 +129,7 @@ constexpr Group group_of(U op) {
 #define KILN_INTEGER_TYPES int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t
 
 bool supports(U op, DType t) {
+  if (is_16bit_float(t)) return group_of(op) != Group::boolean && group_of(op) != Group::integer;
   switch (group_of(op)) {
     case Group::signed_arith: return dtype_in<KILN_SIGNED_ARITH_TYPES>(t);
     case Group::boolean: return t == DType::boolean;
@@ -163,6 +213,7 @@ template <U OP>
 void unary_kernel(KernelContext& ctx) {
   const DType dt = ctx.in(0).dtype();
   if (!supports(OP, dt)) unsupported_dtype(ctx.node, dt, "input 0");
+  if (is_16bit_float(dt)) return run_widened_16(ctx, unary_kernel<OP>);
   constexpr Group g = group_of(OP);
   auto body = [&](auto tag) { run_typed<OP, decltype(tag)>(ctx); };
   if constexpr (g == Group::signed_arith) visit<KILN_SIGNED_ARITH_TYPES>(dt, ctx.node, "input 0", body);

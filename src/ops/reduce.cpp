@@ -13,8 +13,10 @@
 // Max/Min (lowest/highest for integers), -inf for LogSum/LogSumExp, NaN for
 // the float Mean). Max and Min propagate NaN.
 //
-// dtypes: float32, float64, int32, int64 (output = input dtype). Float sums
-// accumulate in double, integer ones in int64 (wrapping to the output type).
+// dtypes: float32, float64, int32, int64 (output = input dtype), and bool
+// for ReduceMax / ReduceMin (any / all); float16 and
+// bfloat16 are computed in float32 and rounded back. Float sums accumulate
+// in double, integer ones in int64 (wrapping to the output type).
 //
 // ArgMax/ArgMin: attributes axis (default 0), keepdims (1),
 // select_last_index (0); int64 output. NaN counts as the extreme value (the
@@ -28,6 +30,11 @@
 #include "ops/util.h"
 
 namespace kiln::ops {
+
+// Defined in elementwise_unary.cpp (see there).
+bool is_16bit_float(DType t);
+void run_widened_16(KernelContext& ctx, KernelFn kernel);
+
 namespace {
 
 template <class T>
@@ -48,7 +55,9 @@ void visit(DType t, const ir::Node& n, const char* where, F&& f) {
 
 #define KILN_REDUCE_TYPES float, double, int32_t, int64_t
 
-bool supported(DType t) { return t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64; }
+bool supported(DType t) {
+  return t == DType::f32 || t == DType::f64 || t == DType::i32 || t == DType::i64 || is_16bit_float(t);
+}
 
 enum class R { mean, sum, max, min, prod, l1, l2, log_sum, log_sum_exp, sum_square };
 
@@ -76,12 +85,14 @@ std::vector<D> reduced_shape(const std::vector<D>& in, const std::vector<bool>& 
   return out;
 }
 
+template <R OP>
 std::vector<OutType> infer_reduce(const InferContext& ctx) {
   const ir::Node& n = ctx.node;
   if (ctx.num_inputs() < 1 || ctx.num_inputs() > 2)
     fail(ErrorCode::invalid_model, "{}: expects 1 or 2 inputs, got {}", n.label(), ctx.num_inputs());
   const InType& x = ctx.in(0);
-  if (!supported(x.dtype)) unsupported_dtype(n, x.dtype, "input 0");
+  const bool bool_ok = (OP == R::max || OP == R::min) && x.dtype == DType::boolean;
+  if (!supported(x.dtype) && !bool_ok) unsupported_dtype(n, x.dtype, "input 0");
   if (!x.shape) return {OutType{x.dtype, std::nullopt}};
   const bool keepdims = n.i("keepdims", 1) != 0;
   std::optional<std::vector<int64_t>> axes = std::vector<int64_t>{};
@@ -287,9 +298,32 @@ void reduce_typed(KernelContext& ctx, const std::vector<bool>& red, bool keepdim
 }
 
 template <R OP>
+void reduce_kernel(KernelContext& ctx);
+
+/// ReduceMax / ReduceMin on bool (opset 20): any / all, computed on an int32
+/// copy (0/1) and converted back.
+template <R OP>
+void reduce_bool(KernelContext& ctx) {
+  const Tensor& x = ctx.in(0);
+  Tensor wide(DType::i32, x.shape());
+  for (int64_t i = 0; i < x.numel(); ++i) wide.data<int32_t>()[i] = x.data<bool>()[i] ? 1 : 0;
+  std::vector<const Tensor*> ptrs{&wide};
+  if (ctx.has(1)) ptrs.push_back(&ctx.in(1));
+  KernelContext inner(ctx.node, ptrs, nullptr);
+  reduce_kernel<OP>(inner);
+  const Tensor& r = inner.outputs()[0];
+  Tensor& out = ctx.output(0, DType::boolean, r.shape());
+  // An empty reduction yields int32 lowest (Max) / highest (Min): false / true.
+  for (int64_t i = 0; i < r.numel(); ++i) out.data<bool>()[i] = r.data<int32_t>()[i] > 0;
+}
+
+template <R OP>
 void reduce_kernel(KernelContext& ctx) {
   const ir::Node& n = ctx.node;
   const Tensor& x = ctx.in(0);
+  if (is_16bit_float(x.dtype())) return run_widened_16(ctx, reduce_kernel<OP>);
+  if constexpr (OP == R::max || OP == R::min)
+    if (x.dtype() == DType::boolean) return reduce_bool<OP>(ctx);
   std::vector<int64_t> axes;
   if (ctx.has(1)) {
     const Tensor& a = ctx.in(1);
@@ -366,6 +400,7 @@ void arg_typed(KernelContext& ctx) {
 
 template <bool MAX>
 void arg_kernel(KernelContext& ctx) {
+  if (is_16bit_float(ctx.in(0).dtype())) return run_widened_16(ctx, arg_kernel<MAX>);
   visit<KILN_REDUCE_TYPES>(ctx.in(0).dtype(), ctx.node, "input 0", [&](auto tag) { arg_typed<MAX, decltype(tag)>(ctx); });
 }
 
@@ -373,16 +408,16 @@ void arg_kernel(KernelContext& ctx) {
 
 /// Registers the reduction family (see the file comment).
 void register_reduce(Registry& r) {
-  r.add({"", "ReduceMean", infer_reduce, reduce_kernel<R::mean>});
-  r.add({"", "ReduceSum", infer_reduce, reduce_kernel<R::sum>});
-  r.add({"", "ReduceMax", infer_reduce, reduce_kernel<R::max>});
-  r.add({"", "ReduceMin", infer_reduce, reduce_kernel<R::min>});
-  r.add({"", "ReduceProd", infer_reduce, reduce_kernel<R::prod>});
-  r.add({"", "ReduceL1", infer_reduce, reduce_kernel<R::l1>});
-  r.add({"", "ReduceL2", infer_reduce, reduce_kernel<R::l2>});
-  r.add({"", "ReduceLogSum", infer_reduce, reduce_kernel<R::log_sum>});
-  r.add({"", "ReduceLogSumExp", infer_reduce, reduce_kernel<R::log_sum_exp>});
-  r.add({"", "ReduceSumSquare", infer_reduce, reduce_kernel<R::sum_square>});
+  r.add({"", "ReduceMean", infer_reduce<R::mean>, reduce_kernel<R::mean>});
+  r.add({"", "ReduceSum", infer_reduce<R::sum>, reduce_kernel<R::sum>});
+  r.add({"", "ReduceMax", infer_reduce<R::max>, reduce_kernel<R::max>});
+  r.add({"", "ReduceMin", infer_reduce<R::min>, reduce_kernel<R::min>});
+  r.add({"", "ReduceProd", infer_reduce<R::prod>, reduce_kernel<R::prod>});
+  r.add({"", "ReduceL1", infer_reduce<R::l1>, reduce_kernel<R::l1>});
+  r.add({"", "ReduceL2", infer_reduce<R::l2>, reduce_kernel<R::l2>});
+  r.add({"", "ReduceLogSum", infer_reduce<R::log_sum>, reduce_kernel<R::log_sum>});
+  r.add({"", "ReduceLogSumExp", infer_reduce<R::log_sum_exp>, reduce_kernel<R::log_sum_exp>});
+  r.add({"", "ReduceSumSquare", infer_reduce<R::sum_square>, reduce_kernel<R::sum_square>});
   r.add({"", "ArgMax", infer_arg, arg_kernel<true>});
   r.add({"", "ArgMin", infer_arg, arg_kernel<false>});
 }

@@ -11,7 +11,8 @@
 // Both cases reduce to a view [outer, n, inner] of the input (inner = 1 for
 // the old form). Softmax/LogSoftmax subtract the maximum first so exp never
 // overflows; sums accumulate in double. Hardmax puts 1 at the first maximum.
-// dtypes: float32, float64. Output dtype and shape = input's.
+// dtypes: float32, float64; float16 / bfloat16 computed in float32 and
+// rounded back. Output dtype and shape = input's.
 #include <cmath>
 #include <limits>
 #include <type_traits>
@@ -21,6 +22,11 @@
 #include "ops/util.h"
 
 namespace kiln::ops {
+
+// Defined in elementwise_unary.cpp (see there).
+bool is_16bit_float(DType t);
+void run_widened_16(KernelContext& ctx, KernelFn kernel);
+
 namespace {
 
 enum class S { softmax, log_softmax, hardmax };
@@ -36,7 +42,7 @@ std::vector<OutType> infer_softmax(const InferContext& ctx) {
   if (ctx.num_inputs() != 1)
     fail(ErrorCode::invalid_model, "{}: expects 1 input, got {}", ctx.node.label(), ctx.num_inputs());
   const InType& x = ctx.in(0);
-  if (x.dtype != DType::f32 && x.dtype != DType::f64) unsupported_dtype(ctx.node, x.dtype, "input 0");
+  if (x.dtype != DType::f32 && x.dtype != DType::f64 && !is_16bit_float(x.dtype)) unsupported_dtype(ctx.node, x.dtype, "input 0");
   if (x.shape) softmax_axis(ctx.node, static_cast<int64_t>(x.shape->size()));
   return {OutType{x.dtype, x.shape}};
 }
@@ -71,8 +77,9 @@ void slab(const T* x, T* y, int64_t n, int64_t inner, std::vector<T>& mx, std::v
         const T inv = static_cast<T>(1.0 / sum[j]);
         for (int64_t k = 0; k < n; ++k) y[k * inner + j] *= inv;
       } else {
-        const T shift = static_cast<T>(static_cast<double>(mx[j]) + std::log(sum[j]));
-        for (int64_t k = 0; k < n; ++k) y[k * inner + j] = x[k * inner + j] - shift;
+        // (x - max) first: folding log(sum) into max would round it away for large max.
+        const T log_sum = static_cast<T>(std::log(sum[j]));
+        for (int64_t k = 0; k < n; ++k) y[k * inner + j] = (x[k * inner + j] - mx[j]) - log_sum;
       }
     }
   }
@@ -103,6 +110,7 @@ void run_typed(KernelContext& ctx) {
 template <S OP>
 void softmax_kernel(KernelContext& ctx) {
   switch (ctx.in(0).dtype()) {
+    case DType::f16: case DType::bf16: return run_widened_16(ctx, softmax_kernel<OP>);
     case DType::f32: return run_typed<OP, float>(ctx);
     case DType::f64: return run_typed<OP, double>(ctx);
     default: unsupported_dtype(ctx.node, ctx.in(0).dtype(), "input 0");

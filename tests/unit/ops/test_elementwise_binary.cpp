@@ -239,16 +239,38 @@ TEST(ElementwiseBinary, MismatchedDtypesAreRejected) {
   }
 }
 
+Tensor f16(std::vector<int64_t> shape, std::vector<uint16_t> bits) {
+  Tensor t(DType::f16, shape);
+  for (size_t i = 0; i < bits.size(); ++i) t.data<uint16_t>()[i] = bits[i];
+  return t;
+}
+
+TEST(ElementwiseBinary, Float16ComputedInFloat32AndRoundedBack) {
+  // 1 + 2^-11 is a tie between 1 (0x3c00) and 1+2^-10 (0x3c01) -> even (0x3c00);
+  // 1 + 3*2^-12 rounds up to 0x3c01. 2^-11 = 0x1000, 3*2^-12 = 0x1200 in float16.
+  auto out = run_op("Add", {}, {f16({2}, {0x3c00, 0x3c00}), f16({2}, {0x1000, 0x1200})});
+  ASSERT_EQ(out[0].dtype(), DType::f16);
+  EXPECT_EQ(out[0].data<uint16_t>()[0], 0x3c00);
+  EXPECT_EQ(out[0].data<uint16_t>()[1], 0x3c01);
+  out = run_op("Less", {}, {f16({2}, {0x3c00, 0x4000}), f16({}, {0x3e00})});  // [1, 2] < 1.5
+  EXPECT_EQ(values<bool>(out[0]), (std::vector<bool>{true, false}));
+  out = run_op("Pow", {}, {f16({1}, {0x4000}), make<int64_t>({1}, {3})});  // 2^3 = 8 = 0x4800
+  EXPECT_EQ(out[0].dtype(), DType::f16);
+  EXPECT_EQ(out[0].data<uint16_t>()[0], 0x4800);
+}
+
 TEST(ElementwiseBinary, UnsupportedDtypeNamesNode) {
-  Tensor h(DType::f16, {2});
+  auto b = make<bool>({2}, {true, false});
   try {
-    run_op("Add", {}, {h, h});
+    run_op("Add", {}, {b, b});
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
     EXPECT_NE(std::string(e.what()).find("Add node 'test_Add'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("float16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("bool"), std::string::npos) << e.what();
   }
+  Tensor h(DType::f16, {1});
+  EXPECT_THROW(run_op("BitwiseAnd", {}, {h, h}), Error);
   EXPECT_THROW(run_op("And", {}, {make<float>({1}, {1}), make<float>({1}, {1})}), Error);
 }
 

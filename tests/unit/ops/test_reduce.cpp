@@ -145,6 +145,26 @@ TEST(Reduce, LargeMatchesPlainLoops) {
   EXPECT_EQ(bad, 0);
 }
 
+TEST(Reduce, Float16ComputedInFloat32) {
+  Tensor h(DType::f16, {3});
+  const uint16_t bits[] = {0x3c00, 0x4000, 0x4200};  // 1, 2, 3
+  for (int i = 0; i < 3; ++i) h.data<uint16_t>()[i] = bits[i];
+  auto out = run_op("ReduceSum", {}, {h});
+  ASSERT_EQ(out[0].dtype(), DType::f16);
+  EXPECT_EQ(out[0].data<uint16_t>()[0], 0x4600);  // 6
+  auto arg = run_op("ArgMax", {}, {h});
+  EXPECT_EQ(values<int64_t>(arg[0]), (std::vector<int64_t>{2}));
+}
+
+TEST(Reduce, BoolMaxIsAnyMinIsAll) {
+  auto x = make<bool>({2, 2}, {true, false, true, true});
+  auto out = run_op("ReduceMax", {{"keepdims", int64_t{0}}}, {x, axes({0})});
+  EXPECT_EQ(out[0].dtype(), DType::boolean);
+  EXPECT_EQ(values<bool>(out[0]), (std::vector<bool>{true, true}));
+  out = run_op("ReduceMin", {{"keepdims", int64_t{0}}}, {x, axes({1})});
+  EXPECT_EQ(values<bool>(out[0]), (std::vector<bool>{false, true}));
+}
+
 TEST(Reduce, MaxPropagatesNaN) {
   auto out = run_op("ReduceMax", {{"keepdims", int64_t{0}}}, {make<float>({2, 2}, {1, NAN, 3, 4}), axes({1})});
   EXPECT_TRUE(std::isnan(out[0].data<float>()[0]));
@@ -248,7 +268,8 @@ TEST(Reduce, UnsupportedDtypeNamesNode) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
     EXPECT_NE(std::string(e.what()).find("ReduceSum node 'test_ReduceSum'"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(run_op("ArgMax", {}, {Tensor(DType::f16, {2})}), Error);
+  EXPECT_THROW(run_op("ArgMax", {}, {make<bool>({1}, {true})}), Error);
+  EXPECT_THROW(run_op("ReduceMean", {}, {make<bool>({1}, {true})}), Error);
 }
 
 }  // namespace
