@@ -121,14 +121,13 @@ TEST(CastLike, TakesTheDtypeOfInputOne) {
 
 TEST(Cast, UnsupportedTargetNamesNode) {
   try {
-    cast(make<float>({1}, {1}), static_cast<DType>(17));  // FLOAT8E4M3FN
+    cast(make<float>({1}, {1}), DType::string);
     FAIL() << "expected an error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
     EXPECT_NE(std::string(e.what()).find("Cast node 'test_Cast'"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("FLOAT8E4M3FN"), std::string::npos) << e.what();
   }
-  EXPECT_THROW(cast(make<float>({1}, {1}), DType::string), Error);
+  EXPECT_THROW(cast(make<float>({1}, {1}), static_cast<DType>(14)), Error);  // COMPLEX64
 }
 
 TEST(Cast, ParserChecksTo) {
@@ -143,7 +142,7 @@ TEST(Cast, ParserChecksTo) {
   auto* p = onnx_import::parsers().find("", "Cast");
   ASSERT_NE(p, nullptr);
   EXPECT_THROW(p->parse(n, ctx), Error);  // 'to' missing
-  n.attrs["to"] = int64_t{19};            // FLOAT8E5M2
+  n.attrs["to"] = int64_t{15};            // COMPLEX128
   try {
     p->parse(n, ctx);
     FAIL() << "expected an error";
