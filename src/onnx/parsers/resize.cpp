@@ -2,7 +2,7 @@
 // (X, roi?, scales?, sizes?) with absent optional inputs as kNoValue.
 //  - Resize-11/12 pass "" or an empty tensor for an unused roi/scales: empty
 //    constants become kNoValue (the kernel also treats run-time empty tensors so).
-//  - Resize-10 (X, scales) and Upsample-7/9 (scales attribute / input) become
+//  - Resize-10 (X, scales) and Upsample-7..10 (scales attribute / input) become
 //    Resize with coordinate_transformation_mode=asymmetric and nearest_mode=floor,
 //    which is Upsample's definition (output[i] = input[floor(i / scale)]).
 //  - antialias=1 and unknown mode strings are rejected.
@@ -77,7 +77,7 @@ void parse_upsample(ir::Node& n, ParseContext& ctx) {
 
 void register_resize_parsers(ParserRegistry& r) {
   r.add({"", "Resize", 10, 1000, parse_resize});
-  r.add({"", "Upsample", 7, 9, parse_upsample});
+  r.add({"", "Upsample", 7, 10, parse_upsample});  // deprecated from 10, removed later
 }
 
 }  // namespace kiln::onnx_import
