@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -56,7 +57,31 @@ struct SessionOptions {
   /// named keep the model's dims; symbolic dims stay symbolic (run-time shapes).
   std::map<std::string, std::vector<int64_t>> input_shapes;
 
+  /// What to do when the cache entry for this model and options is damaged
+  /// or does not match this machine: recompile (moves a damaged entry aside
+  /// to "<key>.kiln.bad" and replaces it) or error.
   MismatchPolicy cache_mismatch = MismatchPolicy::recompile;
+
+  /// Use the cache directory even when it is group- or world-writable or
+  /// owned by another user (not root). Off by default: an artifact holds a
+  /// program this process will execute, and such a directory lets another
+  /// user plant one; kiln then compiles in memory and a note says why.
+  bool trust_cache_dir = false;
+
+  /// Size cap of the cache directory in bytes, applied after each publish:
+  /// least recently used entries are evicted first (never the one just
+  /// written). 0 = no cap.
+  uint64_t cache_max_bytes = uint64_t{2} << 30;
+
+  /// Longest wait, in seconds, for another process compiling the same key
+  /// (cache lock). After it this process compiles too (the result is the same
+  /// program; the later publish replaces the earlier one whole).
+  double cache_lock_timeout_s = 600;
+
+  /// Called with each note (the text also added to SessionStats::notes) as
+  /// soon as it is made, from the constructing thread: e.g. "waiting for
+  /// another process compiling this model". May be empty.
+  std::function<void(const std::string&)> on_note;
 
   /// Threads used by one Session::run (0: all cores available). Not part of
   /// the cache key: results do not depend on it beyond float rounding.

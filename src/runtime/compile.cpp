@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cache/cache.h"
+#include "cache/model_digest.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "support/hash.h"
@@ -20,24 +21,41 @@ std::string options_text(const SessionOptions& opt) {
   return s;
 }
 
-std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt) {
-  auto host = targets::host_facts(opt.target);
+artifact::CompatInfo build_facts(const Target& target) {
+  artifact::CompatInfo host = targets::host_facts(target);
+  artifact::CompatInfo f;
+  f.kiln_version = KILN_VERSION_STRING;
+  f.format_version = artifact::kFormatVersion;
+  f.target = target.name();
+  f.device_arch = host.device_arch;
+  f.device_name = host.device_name;
+  f.cpu_isa = targets::required_isa(target);
+  f.library_versions = host.library_versions;
+  return f;
+}
+
+artifact::CompatInfo request_compat(const std::string& model_digest, const SessionOptions& opt,
+                                    const artifact::CompatInfo& facts) {
+  artifact::CompatInfo c = facts;
+  c.target = opt.target.name();
+  c.precision = precision_name(opt.precision);
+  c.tuning = "none";
   Hasher128 h;
   h.field(options_text(opt));
-  std::string libs;
-  for (auto& [k, v] : host.library_versions) libs += k + "=" + v + ";";
-  return {
-      {"model_digest", model_digest},
-      {"target", opt.target.name()},
-      {"device_arch", host.device_arch},
-      {"cpu_isa", fmt::format("{}", fmt::join(targets::required_isa(opt.target), ","))},
-      {"library_versions", libs},
-      {"precision", precision_name(opt.precision)},
-      {"tuning", "none"},
-      {"options_digest", h.hex_digest()},
-      {"kiln_version", KILN_VERSION_STRING},
-      {"format_version", std::to_string(artifact::kFormatVersion)},
-  };
+  c.options_digest = h.hex_digest();
+  c.model_digest = model_digest;
+  c.input_signature.clear();
+  c.cache_key.clear();
+  return c;
+}
+
+std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt,
+                                                            const artifact::CompatInfo& facts) {
+  return cache::key_fields(request_compat(model_digest, opt, facts));
+}
+
+std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt) {
+  return key_fields(model_digest, opt, build_facts(opt.target));
 }
 
 namespace {
@@ -52,7 +70,7 @@ std::string signature(const ir::Model& m) {
 }  // namespace
 
 artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
-                                          const std::string& model_digest, const std::string& cache_key,
+                                          const artifact::CompatInfo& request, const std::string& cache_key,
                                           CompileResult* report) {
   Stopwatch sw;
   artifact::CompiledProgram cp;
@@ -61,19 +79,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   passes::bind_input_shapes(cp.model, opt.input_shapes);
   auto stats = targets::run_pipeline(cp, opt.target);
 
-  auto fields = key_fields(model_digest, opt);
-  auto host = targets::host_facts(opt.target);
-  cp.compat.kiln_version = KILN_VERSION_STRING;
-  cp.compat.target = opt.target.name();
-  cp.compat.device_arch = host.device_arch;
-  cp.compat.device_name = host.device_name;
-  cp.compat.cpu_isa = targets::required_isa(opt.target);
-  cp.compat.library_versions = host.library_versions;
-  cp.compat.precision = precision_name(opt.precision);
-  cp.compat.tuning = "none";
-  for (auto& [k, v] : fields)
-    if (k == "options_digest") cp.compat.options_digest = v;
-  cp.compat.model_digest = model_digest;
+  cp.compat = request;
   cp.compat.input_signature = signature(cp.model);
   cp.compat.cache_key = cache_key;
 
@@ -97,7 +103,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
     report->nodes_folded = stats.folded;
     report->arena_bytes = cp.plan.arena_bytes;
     report->naive_bytes = cp.plan.naive_bytes;
-    report->model_digest = model_digest;
+    report->model_digest = request.model_digest;
     report->cache_key = cache_key;
   }
   log().info("compiled '{}' for {} in {:.1f} ms ({} nodes -> {})", onnx_path.string(), opt.target.name(), sw.ms(),
@@ -108,9 +114,9 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
 CompileResult compile(const std::filesystem::path& onnx_path, const std::filesystem::path& out, const SessionOptions& opt) {
   opt.validate();
   CompileResult r;
-  std::string digest = onnx_import::model_digest(onnx_path);
-  std::string key = cache::derive_key(key_fields(digest, opt));
-  auto cp = compile_program(onnx_path, opt, digest, key, &r);
+  auto request = request_compat(cache::digest_model(onnx_path).digest, opt, build_facts(opt.target));
+  std::string key = cache::derive_key(cache::key_fields(request));
+  auto cp = compile_program(onnx_path, opt, request, key, &r);
   Stopwatch sw;
   artifact::write_file(out, cp);
   r.write_ms = sw.ms();

@@ -1,6 +1,8 @@
-// Compile side of the runtime: ONNX file -> CompiledProgram (internal).
+// Compile side of the runtime: ONNX file -> CompiledProgram, and the cache
+// lookup around it (internal).
 #pragma once
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -8,22 +10,47 @@
 #include "artifact/artifact.h"
 #include "kiln/compile.h"
 #include "kiln/options.h"
+#include "kiln/session.h"
 
 namespace kiln {
+
+class Program;
 
 /// Canonical text of every option that changes the compiled program
 /// (target, precision, tuning, input shapes); digested into the key.
 std::string options_text(const SessionOptions& opt);
 
-/// The cache-key fields for a model digest and options: model digest, target,
-/// device arch, required ISA, library versions, precision, tuning, options
-/// digest, kiln version, artifact format version.
-std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt);
+/// The facts of this machine and this kiln build that enter the key and the
+/// compatibility block: target, device_arch, device_name, cpu_isa (the ISA
+/// features the target's code needs), library_versions, kiln_version,
+/// format_version. Everything below takes them as a parameter, so tests can
+/// change each one alone (library versions and ISA cannot vary on one machine).
+artifact::CompatInfo build_facts(const Target& target);
 
-/// Imports, runs the passes for opt.target and builds the program with its
-/// compatibility block (cache_key recorded). Fills `report` (may be null).
+/// The compatibility block a compile of the model with `model_digest` and
+/// `opt` would write on a machine with `facts` (input_signature and
+/// cache_key left empty): every key field is set.
+artifact::CompatInfo request_compat(const std::string& model_digest, const SessionOptions& opt,
+                                    const artifact::CompatInfo& facts);
+
+/// The cache-key fields (cache::key_field_names order) for a model digest and
+/// options on this machine, or with the given facts.
+std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt);
+std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt,
+                                                            const artifact::CompatInfo& facts);
+
+/// Imports, runs the passes for opt.target and builds the program with the
+/// compatibility block `request` (from request_compat) completed with the
+/// input signature and `cache_key`. Fills `report` (may be null).
 artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
-                                          const std::string& model_digest, const std::string& cache_key,
+                                          const artifact::CompatInfo& request, const std::string& cache_key,
                                           CompileResult* report);
+
+/// What Session(onnx_path, opt) does: cache lookup (opt.cache_dir), compile
+/// on a miss, publish, eviction; notes and timings go to `stats`. `facts`
+/// replaces build_facts(opt.target) (a seam for tests). opt must be valid.
+/// Throws what Session's constructor documents.
+std::shared_ptr<const Program> obtain_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
+                                              const artifact::CompatInfo& facts, SessionStats& stats);
 
 }  // namespace kiln

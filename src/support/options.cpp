@@ -55,6 +55,8 @@ void SessionOptions::validate() const {
   if (cache_dir && cache_dir->empty())
     fail(ErrorCode::invalid_option, "cache_dir: the cache directory path is empty (leave it unset for the default {})",
          default_cache_dir().string());
+  if (!(cache_lock_timeout_s >= 0))
+    fail(ErrorCode::invalid_option, "cache_lock_timeout_s: must be >= 0 seconds, got {}", cache_lock_timeout_s);
   if (threads < 0) fail(ErrorCode::invalid_option, "threads: must be >= 0 (0 = all cores), got {}", threads);
   for (auto& [name, dims] : input_shapes) {
     if (name.empty()) fail(ErrorCode::invalid_option, "input_shapes: an input name is empty");

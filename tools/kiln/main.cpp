@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   cli::add_run(app, common);
   cli::add_inspect(app, common);
   cli::add_check(app, common);
+  cli::add_cache(app, common);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
