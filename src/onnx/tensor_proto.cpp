@@ -62,6 +62,40 @@ void copy_field(const google::protobuf::RepeatedField<Src>& f, Tensor& t, const 
     }
   }
 }
+
+/// ONNX packs 4-bit integers two per byte, element 2k in the low nibble of
+/// byte k (onnx.proto, "INT4"/"UINT4"); kiln stores them one per byte, i4
+/// sign-extended (see kiln/dtype.h). `packed` holds ceil(numel/2) bytes.
+void unpack_4bit(const uint8_t* packed, Tensor& t) {
+  const bool is_signed = t.dtype() == DType::i4;
+  uint8_t* d = t.data<uint8_t>();
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    uint8_t v = static_cast<uint8_t>((packed[i / 2] >> (4 * (i % 2))) & 0x0Fu);
+    if (is_signed && (v & 0x08u)) v = static_cast<uint8_t>(v | 0xF0u);
+    d[i] = v;
+  }
+}
+
+/// Reads a 4-bit tensor from raw_data, int32_data (one packed byte per
+/// entry) or external data.
+void read_4bit(const onnx::TensorProto& tp, const fs::path& base_dir, const std::string& where, Tensor& t) {
+  const size_t packed_bytes = static_cast<size_t>((t.numel() + 1) / 2);
+  std::vector<uint8_t> packed(packed_bytes);
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    read_external(tp, base_dir, where, packed.data(), packed_bytes);
+  } else if (tp.has_raw_data()) {
+    if (tp.raw_data().size() != packed_bytes)
+      bad(where, fmt::format("raw_data has {} bytes, {} packed 4-bit elements need {}", tp.raw_data().size(),
+                             t.numel(), packed_bytes));
+    if (packed_bytes) std::memcpy(packed.data(), tp.raw_data().data(), packed_bytes);
+  } else {
+    if (static_cast<size_t>(tp.int32_data_size()) != packed_bytes)
+      bad(where, fmt::format("has {} int32_data entries, {} packed 4-bit elements need {}", tp.int32_data_size(),
+                             t.numel(), packed_bytes));
+    for (size_t i = 0; i < packed_bytes; ++i) packed[i] = static_cast<uint8_t>(tp.int32_data(static_cast<int>(i)));
+  }
+  unpack_4bit(packed.data(), t);
+}
 }  // namespace
 
 DType dtype_from_onnx(int elem_type, const std::string& where) {
@@ -81,9 +115,13 @@ DType dtype_from_onnx(int elem_type, const std::string& where) {
     case 16: return DType::bf16;
     case 8: fail(ErrorCode::unsupported, "{}: string tensors are not supported", where);
     case 14: case 15: fail(ErrorCode::unsupported, "{}: complex tensors are not supported", where);
-    case 17: case 18: case 19: case 20:
-      fail(ErrorCode::unsupported, "{}: float8 tensors are not supported", where);
-    case 21: case 22: fail(ErrorCode::unsupported, "{}: 4-bit integer tensors are not supported", where);
+    case 17: return DType::f8e4m3fn;
+    case 18: return DType::f8e4m3fnuz;
+    case 19: return DType::f8e5m2;
+    case 20: return DType::f8e5m2fnuz;
+    case 21: return DType::u4;
+    case 22: return DType::i4;
+    case 23: fail(ErrorCode::unsupported, "{}: float4 (FLOAT4E2M1) tensors are not supported", where);
     default: fail(ErrorCode::invalid_model, "{}: unknown element type {}", where, elem_type);
   }
 }
@@ -95,6 +133,10 @@ Tensor tensor_from_proto(const onnx::TensorProto& tp, const fs::path& base_dir, 
     if (d < 0) bad(where, fmt::format("negative dimension {}", d));
   if (tp.has_segment()) fail(ErrorCode::unsupported, "{}: segmented tensors are not supported", where);
   Tensor t(dt, shape);
+  if (dt == DType::u4 || dt == DType::i4) {
+    read_4bit(tp, base_dir, where, t);
+    return t;
+  }
   size_t nbytes = t.nbytes();
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
     read_external(tp, base_dir, where, t.raw(), nbytes);
@@ -118,7 +160,8 @@ Tensor tensor_from_proto(const onnx::TensorProto& tp, const fs::path& base_dir, 
     case DType::i8: copy_field<int32_t, int8_t>(tp.int32_data(), t, where); break;
     case DType::u16: case DType::f16: case DType::bf16:
       copy_field<int32_t, uint16_t>(tp.int32_data(), t, where); break;
-    case DType::u8: copy_field<int32_t, uint8_t>(tp.int32_data(), t, where); break;
+    case DType::u8: case DType::f8e4m3fn: case DType::f8e4m3fnuz: case DType::f8e5m2: case DType::f8e5m2fnuz:
+      copy_field<int32_t, uint8_t>(tp.int32_data(), t, where); break;  // float8: one bit pattern per entry
     case DType::boolean: {
       if (static_cast<int64_t>(tp.int32_data_size()) != t.numel())
         bad(where, fmt::format("has {} values for {} elements", tp.int32_data_size(), t.numel()));

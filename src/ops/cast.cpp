@@ -1,18 +1,26 @@
-// Cast and CastLike (https://onnx.ai/onnx/operators/onnx__Cast.html, opset 21
-// minus the 8-bit float and 4-bit types, which are unsupported).
+// Cast and CastLike (https://onnx.ai/onnx/operators/onnx__Cast.html, opset 21).
 //
-// Supported both ways between: float32, float64, float16, bfloat16, int8/16/
-// 32/64, uint8/16/32/64 and bool. Conversion rules:
-// - to float16 / bfloat16: round to nearest even, overflow to infinity, NaN
-//   kept. Sources wider than float32 are first narrowed to float32 with
-//   round-to-odd, so that the value is rounded only once (no double rounding).
-// - float -> integer: truncation toward zero. ONNX leaves out-of-range values
-//   undefined; kiln converts to int64 (saturating at its range, NaN -> 0) and
-//   then wraps modulo 2^bits, which matches numpy's astype (and ONNX Runtime on
-//   x86) for values inside the int32 range, e.g. -1.0 -> uint8 255.
+// Supported both ways between: float32, float64, float16, bfloat16, the four
+// 8-bit floats, int4/uint4, int8/16/32/64, uint8/16/32/64 and bool.
+// Conversion rules:
+// - to float16 / bfloat16 / 8-bit floats: round to nearest even. Sources wider
+//   than float32 are first narrowed to float32 with round-to-odd, so that the
+//   value is rounded only once (no double rounding). float16/bfloat16 overflow
+//   to infinity; the 8-bit floats follow `saturate` (Cast-19+, default 1):
+//   out-of-range values and infinities become +-max, or with saturate=0 NaN
+//   (inf for float8e5m2), see src/support/float8.h.
+// - 8-bit floats and 4-bit integers as a source: their exact value (float or
+//   small integer), then the rules for that value.
+// - to int4 / uint4: clamp to [-8, 7] / [0, 15], floats rounded half to even
+//   (NaN -> 0), as ONNX's reference implementation (it converts to float32,
+//   clips and rounds). Integer sources are clamped too, not wrapped.
+// - float -> other integers: truncation toward zero. ONNX leaves out-of-range
+//   values undefined; kiln converts to int64 (saturating at its range, NaN -> 0)
+//   and then wraps modulo 2^bits, which matches numpy's astype (and ONNX
+//   Runtime on x86) for values inside the int32 range, e.g. -1.0 -> uint8 255.
 // - integer -> narrower integer: wraps modulo 2^bits (two's complement).
 // - anything -> bool: x != 0 (NaN -> true); bool -> anything: 0 or 1.
-// `saturate` only concerns the 8-bit float types and is ignored.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,6 +28,7 @@
 
 #include "ops/registry.h"
 #include "ops/util.h"
+#include "support/float8.h"
 #include "support/half.h"
 
 namespace kiln::ops {
@@ -32,6 +41,27 @@ struct Half {
 struct BF16 {
   uint16_t bits;
 };
+/// Storage tag for an 8-bit float type: its bit pattern.
+template <DType T>
+struct F8 {
+  uint8_t bits;
+};
+/// Storage tags for the 4-bit integers (unpacked, one per byte; see kiln/dtype.h).
+struct I4 {
+  int8_t v;
+};
+struct U4 {
+  uint8_t v;
+};
+
+template <class T>
+constexpr bool is_f8 = false;
+template <DType T>
+constexpr bool is_f8<F8<T>> = true;
+template <DType T>
+constexpr DType f8_dtype(F8<T>) {
+  return T;
+}
 
 template <class T>
 constexpr DType dtype_of() {
@@ -39,6 +69,9 @@ constexpr DType dtype_of() {
   else if constexpr (std::is_same_v<T, double>) return DType::f64;
   else if constexpr (std::is_same_v<T, Half>) return DType::f16;
   else if constexpr (std::is_same_v<T, BF16>) return DType::bf16;
+  else if constexpr (is_f8<T>) return f8_dtype(T{});
+  else if constexpr (std::is_same_v<T, I4>) return DType::i4;
+  else if constexpr (std::is_same_v<T, U4>) return DType::u4;
   else if constexpr (std::is_same_v<T, int8_t>) return DType::i8;
   else if constexpr (std::is_same_v<T, int16_t>) return DType::i16;
   else if constexpr (std::is_same_v<T, int32_t>) return DType::i32;
@@ -51,8 +84,9 @@ constexpr DType dtype_of() {
   else static_assert(sizeof(T) == 0, "no DType for this type");
 }
 
-#define KILN_CAST_TYPES \
-  float, double, Half, BF16, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, bool
+#define KILN_CAST_TYPES                                                                                          \
+  float, double, Half, BF16, F8<DType::f8e4m3fn>, F8<DType::f8e4m3fnuz>, F8<DType::f8e5m2>, F8<DType::f8e5m2fnuz>, \
+      I4, U4, int8_t, int16_t, int32_t, int64_t, uint8_t, uint16_t, uint32_t, uint64_t, bool
 
 /// Calls f(T{}) for the T among Ts whose DType is t; unsupported_dtype otherwise.
 template <class... Ts, class F>
@@ -114,14 +148,40 @@ inline D float_to_int(S x) {
   return static_cast<D>(static_cast<int64_t>(t));
 }
 
+/// Arithmetic value (float, double, integer or bool) -> int4/uint4 value:
+/// clamp, floats rounded half to even, NaN -> 0.
+template <class S>
+inline int8_t to_int4(S x, bool is_signed) {
+  const int64_t lo = is_signed ? -8 : 0, hi = is_signed ? 7 : 15;
+  if constexpr (std::is_floating_point_v<S>) {
+    if (std::isnan(x)) return 0;
+    x = std::clamp(x, static_cast<S>(lo), static_cast<S>(hi));
+    return static_cast<int8_t>(std::nearbyint(x));  // default rounding mode: half to even
+  } else if constexpr (std::is_same_v<S, bool>) {
+    return x ? 1 : 0;
+  } else if constexpr (std::is_unsigned_v<S>) {
+    return static_cast<int8_t>(x > static_cast<uint64_t>(hi) ? hi : static_cast<int64_t>(x));
+  } else {
+    return static_cast<int8_t>(std::clamp(static_cast<int64_t>(x), lo, hi));
+  }
+}
+
+/// Converts one element from S to D (both arithmetic types or storage tags).
+/// `saturate` only matters when D is an 8-bit float.
 template <class D, class S>
-inline D convert(S x) {
-  if constexpr (std::is_same_v<S, Half>) {
-    return convert<D>(half_to_float(x.bits));
-  } else if constexpr (std::is_same_v<S, BF16>) {
-    return convert<D>(bf16_to_float(x.bits));
-  } else if constexpr (std::is_same_v<D, S>) {
+inline D convert(S x, bool saturate) {
+  if constexpr (std::is_same_v<D, S>) {
     return x;
+  } else if constexpr (std::is_same_v<S, Half>) {
+    return convert<D>(half_to_float(x.bits), saturate);
+  } else if constexpr (std::is_same_v<S, BF16>) {
+    return convert<D>(bf16_to_float(x.bits), saturate);
+  } else if constexpr (is_f8<S>) {
+    return convert<D>(float8_to_float(x.bits, float8_format(dtype_of<S>())), saturate);
+  } else if constexpr (std::is_same_v<S, I4>) {
+    return convert<D>(x.v, saturate);
+  } else if constexpr (std::is_same_v<S, U4>) {
+    return convert<D>(x.v, saturate);
   } else if constexpr (std::is_same_v<D, bool>) {
     return x != S(0);
   } else if constexpr (std::is_same_v<D, Half>) {
@@ -130,6 +190,14 @@ inline D convert(S x) {
   } else if constexpr (std::is_same_v<D, BF16>) {
     if constexpr (std::is_same_v<S, float>) return BF16{float_to_bf16(x)};
     else return BF16{float_to_bf16(to_float_round_odd(static_cast<double>(x)))};
+  } else if constexpr (is_f8<D>) {
+    const Float8Format& f = float8_format(dtype_of<D>());
+    if constexpr (std::is_same_v<S, float>) return D{float_to_float8(x, f, saturate)};
+    else return D{float_to_float8(to_float_round_odd(static_cast<double>(x)), f, saturate)};
+  } else if constexpr (std::is_same_v<D, I4>) {
+    return I4{to_int4(x, true)};
+  } else if constexpr (std::is_same_v<D, U4>) {
+    return U4{static_cast<uint8_t>(to_int4(x, false))};
   } else if constexpr (std::is_integral_v<D> && std::is_floating_point_v<S>) {
     return float_to_int<D>(x);
   } else {
@@ -138,14 +206,14 @@ inline D convert(S x) {
 }
 
 template <class S, class D>
-void cast_typed(const Tensor& in, Tensor& out) {
+void cast_typed(const Tensor& in, Tensor& out, bool saturate) {
   const S* src = in.data<S>();
   D* dst = out.data<D>();
   if constexpr (std::is_same_v<S, D>) {
     if (in.nbytes()) std::memcpy(dst, src, in.nbytes());
   } else {
     parallel_tiles(in.numel(), [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) dst[i] = convert<D>(src[i]);
+      for (int64_t i = b; i < e; ++i) dst[i] = convert<D>(src[i], saturate);
     });
   }
 }
@@ -158,12 +226,6 @@ const char* onnx_type_name(int64_t v) {
     case 8: return "STRING";
     case 14: return "COMPLEX64";
     case 15: return "COMPLEX128";
-    case 17: return "FLOAT8E4M3FN";
-    case 18: return "FLOAT8E4M3FNUZ";
-    case 19: return "FLOAT8E5M2";
-    case 20: return "FLOAT8E5M2FNUZ";
-    case 21: return "UINT4";
-    case 22: return "INT4";
     case 23: return "FLOAT4E2M1";
     default: return "unknown";
   }
@@ -197,10 +259,11 @@ std::vector<OutType> infer_cast(const InferContext& ctx) {
 void cast_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   const DType to = target_of(ctx.node, ctx.node.op_type == "CastLike" ? ctx.in(1).dtype() : DType::undefined);
+  const bool saturate = ctx.node.i("saturate", 1) != 0;
   Tensor& out = ctx.output(0, to, x.shape());
   visit<KILN_CAST_TYPES>(x.dtype(), ctx.node, "input 0", [&](auto stag) {
     visit<KILN_CAST_TYPES>(to, ctx.node, "target type", [&](auto dtag) {
-      cast_typed<decltype(stag), decltype(dtag)>(x, out);
+      cast_typed<decltype(stag), decltype(dtag)>(x, out, saturate);
     });
   });
 }

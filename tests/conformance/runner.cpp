@@ -5,7 +5,7 @@
 // runs every data set and compares each output with the stored one the way
 // ONNX's own backend runner does (numpy.testing.assert_allclose: |got - want|
 // <= atol + rtol * |want|, rtol 1e-3 and atol 1e-7 unless tolerances.txt says
-// otherwise; NaN matches NaN; integers and bools exactly).
+// otherwise; NaN matches NaN; integers, bools and 8-bit floats exactly).
 //
 // Each test runs in a forked child so a crash is reported as "crash" and the
 // run goes on. Results: pass / fail (largest error and where) / unsupported
@@ -32,6 +32,7 @@
 #include "onnx/onnx_pb.h"
 #include "onnx/tensor_proto.h"
 #include "support/file.h"
+#include "support/float8.h"
 #include "support/half.h"
 
 namespace fs = std::filesystem;
@@ -78,6 +79,13 @@ double as_double(const Tensor& t, int64_t i) {
     case DType::u32: return t.data<uint32_t>()[i];
     case DType::u64: return static_cast<double>(t.data<uint64_t>()[i]);
     case DType::boolean: return t.data<bool>()[i];
+    // The test data's float8 outputs are bit patterns (int32_data / raw_data)
+    // and its 4-bit outputs are packed; tensor_from_proto turns them into
+    // kiln's float8 bytes and unpacked 4-bit values, so compare their values.
+    case DType::f8e4m3fn: case DType::f8e4m3fnuz: case DType::f8e5m2: case DType::f8e5m2fnuz:
+      return float8_to_float(t.data<uint8_t>()[i], float8_format(t.dtype()));
+    case DType::i4: return t.data<int8_t>()[i];
+    case DType::u4: return t.data<uint8_t>()[i];
     default: return NAN;
   }
 }

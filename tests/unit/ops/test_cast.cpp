@@ -1,7 +1,11 @@
 // Tests for src/ops/cast.cpp and its parser. float16 bit patterns and the
 // float -> integer results were produced with numpy 1.24 (astype(np.float16)
 // .view(np.uint16), astype(np.uint8), ...); bfloat16 bit patterns with torch
-// 1.13 (.to(torch.bfloat16).view(torch.int16)).
+// 1.13 (.to(torch.bfloat16).view(torch.int16)); float8 bit patterns by hand
+// from the formats (ONNX docs/Float8.md) and checked against onnx 1.17's
+// onnx.helper.float32_to_float8e4m3 / float32_to_float8e5m2, except the
+// saturate=0 overflow of a value that rounds past the maximum, where kiln
+// follows the Cast spec table (see src/support/float8.h).
 #include <cmath>
 #include <limits>
 
@@ -119,6 +123,76 @@ TEST(CastLike, TakesTheDtypeOfInputOne) {
   EXPECT_EQ(bits16(out[0]), (std::vector<uint16_t>{0x3c00}));
 }
 
+/// A tensor of an 8-bit-storage dtype (float8, int4, uint4) from raw bytes.
+Tensor bytes8(DType dt, std::vector<uint8_t> v) {
+  Tensor t(dt, {static_cast<int64_t>(v.size())});
+  for (size_t i = 0; i < v.size(); ++i) t.data<uint8_t>()[i] = v[i];
+  return t;
+}
+
+std::vector<uint8_t> bits8(const Tensor& t) { return std::vector<uint8_t>(t.data<uint8_t>(), t.data<uint8_t>() + t.numel()); }
+
+TEST(Cast, FloatToFloat8E4M3FN) {
+  // 448 is the max (0x7E); 464 ties between 448 (even mantissa) and 480 -> 448;
+  // 470 rounds past the max -> 448 saturated, NaN (0x7F) without saturation;
+  // 2^-9 is the smallest subnormal (0x01); 2^-10 ties to 0; 3*2^-11 -> 0x01; -0 keeps its sign.
+  Tensor x = make<float>({8}, {448, 464, 470, 0x1p-9f, 0x1p-10f, 3 * 0x1p-11f, -0.0f, 1e-3f});
+  auto out = cast(x, DType::f8e4m3fn);
+  EXPECT_EQ(out[0].dtype(), DType::f8e4m3fn);
+  EXPECT_EQ(bits8(out[0]), (std::vector<uint8_t>{0x7E, 0x7E, 0x7E, 0x01, 0x00, 0x01, 0x80, 0x01}));
+  out = run_op("Cast", {{"to", int64_t{17}}, {"saturate", int64_t{0}}}, {make<float>({3}, {470, -INFINITY, NAN})});
+  EXPECT_EQ(bits8(out[0]), (std::vector<uint8_t>{0x7F, 0xFF, 0x7F}));
+}
+
+TEST(Cast, FloatToOtherFloat8Formats) {
+  // e4m3fnuz: no negative zero, max 240, NaN 0x80.
+  auto out = cast(make<float>({4}, {-0.0f, -300, NAN, 1e-3f}), DType::f8e4m3fnuz);
+  EXPECT_EQ(bits8(out[0]), (std::vector<uint8_t>{0x00, 0xFF, 0x80, 0x01}));
+  // e5m2: max 57344 (0x7B); 61440 ties up past the max -> 57344 saturated, inf (0x7C) otherwise.
+  out = cast(make<float>({3}, {57344, 61440, -INFINITY}), DType::f8e5m2);
+  EXPECT_EQ(bits8(out[0]), (std::vector<uint8_t>{0x7B, 0x7B, 0xFB}));
+  out = run_op("Cast", {{"to", int64_t{19}}, {"saturate", int64_t{0}}}, {make<float>({2}, {61440, -INFINITY})});
+  EXPECT_EQ(bits8(out[0]), (std::vector<uint8_t>{0x7C, 0xFC}));
+  // e5m2fnuz: NaN -> 0x80, inf saturates to 0x7F.
+  out = cast(make<float>({2}, {NAN, INFINITY}), DType::f8e5m2fnuz);
+  EXPECT_EQ(bits8(out[0]), (std::vector<uint8_t>{0x80, 0x7F}));
+}
+
+TEST(Cast, Float8ToOtherTypes) {
+  // e4m3fn 0xD4 = -(1 + 4/8) * 2^3 = -12; e4m3fnuz 0x08 = 2^-7 and 0x80 = NaN;
+  // e5m2fnuz 0x04 = 2^-15; e5m2 0x7C = inf.
+  auto out = cast(bytes8(DType::f8e4m3fn, {0xD4}), DType::i32);
+  EXPECT_EQ(values<int32_t>(out[0]), (std::vector<int32_t>{-12}));
+  out = cast(bytes8(DType::f8e4m3fnuz, {0x08, 0x80}), DType::f32);
+  EXPECT_EQ(out[0].data<float>()[0], 0x1p-7f);
+  EXPECT_TRUE(std::isnan(out[0].data<float>()[1]));
+  out = cast(bytes8(DType::f8e5m2fnuz, {0x04}), DType::f64);
+  EXPECT_EQ(values<double>(out[0]), (std::vector<double>{0x1p-15}));
+  out = cast(bytes8(DType::f8e5m2, {0x7C}), DType::f16);
+  EXPECT_EQ(bits16(out[0]), (std::vector<uint16_t>{0x7c00}));
+  // float8 -> float8 goes through the exact value: e5m2 57344 saturates to e4m3fn 448.
+  out = cast(bytes8(DType::f8e5m2, {0x7B}), DType::f8e4m3fn);
+  EXPECT_EQ(bits8(out[0]), (std::vector<uint8_t>{0x7E}));
+}
+
+TEST(Cast, FourBitIntegers) {
+  // Clamp, then round half to even (NaN -> 0), as onnx.subbyte.float32_to_4bit_unpacked.
+  Tensor x = make<float>({9}, {-9.5f, -8.5f, -0.5f, 0.5f, 1.5f, 2.5f, 7.4f, 100, NAN});
+  auto out = cast(x, DType::i4);
+  EXPECT_EQ(out[0].dtype(), DType::i4);
+  EXPECT_EQ(values<int8_t>(out[0]), (std::vector<int8_t>{-8, -8, 0, 0, 2, 2, 7, 7, 0}));
+  out = cast(x, DType::u4);
+  EXPECT_EQ(values<uint8_t>(out[0]), (std::vector<uint8_t>{0, 0, 0, 0, 2, 2, 7, 15, 0}));
+  // Integers clamp too.
+  out = cast(make<int64_t>({3}, {-100, 5, 100}), DType::i4);
+  EXPECT_EQ(values<int8_t>(out[0]), (std::vector<int8_t>{-8, 5, 7}));
+  // 4-bit values widen exactly.
+  out = cast(bytes8(DType::i4, {0xF8, 0x07}), DType::f32);  // -8, 7 (sign-extended storage)
+  EXPECT_EQ(values<float>(out[0]), (std::vector<float>{-8, 7}));
+  out = cast(bytes8(DType::u4, {15, 0}), DType::i8);
+  EXPECT_EQ(values<int8_t>(out[0]), (std::vector<int8_t>{15, 0}));
+}
+
 TEST(Cast, UnsupportedTargetNamesNode) {
   try {
     cast(make<float>({1}, {1}), DType::string);
@@ -152,6 +226,15 @@ TEST(Cast, ParserChecksTo) {
   }
   n.attrs["to"] = int64_t{10};
   EXPECT_NO_THROW(p->parse(n, ctx));
+  n.attrs["to"] = int64_t{17};  // FLOAT8E4M3FN
+  EXPECT_NO_THROW(p->parse(n, ctx));
+  n.attrs["to"] = int64_t{22};  // INT4
+  EXPECT_NO_THROW(p->parse(n, ctx));
+  n.attrs["saturate"] = int64_t{2};
+  EXPECT_THROW(p->parse(n, ctx), Error);
+  n.attrs.erase("saturate");
+  n.attrs["to"] = int64_t{23};  // FLOAT4E2M1
+  EXPECT_THROW(p->parse(n, ctx), Error);
   EXPECT_NE(onnx_import::parsers().find("", "CastLike"), nullptr);
 }
 
