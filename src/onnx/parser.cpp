@@ -29,6 +29,9 @@ const ParserRegistry& parsers() {
     register_gather_parsers(reg);
     register_generator_parsers(reg);
     register_control_flow_parsers(reg);
+    register_recurrent_parsers(reg);
+    register_quantize_parsers(reg);
+    register_qlinear_parsers(reg);
     return reg;
   }();
   return r;

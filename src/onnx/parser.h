@@ -71,5 +71,8 @@ void register_shape_ops_parsers(ParserRegistry&);
 void register_gather_parsers(ParserRegistry&);
 void register_generator_parsers(ParserRegistry&);
 void register_control_flow_parsers(ParserRegistry&);
+void register_recurrent_parsers(ParserRegistry&);
+void register_quantize_parsers(ParserRegistry&);
+void register_qlinear_parsers(ParserRegistry&);
 
 }  // namespace kiln::onnx_import

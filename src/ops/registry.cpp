@@ -68,6 +68,9 @@ const Registry& registry() {
     register_gather(reg);
     register_generator(reg);
     register_control_flow(reg);
+    register_recurrent(reg);
+    register_quantize(reg);
+    register_qlinear(reg);
     return reg;
   }();
   return r;

@@ -125,5 +125,8 @@ void register_shape_ops(Registry&);
 void register_gather(Registry&);
 void register_generator(Registry&);
 void register_control_flow(Registry&);
+void register_recurrent(Registry&);
+void register_quantize(Registry&);
+void register_qlinear(Registry&);
 
 }  // namespace kiln::ops
