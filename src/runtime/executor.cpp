@@ -32,15 +32,8 @@ TensorInfo tensor_info(const ir::Value& v) {
 }
 
 Program::Program(artifact::CompiledProgram cp) : cp_(std::move(cp)) {
-  const auto& reg = ops::registry();
   for_each_graph(cp_.model.main, [&](ir::Graph& g) {
-    for (auto& n : g.nodes) {
-      const ops::OpInfo* op = reg.find(n.domain, n.op_type);
-      if (!op)
-        fail(ErrorCode::unsupported, "the artifact uses operator {} (domain '{}') at node '{}', which this build of kiln lacks",
-             n.op_type, n.domain, n.name);
-      kernels_[&n] = op->kernel;
-    }
+    for (auto& n : g.nodes) kernels_[&n] = targets::bind_kernel(cp_.compat.target, n, cp_.model);
   });
   base_env_.resize(cp_.model.values.size());
   for (size_t i = 0; i < cp_.model.values.size(); ++i)

@@ -10,6 +10,7 @@
 #include "artifact/artifact.h"
 #include "kiln/session.h"
 #include "ops/registry.h"
+#include "targets/kernels.h"
 
 namespace kiln {
 
@@ -19,8 +20,12 @@ namespace kiln {
 /// construction; run() is thread-safe (each call takes its own arena).
 class Program {
  public:
-  /// Resolves every node's kernel. Throws Error(unsupported) naming the node
-  /// when this build lacks an operator the artifact uses.
+  /// Resolves every node's kernel for the artifact's target
+  /// (targets::bind_kernel: the target's own kernels first, e.g. the cpu
+  /// target's oneDNN primitives, created here once; then the reference
+  /// kernels). Throws Error(unsupported) naming the node when this build lacks
+  /// an operator the artifact uses, or the error of a kernel that cannot be
+  /// built on this machine.
   explicit Program(artifact::CompiledProgram cp);
   ~Program();
 
@@ -39,7 +44,7 @@ class Program {
   void give_back(std::unique_ptr<Arena> a) const;
 
   artifact::CompiledProgram cp_;
-  std::unordered_map<const ir::Node*, ops::KernelFn> kernels_;
+  std::unordered_map<const ir::Node*, targets::BoundKernel> kernels_;
   std::vector<std::vector<ir::ValueId>> free_after_;  ///< per main node: heap values dead after it
   std::vector<Tensor> base_env_;                      ///< constants bound by value id
   mutable std::mutex pool_mu_;

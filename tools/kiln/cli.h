@@ -51,6 +51,8 @@ void add_inspect(CLI::App& app, Common& common);
 void add_check(CLI::App& app, Common& common);
 /// `kiln cache ls|verify|gc|clear|explain` (tools/kiln/cmd_cache.cpp, docs/cache.md).
 void add_cache(CLI::App& app, Common& common);
+/// `kiln perf MODEL.onnx` (tools/kiln/cmd_perf.cpp): compile/load/latency/memory measurements.
+void add_perf(CLI::App& app, Common& common);
 
 /// Prints a JSON object on stdout (one line).
 void print_json(const json& j);

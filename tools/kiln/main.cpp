@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   cli::add_inspect(app, common);
   cli::add_check(app, common);
   cli::add_cache(app, common);
+  cli::add_perf(app, common);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "support/version.h"
+#include "targets/cpu/run/dnnl_util.h"
 
 namespace kiln::targets {
 
@@ -47,6 +48,10 @@ artifact::CompatInfo host_facts(const Target& target) {
   c.device_arch = "x86-64";
   c.device_name = cpu_model_name();
   c.cpu_isa = host_isa();
+  // The cpu target's packed weights are laid out for this oneDNN and the ISA
+  // its kernels use here: an artifact is only valid where both are the same.
+  if (target.kind == Target::Kind::cpu)
+    c.library_versions = {{"onednn", cpu::onednn_version()}, {"onednn_isa", cpu::onednn_isa()}};
   return c;
 }
 

@@ -1,0 +1,208 @@
+// Layout assignment: convolutions produce channel-blocked activations
+// (nChw16c on AVX-512), the layout-agnostic kiln.cpu nodes that follow (pool,
+// eltwise, binary, concat) keep it, and kiln.cpu.Reorder nodes convert only
+// where a blocked value meets a node that needs the plain layout (any other
+// operator, a graph output, a subgraph).
+//
+// A value's original id always means its plain (row-major) contents; its
+// blocked twin is a new value of shape [bytes/4]. The plain version is made
+// by a reorder just before its first plain reader, the blocked one just
+// before its first blocked reader when the producer was plain.
+#include <unordered_map>
+#include <unordered_set>
+
+#include "support/error.h"
+#include "targets/cpu/compile/lower_ops.h"
+
+namespace kiln::targets::cpu {
+
+namespace {
+
+bool flexible(const ir::Node& n) {
+  return is_cpu(n, "Conv") || is_cpu(n, "Pool") || is_cpu(n, "Eltwise") || is_cpu(n, "Binary") || is_cpu(n, "Concat");
+}
+
+class Layouts {
+ public:
+  Layouts(ir::Model& m, ir::Graph& g) : m_(m), g_(g), block_(channel_block()) {}
+
+  int run() {
+    std::vector<ir::Node> nodes = std::move(g_.nodes);
+    g_.nodes.clear();
+    for (auto& n : nodes) {
+      if (flexible(n) && place_flexible(n)) continue;
+      place_plain(std::move(n));
+    }
+    for (auto id : g_.outputs) ensure_plain(id);
+    return reorders_;
+  }
+
+ private:
+  // ---- values ----
+  bool has_blocked(ir::ValueId v) const { return blk_.count(v) != 0; }
+  bool rank_ok(ir::ValueId v) const {
+    auto d = static_dims(m_, v);
+    return d && d->size() >= 3 && d->size() <= 5 && m_.value(v).dtype == DType::f32;
+  }
+  md_t blocked_of(ir::ValueId v) const {
+    auto d = *static_dims(m_, v);
+    return blocked_md(dims_t(d.begin(), d.end()), block_);
+  }
+
+  ir::Node reorder(const std::string& name, ir::ValueId from, const md_t& from_md, ir::ValueId to, const md_t& to_md) {
+    ir::Node r;
+    r.op_type = "Reorder";
+    r.domain = std::string(kCpuDomain);
+    r.name = name;
+    r.opset = m_.opset;
+    write_post_ops(r, {});
+    r.inputs = {from};
+    r.outputs = {to};
+    set_md_attr(r, "md.src", from_md);
+    set_md_attr(r, "md.dst", to_md);
+    ++reorders_;
+    return r;
+  }
+
+  ir::ValueId ensure_plain(ir::ValueId v) {
+    if (v == ir::kNoValue || !pending_plain_.count(v)) return v;
+    auto d = *static_dims(m_, v);
+    g_.nodes.push_back(reorder(m_.value(v).name + "/to_plain", blk_.at(v), blocked_of(v), v, plain_md(dims_t(d.begin(), d.end()))));
+    pending_plain_.erase(v);
+    return v;
+  }
+
+  ir::ValueId new_blocked_value(ir::ValueId v) {
+    md_t md = blocked_of(v);
+    ir::ValueId b = add_value(m_, m_.value(v).name + "/blocked", DType::f32, {static_cast<int64_t>(md_bytes(md) / 4)});
+    blk_[v] = b;
+    return b;
+  }
+
+  ir::ValueId ensure_blocked(ir::ValueId v) {
+    if (auto it = blk_.find(v); it != blk_.end()) return it->second;
+    auto d = *static_dims(m_, v);
+    ir::ValueId b = new_blocked_value(v);
+    g_.nodes.push_back(reorder(m_.value(v).name + "/to_blocked", v, plain_md(dims_t(d.begin(), d.end())), b, blocked_of(v)));
+    return b;
+  }
+
+  // ---- nodes ----
+  void place_plain(ir::Node n) {
+    for (auto& id : n.inputs) ensure_plain(id);
+    std::vector<ir::ValueId> inner;
+    for (auto& [k, a] : n.attrs)
+      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) {
+        for (auto& u : uses_in(**sg)) ensure_plain(u);
+        reorders_ += Layouts(m_, **sg).run();
+      }
+    g_.nodes.push_back(std::move(n));
+  }
+
+  /// Values of this graph read inside subgraph sg.
+  std::vector<ir::ValueId> uses_in(const ir::Graph& sg) {
+    ir::Graph wrapper;
+    ir::Node holder;
+    holder.attrs["g"] = std::make_shared<ir::Graph>(sg);
+    wrapper.nodes.push_back(std::move(holder));
+    std::vector<ir::ValueId> out;
+    auto u = uses_of(wrapper, m_.values.size());
+    for (size_t v = 0; v < u.size(); ++v)
+      if (!u[v].empty() && pending_plain_.count(static_cast<ir::ValueId>(v))) out.push_back(static_cast<ir::ValueId>(v));
+    return out;
+  }
+
+  /// The md attribute name of each activation input of a flexible node, and
+  /// whether the input must have the node's full output dims to be blocked.
+  std::vector<std::pair<size_t, std::string>> activation_inputs(const ir::Node& n) const {
+    std::vector<std::pair<size_t, std::string>> out;
+    if (is_cpu(n, "Conv") || is_cpu(n, "Pool") || is_cpu(n, "Eltwise")) out.push_back({0, "md.src"});
+    if (is_cpu(n, "Binary")) out = {{0, "md.src0"}, {1, "md.src1"}};
+    if (is_cpu(n, "Concat"))
+      for (size_t i = 0; i < n.inputs.size(); ++i) out.push_back({i, "md.src" + std::to_string(i)});
+    for (auto& p : read_post_ops(n))
+      if (p.kind == PostOp::binary) out.push_back({static_cast<size_t>(p.input), "md.post" + std::to_string(p.input)});
+    return out;
+  }
+
+  /// Tries the blocked layout for a flexible node; false leaves n untouched.
+  bool place_flexible(ir::Node& n) {
+    ir::ValueId y = n.outputs[0];
+    if (!rank_ok(y)) return false;
+    auto yd = *static_dims(m_, y);
+    auto ins = activation_inputs(n);
+    bool any_blocked = is_cpu(n, "Conv");
+    for (auto& [i, name] : ins)
+      if (has_blocked(n.inputs[i]) && *static_dims(m_, n.inputs[i]) == yd) any_blocked = true;
+    if (!any_blocked) return false;
+
+    ir::Node b = n;
+    std::vector<bool> want(ins.size()), full(ins.size());
+    for (size_t k = 0; k < ins.size(); ++k) {
+      auto [i, name] = ins[k];
+      ir::ValueId x = n.inputs[i];
+      auto xd = *static_dims(m_, x);
+      full[k] = xd == yd || (i == 0 && (is_cpu(n, "Conv") || is_cpu(n, "Pool"))) ||
+                (is_cpu(n, "Concat") && xd.size() == yd.size());
+      if (full[k]) {
+        want[k] = rank_ok(x);
+        // A first convolution reads its few plain input channels directly.
+        if (is_cpu(n, "Conv") && i == 0 && xd[1] <= 4 && !has_blocked(x)) want[k] = false;
+      } else {
+        // A broadcast operand already blocked stays so when oneDNN accepts it.
+        want[k] = has_blocked(x) && rank_ok(x) && xd.size() == yd.size();
+      }
+      md_t md = want[k] ? blocked_of(x) : full[k] ? plain_md(dims_t(xd.begin(), xd.end())) : md_attr(n, name);
+      set_md_attr(b, name, md);
+    }
+    if (is_cpu(n, "Eltwise") && !want[0]) return false;
+    set_md_attr(b, is_cpu(n, "Eltwise") ? "md.src" : "md.dst", blocked_md(dims_t(yd.begin(), yd.end()), block_));
+    if (!(is_cpu(n, "Concat") ? concat_ok(b) : primitive_ok(b))) {
+      // Retry with the broadcast operands plain.
+      bool changed = false;
+      for (size_t k = 0; k < ins.size(); ++k)
+        if (want[k] && !full[k]) {
+          want[k] = false;
+          set_md_attr(b, ins[k].second, md_attr(n, ins[k].second));
+          changed = true;
+        }
+      if (!changed || !primitive_ok(b)) return false;
+    }
+    std::vector<bool> choice_blocked = want;
+    for (size_t k = 0; k < ins.size(); ++k) {
+      size_t i = ins[k].first;
+      b.inputs[i] = choice_blocked[k] ? ensure_blocked(n.inputs[i]) : ensure_plain(n.inputs[i]);
+    }
+    b.outputs[0] = new_blocked_value(y);
+    pending_plain_.insert(y);
+    g_.nodes.push_back(std::move(b));
+    return true;
+  }
+
+  bool concat_ok(const ir::Node& n) const {
+    if (!is_cpu(n, "Concat")) return false;
+    try {
+      std::vector<md_t> srcs;
+      for (size_t i = 0; i < n.inputs.size(); ++i) srcs.push_back(md_attr(n, "md.src" + std::to_string(i)));
+      dnnl::concat::primitive_desc(md_attr(n, "md.dst"), static_cast<int>(n.i("axis")), srcs, engine());
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    } catch (const Error&) {
+      return false;
+    }
+  }
+
+  ir::Model& m_;
+  ir::Graph& g_;
+  int64_t block_;
+  int reorders_ = 0;
+  std::unordered_map<ir::ValueId, ir::ValueId> blk_;   ///< value -> its blocked twin
+  std::unordered_set<ir::ValueId> pending_plain_;      ///< values only available blocked so far
+};
+
+}  // namespace
+
+int assign_layouts(ir::Model& m) { return Layouts(m, m.main).run(); }
+
+}  // namespace kiln::targets::cpu

@@ -1,0 +1,82 @@
+// ONNX activations -> kiln.cpu.Eltwise (a second step, e.g. HardSigmoid's
+// clip, becomes an eltwise post-op).
+#include <cfloat>
+#include <cmath>
+
+#include "targets/cpu/compile/lower_ops.h"
+
+namespace kiln::targets::cpu {
+
+namespace {
+
+/// The f32 scalar constant of input i, `def` when absent, nullopt when not constant.
+std::optional<float> scalar_input(const ir::Model& m, const ir::Node& n, size_t i, float def) {
+  if (i >= n.inputs.size() || n.inputs[i] == ir::kNoValue) return def;
+  const Tensor* t = constant_of(m, n.inputs[i]);
+  if (!t || t->dtype() != DType::f32 || t->numel() != 1) return std::nullopt;
+  return t->data<float>()[0];
+}
+
+}  // namespace
+
+std::optional<std::vector<EltwiseStep>> eltwise_steps(const ir::Model& m, const ir::Node& n) {
+  using A = dnnl::algorithm;
+  if (!(n.domain.empty() || n.domain == "ai.onnx")) return std::nullopt;
+  const std::string& op = n.op_type;
+  auto one = [](A a, float alpha = 0, float beta = 0) { return std::vector<EltwiseStep>{{a, alpha, beta}}; };
+  if (op == "Relu") return one(A::eltwise_relu);
+  if (op == "LeakyRelu") return one(A::eltwise_relu, n.f("alpha", 0.01f));
+  if (op == "Sigmoid") return one(A::eltwise_logistic);
+  if (op == "Tanh") return one(A::eltwise_tanh);
+  if (op == "Exp") return one(A::eltwise_exp);
+  if (op == "Log") return one(A::eltwise_log);
+  if (op == "Sqrt") return one(A::eltwise_sqrt);
+  if (op == "Abs") return one(A::eltwise_abs);
+  if (op == "Neg") return one(A::eltwise_linear, -1.f, 0.f);
+  if (op == "Elu") return one(A::eltwise_elu, n.f("alpha", 1.f));
+  if (op == "HardSwish") return one(A::eltwise_hardswish);
+  if (op == "Softplus") return one(A::eltwise_soft_relu);
+  if (op == "Mish") return one(A::eltwise_mish);
+  if (op == "Round") return one(A::eltwise_round);
+  if (op == "HardSigmoid")
+    return std::vector<EltwiseStep>{{A::eltwise_linear, n.f("alpha", 0.2f), n.f("beta", 0.5f)},
+                                    {A::eltwise_clip, 0.f, 1.f}};
+  if (op == "Gelu") {
+    std::string approx = n.s("approximate", "none");
+    if (approx == "none") return one(A::eltwise_gelu_erf);
+    if (approx == "tanh") return one(A::eltwise_gelu_tanh);
+    return std::nullopt;
+  }
+  if (op == "Clip") {
+    auto lo = scalar_input(m, n, 1, -FLT_MAX), hi = scalar_input(m, n, 2, FLT_MAX);
+    if (!lo || !hi || std::isnan(*lo) || std::isnan(*hi)) return std::nullopt;
+    return one(A::eltwise_clip, *lo, *hi);
+  }
+  return std::nullopt;
+}
+
+std::optional<std::vector<ir::Node>> lower_eltwise(ir::Model& m, const ir::Node& n) {
+  if (n.inputs.empty() || n.outputs.size() != 1) return std::nullopt;
+  ir::ValueId x = n.inputs[0], y = n.outputs[0];
+  if (!is_static_f32(m, x) || !is_static_f32(m, y) || *static_dims(m, x) != *static_dims(m, y)) return std::nullopt;
+  if (constant_of(m, x)) return std::nullopt;
+  auto steps = eltwise_steps(m, n);
+  if (!steps) return std::nullopt;
+  auto xd = *static_dims(m, x);
+  if (xd.empty()) xd = {1};
+  ir::Node c = cpu_node(n, "Eltwise");
+  c.inputs = {x};
+  c.outputs = {y};
+  c.attrs["alg"] = static_cast<int64_t>((*steps)[0].alg);
+  c.attrs["alpha"] = (*steps)[0].alpha;
+  c.attrs["beta"] = (*steps)[0].beta;
+  std::vector<PostOp> post;
+  for (size_t i = 1; i < steps->size(); ++i)
+    post.push_back({PostOp::eltwise, static_cast<int64_t>((*steps)[i].alg), (*steps)[i].alpha, (*steps)[i].beta, 1.f, -1});
+  write_post_ops(c, post);
+  set_md_attr(c, "md.src", plain_md(xd));
+  if (!primitive_ok(c)) return std::nullopt;
+  return std::vector<ir::Node>{std::move(c)};
+}
+
+}  // namespace kiln::targets::cpu

@@ -1,0 +1,19 @@
+// The cpu lowering, in order (lowering.h).
+#include "passes/passes.h"
+#include "targets/cpu/compile/lowering.h"
+
+namespace kiln::targets::cpu {
+
+LowerStats lower_for_cpu(ir::Model& m) {
+  LowerStats st;
+  st.lowered = lower_ops(m);
+  st.fused = fuse_post_ops(m);
+  st.views_folded = fold_matmul_views(m);
+  st.reorders = assign_layouts(m);
+  st.packed = pack_weights(m);
+  passes::eliminate_dead_code(m);
+  ir::verify(m);
+  return st;
+}
+
+}  // namespace kiln::targets::cpu

@@ -1,0 +1,40 @@
+// Per-family lowering functions used by lower_ops (lower_ops.cpp). Each takes
+// an ONNX node and returns the kiln.cpu node(s) replacing it, or nullopt to
+// keep the node (unsupported dtype, dynamic shape, non-constant weight, or a
+// primitive oneDNN refuses).
+#pragma once
+#include <algorithm>
+#include <optional>
+#include <vector>
+
+#include "targets/cpu/compile/lowering.h"
+
+namespace kiln::targets::cpu {
+
+using LowerFn = std::optional<std::vector<ir::Node>> (*)(ir::Model& m, const ir::Node& n);
+
+std::optional<std::vector<ir::Node>> lower_conv(ir::Model& m, const ir::Node& n);
+/// MatMul and Gemm.
+std::optional<std::vector<ir::Node>> lower_matmul(ir::Model& m, const ir::Node& n);
+/// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
+std::optional<std::vector<ir::Node>> lower_pool(ir::Model& m, const ir::Node& n);
+/// Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Abs, Elu, LeakyRelu, HardSwish,
+/// HardSigmoid, Clip, Gelu, Softplus, Mish, Round.
+std::optional<std::vector<ir::Node>> lower_eltwise(ir::Model& m, const ir::Node& n);
+/// Add, Sub, Mul, Div, Max, Min (two inputs, one may broadcast).
+std::optional<std::vector<ir::Node>> lower_binary(ir::Model& m, const ir::Node& n);
+std::optional<std::vector<ir::Node>> lower_softmax(ir::Model& m, const ir::Node& n);
+std::optional<std::vector<ir::Node>> lower_layernorm(ir::Model& m, const ir::Node& n);
+/// Concat of f32 tensors of static shape.
+std::optional<std::vector<ir::Node>> lower_concat(ir::Model& m, const ir::Node& n);
+
+/// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation
+/// node (one or two eltwise steps, e.g. HardSigmoid = linear then clip), or
+/// nullopt when the node is not one oneDNN has.
+struct EltwiseStep {
+  dnnl::algorithm alg;
+  float alpha = 0, beta = 0;
+};
+std::optional<std::vector<EltwiseStep>> eltwise_steps(const ir::Model& m, const ir::Node& n);
+
+}  // namespace kiln::targets::cpu

@@ -1,0 +1,101 @@
+// The cpu target's lowering passes (compile side): ONNX nodes -> kiln.cpu
+// nodes (cpu_kernels.h documents their attributes), post-op fusion, layout
+// assignment, view folding into matmul strides, weight packing.
+//
+// Every pass keeps the model valid for the executor at each step: a node is
+// only rewritten when oneDNN accepts the resulting primitive on this machine
+// (checked by creating its primitive descriptor), otherwise the ONNX node
+// stays and runs on the reference kernel.
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "ir/graph.h"
+#include "targets/cpu/run/dnnl_util.h"
+#include "targets/kernels.h"
+
+namespace kiln::targets::cpu {
+
+/// What the cpu lowering did, for reports and tests.
+struct LowerStats {
+  int lowered = 0;        ///< ONNX nodes replaced by kiln.cpu nodes
+  int fused = 0;          ///< nodes absorbed as bias / post-ops / output scale
+  int reorders = 0;       ///< kiln.cpu.Reorder nodes inserted at layout boundaries
+  int packed = 0;         ///< weight constants packed into a oneDNN layout
+  int views_folded = 0;   ///< Transpose / Reshape nodes folded into matmul strides
+};
+
+/// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
+/// assign_layouts, pack_weights, then dead-code elimination. Shapes must be
+/// inferred (infer_and_fold) before.
+LowerStats lower_for_cpu(ir::Model& m);
+
+/// Replaces every supported ONNX node (f32, static shapes; constant weights
+/// for Conv) of every graph with its kiln.cpu node in plain layouts.
+int lower_ops(ir::Model& m);
+
+/// Absorbs into a kiln.cpu Conv / MatMul / Binary / Eltwise the single
+/// consumer chain that oneDNN can apply as bias, output scale or post-ops:
+/// Add of a per-channel constant (bias), element-wise activations (Relu,
+/// Sigmoid, SiLU x*Sigmoid(x), Gelu, HardSwish, HardSigmoid, Clip, Tanh...),
+/// scaling by a constant, and a residual / broadcast Add / Mul / Sub.
+int fuse_post_ops(ir::Model& m);
+
+/// Folds Transpose / Reshape nodes around a kiln.cpu.MatMul into the strides
+/// of its source, weights and destination descriptors.
+int fold_matmul_views(ir::Model& m);
+
+/// Chooses the channel-blocked layout for the spatial regions that contain a
+/// convolution and inserts kiln.cpu.Reorder nodes at their boundaries.
+/// Returns the number of reorders inserted.
+int assign_layouts(ir::Model& m);
+
+/// Reorders each constant weight of Conv / MatMul into the layout its
+/// primitive wants (chosen by oneDNN for the final source/destination
+/// layouts) and stores that as a new constant. Returns the number packed.
+int pack_weights(ir::Model& m);
+
+// ---- helpers shared by the passes (graph_util.cpp) ----
+
+/// One use of a value: node index in its graph and input index (-1: read
+/// inside one of the node's subgraphs).
+struct Use {
+  int node;
+  int input;
+};
+
+/// Uses of every value by the nodes of g (subgraph reads count as uses by
+/// the node that owns the subgraph).
+std::vector<std::vector<Use>> uses_of(const ir::Graph& g, size_t nvalues);
+/// Index of the node of g producing each value (-1: none in g).
+std::vector<int> producers_of(const ir::Graph& g, size_t nvalues);
+/// True when v is one of g's outputs.
+bool is_output(const ir::Graph& g, ir::ValueId v);
+
+/// The static dims of a value, or nullopt (unknown rank or a symbolic dim).
+std::optional<std::vector<int64_t>> static_dims(const ir::Model& m, ir::ValueId v);
+/// True for a value that is f32 with a static shape.
+bool is_static_f32(const ir::Model& m, ir::ValueId v);
+/// The constant data of v, or null.
+const Tensor* constant_of(const ir::Model& m, ir::ValueId v);
+/// Adds a value (name made unique by `suffix`) with a static shape.
+ir::ValueId add_value(ir::Model& m, const std::string& name, DType dt, const std::vector<int64_t>& shape);
+
+/// A kiln.cpu node named like `from` with op `op`.
+ir::Node cpu_node(const ir::Node& from, const std::string& op);
+/// True for a kiln.cpu node with op `op` (any op when empty).
+bool is_cpu(const ir::Node& n, const std::string& op = "");
+/// True for an ONNX (default domain) node with op `op`.
+bool is_onnx(const ir::Node& n, const std::string& op);
+
+/// Builds the primitive descriptor of a kiln.cpu node to check that this
+/// oneDNN accepts it; false (never throws) when it does not.
+bool primitive_ok(const ir::Node& n);
+
+/// The format-'any' descriptor of dims (weights whose layout oneDNN chooses).
+md_t any_md(const dims_t& dims);
+
+}  // namespace kiln::targets::cpu

@@ -1,0 +1,36 @@
+// kiln.cpu.Conv: oneDNN forward-inference convolution with post-ops.
+#include "support/error.h"
+#include "targets/cpu/run/cpu_kernels.h"
+
+namespace kiln::targets::cpu {
+
+dnnl::convolution_forward::primitive_desc conv_pd(const ir::Node& n) {
+  md_t src = md_attr(n, "md.src"), wei = md_attr(n, "md.wei"), dst = md_attr(n, "md.dst");
+  dims_t strides = n.ints("strides"), dilates = n.ints("dilates"), pb = n.ints("pads_begin"), pe = n.ints("pads_end");
+  size_t sp = static_cast<size_t>(src.data.ndims) - 2;
+  if (src.data.ndims < 3 || strides.size() != sp || dilates.size() != sp || pb.size() != sp || pe.size() != sp)
+    fail(ErrorCode::corrupt_artifact, "{}: strides/dilates/pads must have {} entries", n.label(), sp);
+  bool has_bias = n.has("md.bias");
+  md_t bias = has_bias ? md_attr(n, "md.bias") : md_t();
+  return guarded(n, "convolution", [&] {
+    using cf = dnnl::convolution_forward;
+    cf::desc d = has_bias ? cf::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
+                                     bias, dst, strides, dilates, pb, pe)
+                          : cf::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
+                                     dst, strides, dilates, pb, pe);
+    return cf::primitive_desc(d, make_attr(n), engine());
+  });
+}
+
+BoundKernel make_conv(const ir::Node& n, const ir::Model& m) {
+  auto pd = conv_pd(n);
+  expect_same_md(n, "weights", pd.weights_desc(), md_attr(n, "md.wei"));
+  expect_same_md(n, "source layout", pd.src_desc(), md_attr(n, "md.src"));
+  expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
+  std::vector<ArgBinding> ins{{0, DNNL_ARG_SRC, pd.src_desc()}, {1, DNNL_ARG_WEIGHTS, pd.weights_desc()}};
+  if (n.has("md.bias")) ins.push_back({2, DNNL_ARG_BIAS, pd.bias_desc()});
+  auto prim = guarded(n, "convolution primitive", [&] { return dnnl::convolution_forward(pd); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc());
+}
+
+}  // namespace kiln::targets::cpu

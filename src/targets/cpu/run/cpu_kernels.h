@@ -1,0 +1,84 @@
+// The cpu target's operators (domain "kiln.cpu"): their primitive
+// descriptors, built from a node's attributes, and their kernels.
+//
+// Every kiln.cpu node works on f32 tensors of static shape. Each memory
+// argument's layout is a oneDNN memory descriptor stored in an attribute
+// "md.<arg>" (dnnl_util.h): "md.src", "md.wei", "md.bias", "md.dst", and
+// "md.post<i>" for the second operand of a binary post-op read from node
+// input i. A channel-blocked activation (nChw16c, ...) is an IR value of
+// shape [bytes/4]: only kiln.cpu nodes read it, and kiln.cpu.Reorder nodes
+// convert it at the boundaries with other operators (the layout pass).
+//
+// The same builders run at compile time, where "md.wei" may be format 'any'
+// (the lowering then records the layout oneDNN picked and packs the weights
+// into it), and at load, where the stored layout must be the one the
+// primitive expects (else Error(incompatible_artifact) naming the node).
+#pragma once
+#include <string_view>
+
+#include "targets/cpu/run/dnnl_util.h"
+#include "targets/kernels.h"
+
+namespace kiln::targets::cpu {
+
+/// The factory of kiln.cpu operator `op_type`, or null.
+KernelFactory find_factory(std::string_view op_type);
+
+/// kiln.cpu.Conv: inputs (src, weights, [bias], post-op operands...);
+/// attributes md.src, md.wei, [md.bias], md.dst, strides, dilates (oneDNN's:
+/// ONNX dilation - 1), pads_begin, pads_end, post-ops.
+dnnl::convolution_forward::primitive_desc conv_pd(const ir::Node& n);
+
+/// kiln.cpu.MatMul: inputs (src, weights, [bias], post-op operands...);
+/// attributes md.src, md.wei, [md.bias], md.dst (any strides: transposes and
+/// reshapes are folded into them), post-ops.
+dnnl::matmul::primitive_desc matmul_pd(const ir::Node& n);
+
+/// kiln.cpu.Pool: input src; attributes alg (dnnl::algorithm), kernel,
+/// strides, dilates, pads_begin, pads_end, md.src, md.dst.
+dnnl::pooling_v2_forward::primitive_desc pool_pd(const ir::Node& n);
+
+/// kiln.cpu.Eltwise: inputs (src, post-op operands...); attributes alg,
+/// alpha, beta, md.src (dst has the same layout), post-ops.
+dnnl::eltwise_forward::primitive_desc eltwise_pd(const ir::Node& n);
+
+/// kiln.cpu.Binary: inputs (src0, src1, post-op operands...); attributes
+/// alg, md.src0, md.src1 (may broadcast), md.dst, post-ops.
+dnnl::binary::primitive_desc binary_pd(const ir::Node& n);
+
+/// kiln.cpu.Softmax: input src; attributes axis, md.src (dst the same).
+dnnl::softmax_forward::primitive_desc softmax_pd(const ir::Node& n);
+
+/// kiln.cpu.LayerNorm: inputs (src, scale, [shift]); attributes epsilon,
+/// md.src (normalised over its last dim; dst the same), md.scale.
+dnnl::layer_normalization_forward::primitive_desc layernorm_pd(const ir::Node& n);
+
+/// kiln.cpu.Reorder: input src; attributes md.src, md.dst (same dims).
+dnnl::reorder::primitive_desc reorder_pd(const ir::Node& n);
+
+BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
+BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);
+BoundKernel make_pool(const ir::Node& n, const ir::Model& m);
+BoundKernel make_eltwise(const ir::Node& n, const ir::Model& m);
+BoundKernel make_binary(const ir::Node& n, const ir::Model& m);
+BoundKernel make_softmax(const ir::Node& n, const ir::Model& m);
+BoundKernel make_layernorm(const ir::Node& n, const ir::Model& m);
+BoundKernel make_reorder(const ir::Node& n, const ir::Model& m);
+/// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst.
+BoundKernel make_concat(const ir::Node& n, const ir::Model& m);
+
+/// One memory argument of a primitive: node input `input` bound to oneDNN
+/// argument `arg` with layout `md`.
+struct ArgBinding {
+  size_t input;
+  int arg;
+  md_t md;
+};
+
+/// A kernel that runs one primitive: binds the listed inputs and the
+/// post-op operands of the node, allocates output 0 with the IR value's shape
+/// (checked to hold `dst`), and executes with the primitive's scratchpad.
+BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primitive prim, const md_t& scratch,
+                             std::vector<ArgBinding> ins, const md_t& dst);
+
+}  // namespace kiln::targets::cpu

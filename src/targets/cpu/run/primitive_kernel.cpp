@@ -1,0 +1,78 @@
+// The kernel shape every kiln.cpu operator shares: one oneDNN primitive
+// created at load, executed per run on this thread's stream and scratchpad.
+#include <memory>
+
+#include "support/error.h"
+#include "targets/cpu/run/cpu_kernels.h"
+
+namespace kiln::targets::cpu {
+
+namespace {
+
+struct PrimitiveState {
+  dnnl::primitive prim;
+  md_t scratch;
+  std::vector<ArgBinding> ins;
+  md_t dst;
+  std::vector<int64_t> out_shape;
+};
+
+std::vector<int64_t> static_out_shape(const ir::Node& n, const ir::Model& m) {
+  if (n.outputs.empty() || n.outputs[0] == ir::kNoValue)
+    fail(ErrorCode::corrupt_artifact, "{}: a kiln.cpu operator must have an output", n.label());
+  const ir::Value& v = m.value(n.outputs[0]);
+  if (!v.shape || !ir::is_static(*v.shape) || v.dtype != DType::f32)
+    fail(ErrorCode::corrupt_artifact, "{}: output '{}' must be a float32 tensor of static shape", n.label(), v.name);
+  return ir::to_sizes(*v.shape);
+}
+
+}  // namespace
+
+BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primitive prim, const md_t& scratch,
+                             std::vector<ArgBinding> ins, const md_t& dst) {
+  auto st = std::make_shared<PrimitiveState>();
+  st->prim = std::move(prim);
+  st->scratch = scratch;
+  st->ins = std::move(ins);
+  st->dst = dst;
+  st->out_shape = static_out_shape(n, m);
+  size_t out_bytes = sizeof(float);
+  for (auto d : st->out_shape) out_bytes *= static_cast<size_t>(d);
+  if (out_bytes < md_bytes(dst))
+    fail(ErrorCode::corrupt_artifact, "{}: output '{}' holds {} bytes, its layout needs {}", n.label(),
+         m.value(n.outputs[0]).name, out_bytes, md_bytes(dst));
+  // Post-op operands: argument index = post-op position in the chain.
+  auto post = read_post_ops(n);
+  for (size_t i = 0; i < post.size(); ++i)
+    if (post[i].kind == PostOp::binary)
+      st->ins.push_back({static_cast<size_t>(post[i].input),
+                         DNNL_ARG_ATTR_MULTIPLE_POST_OP(static_cast<int>(i)) | DNNL_ARG_SRC_1,
+                         md_attr(n, "md.post" + std::to_string(post[i].input))});
+  for (auto& b : st->ins) {
+    if (b.input >= n.inputs.size() || n.inputs[b.input] == ir::kNoValue)
+      fail(ErrorCode::corrupt_artifact, "{}: input {} is missing", n.label(), b.input);
+    const ir::Value& v = m.value(n.inputs[b.input]);
+    if (v.dtype != DType::f32 || !v.shape || !ir::is_static(*v.shape))
+      fail(ErrorCode::corrupt_artifact, "{}: input '{}' must be a float32 tensor of static shape", n.label(), v.name);
+    size_t bytes = sizeof(float);
+    for (auto d : ir::to_sizes(*v.shape)) bytes *= static_cast<size_t>(d);
+    if (bytes < md_bytes(b.md))
+      fail(ErrorCode::corrupt_artifact, "{}: input '{}' holds {} bytes, its layout needs {}", n.label(), v.name, bytes,
+           md_bytes(b.md));
+  }
+  return [st](ops::KernelContext& ctx) {
+    std::unordered_map<int, dnnl::memory> args;
+    for (auto& b : st->ins) {
+      const Tensor& t = ctx.in(b.input);
+      if (t.nbytes() < md_bytes(b.md))
+        fail(ErrorCode::invalid_input, "{}: input {} has {} bytes, {} expected", ctx.node.label(), b.input,
+             t.nbytes(), md_bytes(b.md));
+      args.emplace(b.arg, wrap(b.md, t.raw()));
+    }
+    Tensor& out = ctx.output(0, DType::f32, st->out_shape);
+    args.emplace(DNNL_ARG_DST, wrap(st->dst, out.raw()));
+    execute(ctx.node, st->prim, st->scratch, args);
+  };
+}
+
+}  // namespace kiln::targets::cpu

@@ -1,0 +1,220 @@
+// kiln perf MODEL.onnx: compile time, cold-process load time, first-run and
+// steady-state latency, throughput and peak memory of one model.
+//
+// The parent compiles the model into a temporary artifact, then spawns a child
+// `kiln perf ARTIFACT --child ...` (this same executable) that loads it in a
+// fresh process, runs it and reports as JSON; the parent adds the compile
+// facts and prints the result. So load time and first run are those of a cold
+// process, and peak memory is that of a process that only loads and runs.
+#include <fmt/format.h>
+#include <omp.h>
+#include <spawn.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "cli.h"
+#include "kiln/compile.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "support/npy.h"
+
+extern char** environ;
+
+namespace kiln::cli {
+
+namespace {
+
+struct PerfArgs {
+  std::string model, target = "cpu", keep;
+  std::vector<std::string> shapes, inputs;
+  int threads = 0, runs = 20, warmup = 3;
+  uint64_t seed = 0;
+  bool child = false;
+};
+
+/// Random data for one input (floats in [0,1), integers in [0,9]); symbolic dims become 1.
+Tensor perf_input(const TensorInfo& info, std::mt19937_64& rng) {
+  std::vector<int64_t> shape;
+  for (auto d : info.dims) shape.push_back(d >= 0 ? d : 1);
+  Tensor t(info.dtype, shape);
+  std::uniform_real_distribution<float> uf(0.f, 1.f);
+  std::uniform_int_distribution<int> ui(0, 9);
+  for (int64_t i = 0; i < t.numel(); ++i) switch (info.dtype) {
+      case DType::f32: t.data<float>()[i] = uf(rng); break;
+      case DType::f64: t.data<double>()[i] = uf(rng); break;
+      case DType::i64: t.data<int64_t>()[i] = ui(rng); break;
+      case DType::i32: t.data<int32_t>()[i] = ui(rng); break;
+      case DType::boolean: t.data<bool>()[i] = ui(rng) < 5; break;
+      default: fail(ErrorCode::invalid_input, "kiln perf cannot make {} input '{}'; give it with --input", dtype_name(info.dtype), info.name);
+    }
+  return t;
+}
+
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  double pos = p * static_cast<double>(v.size() - 1);
+  size_t lo = static_cast<size_t>(pos);
+  size_t hi = std::min(lo + 1, v.size() - 1);
+  return v[lo] + (v[hi] - v[lo]) * (pos - static_cast<double>(lo));
+}
+
+/// The child: load, first run, warm-up, timed runs; one JSON line on stdout.
+void child_main(const PerfArgs& a) {
+  if (a.threads > 0) omp_set_num_threads(a.threads);
+  SessionOptions opt;
+  opt.target = Target::parse(a.target);
+  opt.threads = a.threads;
+  Stopwatch load_sw;
+  Session s = Session::load(a.model, opt);
+  double load_ms = load_sw.ms();
+  std::map<std::string, Tensor> in;
+  for (auto& spec : a.inputs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) fail(ErrorCode::invalid_option, "--input '{}': expected NAME=FILE.npy", spec);
+    in[spec.substr(0, eq)] = read_npy(spec.substr(eq + 1));
+  }
+  std::mt19937_64 rng(a.seed);
+  int64_t batch = 1;
+  for (auto& info : s.inputs())
+    if (!in.count(info.name)) in[info.name] = perf_input(info, rng);
+  if (!s.inputs().empty()) {
+    const Tensor& first = in.at(s.inputs().front().name);
+    batch = first.rank() > 0 ? first.dim(0) : 1;
+  }
+  Stopwatch first_sw;
+  s.run(in);
+  double first_ms = first_sw.ms();
+  for (int i = 0; i < a.warmup; ++i) s.run(in);
+  std::vector<double> lat;
+  for (int i = 0; i < std::max(1, a.runs); ++i) {
+    Stopwatch sw;
+    s.run(in);
+    lat.push_back(sw.ms());
+  }
+  struct rusage ru {};
+  getrusage(RUSAGE_SELF, &ru);
+  double med = percentile(lat, 0.5);
+  print_json({{"load_ms", load_ms},
+              {"first_run_ms", first_ms},
+              {"latency_ms_median", med},
+              {"latency_ms_p90", percentile(lat, 0.9)},
+              {"latency_ms_min", *std::min_element(lat.begin(), lat.end())},
+              {"batch", batch},
+              {"throughput_per_s", med > 0 ? 1000.0 * static_cast<double>(batch) / med : 0.0},
+              {"peak_bytes", static_cast<uint64_t>(ru.ru_maxrss) * 1024},
+              {"runs", lat.size()},
+              {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()}});
+}
+
+/// Runs argv as a child process; returns its stdout. Throws Error(internal) on failure.
+std::string run_child(const std::vector<std::string>& argv) {
+  int fds[2];
+  if (pipe(fds) != 0) fail(ErrorCode::internal, "kiln perf: pipe() failed");
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fds[1], STDOUT_FILENO);
+  posix_spawn_file_actions_addclose(&fa, fds[0]);
+  std::vector<char*> args;
+  for (auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fds[1]);
+  if (rc != 0) {
+    close(fds[0]);
+    fail(ErrorCode::internal, "kiln perf: cannot start '{}': {}", argv[0], std::strerror(rc));
+  }
+  std::string out;
+  char buf[4096];
+  ssize_t n;
+  while ((n = read(fds[0], buf, sizeof buf)) > 0) out.append(buf, static_cast<size_t>(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
+    fail(ErrorCode::internal, "kiln perf: the loading child process failed (status {}); its output: {}", status, out);
+  return out;
+}
+
+void perf_main(const PerfArgs& a, bool as_json) {
+  if (a.child) return child_main(a);
+  SessionOptions opt;
+  opt.target = Target::parse(a.target);
+  parse_shapes(a.shapes, opt);
+  namespace fs = std::filesystem;
+  fs::path art = a.keep.empty() ? fs::temp_directory_path() / fmt::format("kiln-perf-{}.kiln", getpid()) : fs::path(a.keep);
+  CompileResult cr = compile(a.model, art, opt);
+  std::string self = fs::read_symlink("/proc/self/exe").string();
+  std::vector<std::string> argv{self, "perf", art.string(), "--child", "--target", a.target, "--threads",
+                                std::to_string(a.threads), "--runs", std::to_string(a.runs), "--warmup",
+                                std::to_string(a.warmup), "--seed", std::to_string(a.seed)};
+  for (auto& i : a.inputs) argv.insert(argv.end(), {"--input", i});
+  std::string out;
+  Stopwatch proc_sw;
+  try {
+    out = run_child(argv);
+  } catch (...) {
+    if (a.keep.empty()) fs::remove(art);
+    throw;
+  }
+  double proc_ms = proc_sw.ms();
+  if (a.keep.empty()) fs::remove(art);
+  json c = json::parse(out, nullptr, false);
+  if (c.is_discarded() || !c.is_object()) fail(ErrorCode::internal, "kiln perf: the child printed no JSON: {}", out);
+  json r = {{"model", a.model}, {"target", opt.target.name()}, {"compile_ms", cr.compile_ms},
+            {"write_ms", cr.write_ms}, {"artifact_bytes", cr.artifact_bytes}, {"arena_bytes", cr.arena_bytes},
+            {"naive_bytes", cr.naive_bytes}};
+  for (auto& [k, v] : c.items()) r[k] = v;
+  r["child_process_ms"] = proc_ms;
+  if (as_json) return print_json(r);
+  std::printf("%s on %s, %d thread(s)\n", a.model.c_str(), opt.target.name().c_str(), r["threads"].get<int>());
+  std::printf("  compile        %10.1f ms (artifact %.1f MiB, written in %.1f ms)\n", cr.compile_ms,
+              cr.artifact_bytes / 1048576.0, cr.write_ms);
+  std::printf("  load (cold)    %10.1f ms (child process %.1f ms in all)\n", r["load_ms"].get<double>(), proc_ms);
+  std::printf("  first run      %10.2f ms\n", r["first_run_ms"].get<double>());
+  std::printf("  latency        %10.2f ms median, %.2f ms p90, %.2f ms min over %d runs\n",
+              r["latency_ms_median"].get<double>(), r["latency_ms_p90"].get<double>(), r["latency_ms_min"].get<double>(),
+              r["runs"].get<int>());
+  std::printf("  throughput     %10.1f /s at batch %lld\n", r["throughput_per_s"].get<double>(),
+              static_cast<long long>(r["batch"].get<int64_t>()));
+  std::printf("  peak memory    %10.1f MiB (arena %.2f MiB, %.2f MiB without reuse)\n",
+              r["peak_bytes"].get<double>() / 1048576.0, cr.arena_bytes / 1048576.0, cr.naive_bytes / 1048576.0);
+}
+
+}  // namespace
+
+void add_perf(CLI::App& app, Common& common) {
+  auto a = std::make_shared<PerfArgs>();
+  auto* sub = app.add_subcommand(
+      "perf",
+      "Measure a model: compile time, load time in a fresh process, first-run and steady-state latency (median, "
+      "p90), throughput at the input's batch, peak memory of the loading process.");
+  sub->add_option("model", a->model, "ONNX model (.onnx)")->required();
+  sub->add_option("--target", a->target, "cpu (default) or ref")->capture_default_str();
+  sub->add_option("--threads", a->threads, "Threads per run (0 = all cores)")->capture_default_str();
+  sub->add_option("--runs", a->runs, "Timed runs after warm-up")->capture_default_str()->check(CLI::PositiveNumber);
+  sub->add_option("--warmup", a->warmup, "Untimed runs after the first")->capture_default_str();
+  sub->add_option("--shape", a->shapes, "Fix an input's shape, NAME=DxDx... (repeatable); dim 0 of the first input is the batch")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable; others are random)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  sub->add_option("--keep", a->keep, "Write the artifact here and keep it (default: a temporary file)");
+  sub->add_flag("--child", a->child, "(internal) load MODEL as an artifact, run and report as JSON")->group("");
+  sub->add_flag("--json", common.json,
+                "Print one JSON object: compile_ms, load_ms, first_run_ms, latency_ms_median, latency_ms_p90, "
+                "throughput_per_s, peak_bytes and more");
+  sub->callback([a, &common] { perf_main(*a, common.json); });
+}
+
+}  // namespace kiln::cli
