@@ -32,6 +32,9 @@ const ParserRegistry& parsers() {
     register_recurrent_parsers(reg);
     register_quantize_parsers(reg);
     register_qlinear_parsers(reg);
+    register_loss_parsers(reg);
+    register_dropout_parsers(reg);
+    register_grid_sample_parsers(reg);
     return reg;
   }();
   return r;

@@ -74,5 +74,8 @@ void register_control_flow_parsers(ParserRegistry&);
 void register_recurrent_parsers(ParserRegistry&);
 void register_quantize_parsers(ParserRegistry&);
 void register_qlinear_parsers(ParserRegistry&);
+void register_loss_parsers(ParserRegistry&);
+void register_dropout_parsers(ParserRegistry&);
+void register_grid_sample_parsers(ParserRegistry&);
 
 }  // namespace kiln::onnx_import

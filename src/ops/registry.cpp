@@ -71,6 +71,9 @@ const Registry& registry() {
     register_recurrent(reg);
     register_quantize(reg);
     register_qlinear(reg);
+    register_loss(reg);
+    register_dropout(reg);
+    register_grid_sample(reg);
     return reg;
   }();
   return r;

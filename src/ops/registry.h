@@ -128,5 +128,8 @@ void register_control_flow(Registry&);
 void register_recurrent(Registry&);
 void register_quantize(Registry&);
 void register_qlinear(Registry&);
+void register_loss(Registry&);
+void register_dropout(Registry&);
+void register_grid_sample(Registry&);
 
 }  // namespace kiln::ops
