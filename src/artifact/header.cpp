@@ -73,7 +73,8 @@ uint32_t verifier_max_tables(size_t n) {
   return static_cast<uint32_t>(std::clamp<size_t>(n / 4 + 16, 1000000, 0x7fffffff));
 }
 
-bool known_dtype(int32_t d) { return (d >= 0 && d <= 13) || d == static_cast<int32_t>(DType::bf16); }
+// Every DType kiln defines (include/kiln/dtype.h): 0-13, 16 (bfloat16), 17-20 (float8), 21-22 (4-bit).
+bool known_dtype(int32_t d) { return (d >= 0 && d <= 13) || (d >= 16 && d <= 22); }
 
 bool vector_data_aligned(const void* vector, size_t elem_size) {
   auto data = reinterpret_cast<uintptr_t>(vector) + sizeof(uint32_t);

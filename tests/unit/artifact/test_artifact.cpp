@@ -261,3 +261,35 @@ TEST(Artifact, MissingFileIsAnIoError) {
 
 }  // namespace
 }  // namespace kiln
+
+namespace kiln {
+namespace {
+
+using namespace artifact_test;
+
+// Every dtype kiln defines must survive a round trip, float8 and 4-bit types included.
+TEST(Artifact, EveryDefinedDtypeRoundTrips) {
+  for (DType dt : {DType::f8e4m3fn, DType::f8e4m3fnuz, DType::f8e5m2, DType::f8e5m2fnuz, DType::u4, DType::i4,
+                   DType::bf16, DType::f16, DType::u64}) {
+    auto p = sample_program();
+    Tensor t(dt, {3});
+    for (size_t i = 0; i < t.nbytes(); ++i) static_cast<uint8_t*>(t.raw())[i] = static_cast<uint8_t>(i + 1);
+    ir::Value v;
+    v.name = "extra_constant";
+    v.dtype = dt;
+    v.shape = ir::static_shape({3});
+    v.constant = t;
+    p.model.add_value(v);
+    p.plan.offsets.push_back(-1);
+    p.plan.sizes.push_back(0);
+    auto bytes = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(p));
+    auto q = artifact::read_bytes(bytes, "memory");
+    const ir::Value& back = q.model.values.back();
+    EXPECT_EQ(back.dtype, dt) << dtype_name(dt);
+    ASSERT_TRUE(back.constant.has_value());
+    EXPECT_EQ(0, std::memcmp(back.constant->raw(), t.raw(), t.nbytes())) << dtype_name(dt);
+  }
+}
+
+}  // namespace
+}  // namespace kiln
