@@ -44,4 +44,34 @@ int eliminate_dead_code(ir::Model& m);
 /// Offsets are 64-byte aligned.
 ir::MemoryPlan plan_memory(const ir::Model& m);
 
+/// Common subexpression elimination (main graph and subgraphs): constants of
+/// at most 64 KiB with equal dtype, shape and bytes become one value; a node
+/// with the same operator, domain, opset, inputs and attributes as an earlier
+/// node of its graph is removed and its readers read the earlier node's
+/// outputs. Nodes with tensor/graph attributes, random generators and nodes
+/// producing a graph output are kept. Returns the number of merges.
+int eliminate_common_subexpressions(ir::Model& m);
+
+/// Algebraic simplification: bypasses nodes that compute nothing (Identity,
+/// inference Dropout, Cast/Reshape/Squeeze/Unsqueeze/Flatten whose output has
+/// the input's dtype and static shape, identity Transpose, zero Pad, x+0, x-0,
+/// x*1, x/1 with a constant that does not broadcast x) and merges
+/// Transpose(Transpose(x)) and Reshape(Reshape(x)) chains whose inner node has
+/// no other reader. A node producing a graph output is never bypassed. Leaves
+/// dead nodes for eliminate_dead_code. Returns the number of rewrites.
+int simplify_algebra(ir::Model& m);
+
+/// Folds an inference BatchNormalization (single output, constant scale,
+/// bias, mean, var) into the Conv or Gemm producing its input (constant f32
+/// weights, no other reader of the intermediate): the weights are scaled per
+/// output channel and the bias becomes s*(b - mean) + bias, s =
+/// scale/sqrt(var + epsilon). Returns the number of folded BatchNormalizations.
+int fold_batch_norm(ir::Model& m);
+
+/// Replaces the erf form of Gelu, 0.5 * x * (1 + Erf(x / sqrt 2)) in any
+/// association (x / sqrt 2 also as x * 0.7071...), by one Gelu node
+/// (ONNX Gelu-20, approximate "none"). Intermediates must have no other
+/// reader; they are left dead. Returns the number of Gelus made.
+int recognize_gelu(ir::Model& m);
+
 }  // namespace kiln::passes

@@ -12,6 +12,16 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target) 
   st.dead = passes::eliminate_dead_code(cp.model);
   ir::verify(cp.model);
   if (target.kind == Target::Kind::cpu) {
+    // Target-independent rewrites first (the ref target stays the plain oracle
+    // and skips them), then the oneDNN lowering.
+    int simplified = passes::simplify_algebra(cp.model);
+    int merged = passes::eliminate_common_subexpressions(cp.model);
+    int bn = passes::fold_batch_norm(cp.model);
+    int gelu = passes::recognize_gelu(cp.model);
+    st.dead += passes::eliminate_dead_code(cp.model);
+    log().info("cpu graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
+               "{} Gelus recognised",
+               simplified, merged, bn, gelu);
     auto low = cpu::lower_for_cpu(cp.model);
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
                "{} weights packed",

@@ -29,14 +29,15 @@ std::optional<std::vector<EltwiseStep>> eltwise_steps(const ir::Model& m, const 
   if (op == "Sigmoid") return one(A::eltwise_logistic);
   if (op == "Tanh") return one(A::eltwise_tanh);
   if (op == "Exp") return one(A::eltwise_exp);
-  if (op == "Log") return one(A::eltwise_log);
+  // Log stays on the reference kernel: oneDNN's approximation is off by ~1e-6
+  // absolute near log(1) = 0, beyond the conformance tolerance.
   if (op == "Sqrt") return one(A::eltwise_sqrt);
   if (op == "Abs") return one(A::eltwise_abs);
   if (op == "Neg") return one(A::eltwise_linear, -1.f, 0.f);
   if (op == "Elu") return one(A::eltwise_elu, n.f("alpha", 1.f));
   if (op == "HardSwish") return one(A::eltwise_hardswish);
-  if (op == "Softplus") return one(A::eltwise_soft_relu);
-  if (op == "Mish") return one(A::eltwise_mish);
+  // Softplus and Mish stay on the reference kernel: oneDNN's soft_relu loses
+  // ~1% relative accuracy for large negative inputs (log(1 + e^x) ~ e^x).
   if (op == "Round") return one(A::eltwise_round);
   if (op == "HardSigmoid")
     return std::vector<EltwiseStep>{{A::eltwise_linear, n.f("alpha", 0.2f), n.f("beta", 0.5f)},
@@ -63,20 +64,26 @@ std::optional<std::vector<ir::Node>> lower_eltwise(ir::Model& m, const ir::Node&
   auto steps = eltwise_steps(m, n);
   if (!steps) return std::nullopt;
   auto xd = *static_dims(m, x);
-  if (xd.empty()) xd = {1};
-  ir::Node c = cpu_node(n, "Eltwise");
-  c.inputs = {x};
-  c.outputs = {y};
-  c.attrs["alg"] = static_cast<int64_t>((*steps)[0].alg);
-  c.attrs["alpha"] = (*steps)[0].alpha;
-  c.attrs["beta"] = (*steps)[0].beta;
-  std::vector<PostOp> post;
-  for (size_t i = 1; i < steps->size(); ++i)
-    post.push_back({PostOp::eltwise, static_cast<int64_t>((*steps)[i].alg), (*steps)[i].alpha, (*steps)[i].beta, 1.f, -1});
-  write_post_ops(c, post);
-  set_md_attr(c, "md.src", plain_md(xd));
-  if (!primitive_ok(c)) return std::nullopt;
-  return std::vector<ir::Node>{std::move(c)};
+  // One Eltwise node per step (an eltwise primitive with post-ops falls back
+  // to oneDNN 2.6's reference implementation, which is wrong); a producer
+  // with post-ops may absorb them all later (fuse_post_ops).
+  std::vector<ir::Node> out;
+  ir::ValueId in = x;
+  for (size_t i = 0; i < steps->size(); ++i) {
+    ir::Node c = cpu_node(n, "Eltwise");
+    if (i) c.name += "/" + std::to_string(i);
+    ir::ValueId o = i + 1 == steps->size() ? y : add_value(m, m.value(y).name + "/step" + std::to_string(i), DType::f32, xd);
+    c.inputs = {in};
+    c.outputs = {o};
+    c.attrs["alg"] = static_cast<int64_t>((*steps)[i].alg);
+    c.attrs["alpha"] = (*steps)[i].alpha;
+    c.attrs["beta"] = (*steps)[i].beta;
+    set_md_attr(c, "md.src", plain_md(xd.empty() ? dims_t{1} : dims_t(xd.begin(), xd.end())));
+    if (!primitive_ok(c)) return std::nullopt;
+    out.push_back(std::move(c));
+    in = o;
+  }
+  return out;
 }
 
 }  // namespace kiln::targets::cpu

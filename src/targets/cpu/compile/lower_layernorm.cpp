@@ -20,7 +20,8 @@ std::optional<std::vector<ir::Node>> lower_layernorm(ir::Model& m, const ir::Nod
   for (int64_t i = 0; i < r; ++i) (i < axis ? outer : inner) *= xd[i];
   auto numel = [&](ir::ValueId v) {
     int64_t p = 1;
-    for (auto d : *static_dims(m, v)) p *= d;
+    auto dims = *static_dims(m, v);  // a copy: the optional is a temporary
+    for (auto d : dims) p *= d;
     return p;
   };
   if (numel(scale) != inner || (bias != ir::kNoValue && numel(bias) != inner)) return std::nullopt;

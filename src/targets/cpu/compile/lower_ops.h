@@ -18,8 +18,8 @@ std::optional<std::vector<ir::Node>> lower_conv(ir::Model& m, const ir::Node& n)
 std::optional<std::vector<ir::Node>> lower_matmul(ir::Model& m, const ir::Node& n);
 /// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
 std::optional<std::vector<ir::Node>> lower_pool(ir::Model& m, const ir::Node& n);
-/// Relu, Sigmoid, Tanh, Exp, Log, Sqrt, Abs, Elu, LeakyRelu, HardSwish,
-/// HardSigmoid, Clip, Gelu, Softplus, Mish, Round.
+/// Relu, LeakyRelu, Sigmoid, Tanh, Exp, Sqrt, Abs, Neg, Elu, HardSwish,
+/// HardSigmoid (two nodes: linear then clip), Clip, Gelu, Round.
 std::optional<std::vector<ir::Node>> lower_eltwise(ir::Model& m, const ir::Node& n);
 /// Add, Sub, Mul, Div, Max, Min (two inputs, one may broadcast).
 std::optional<std::vector<ir::Node>> lower_binary(ir::Model& m, const ir::Node& n);

@@ -1,0 +1,124 @@
+// Gelu recognition: the erf form exporters emit for Gelu,
+//   0.5 * x * (1 + Erf(x / sqrt(2)))   (any association of the three products,
+//   x / sqrt(2) also as x * (1/sqrt(2))),
+// becomes one Gelu node (ONNX Gelu-20, approximate="none"), which targets can
+// run as one kernel or fuse. The bypassed nodes become dead.
+#include <cmath>
+
+#include "passes/graph_edit.h"
+#include "passes/passes.h"
+
+namespace kiln::passes {
+
+namespace {
+
+bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
+
+bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::fabs(b); }
+
+class GeluMatcher {
+ public:
+  GeluMatcher(ir::Model& m, ir::Graph& g) : m_(m), g_(g) {
+    producer_.assign(m.values.size(), -1);
+    for (size_t i = 0; i < g.nodes.size(); ++i)
+      for (auto id : g.nodes[i].outputs)
+        if (id != ir::kNoValue) producer_[id] = static_cast<int>(i);
+    uses_ = use_counts(g, m.values.size());
+  }
+
+  int run() {
+    int found = 0;
+    for (auto& n : g_.nodes) {
+      ir::ValueId x = match(n);
+      if (x == ir::kNoValue) continue;
+      ir::Node gelu;
+      gelu.op_type = "Gelu";
+      gelu.name = n.name + "/gelu";
+      gelu.opset = n.opset;
+      gelu.inputs = {x};
+      gelu.outputs = {n.outputs[0]};
+      gelu.attrs["approximate"] = std::string("none");
+      n = std::move(gelu);
+      ++found;
+    }
+    return found;
+  }
+
+ private:
+  const ir::Node* prod(ir::ValueId v, const char* op, bool single_use = true) const {
+    if (v == ir::kNoValue || producer_[v] < 0) return nullptr;
+    if (single_use && uses_[v] != 1) return nullptr;
+    const ir::Node& n = g_.nodes[static_cast<size_t>(producer_[v])];
+    return onnx(n, op) ? &n : nullptr;
+  }
+  bool is_const(ir::ValueId v, double want) const {
+    double c;
+    return scalar_constant(m_, v, c) && near(c, want);
+  }
+  /// x when v = 1 + Erf(x / sqrt 2), else kNoValue.
+  ir::ValueId one_plus_erf(ir::ValueId v) const {
+    const ir::Node* add = prod(v, "Add");
+    if (!add || add->inputs.size() != 2) return ir::kNoValue;
+    ir::ValueId e = is_const(add->inputs[0], 1.0) ? add->inputs[1] : is_const(add->inputs[1], 1.0) ? add->inputs[0] : ir::kNoValue;
+    const ir::Node* erf = prod(e, "Erf");
+    if (!erf) return ir::kNoValue;
+    ir::ValueId d = erf->inputs[0];
+    if (const ir::Node* div = prod(d, "Div"); div && is_const(div->inputs[1], std::sqrt(2.0))) return div->inputs[0];
+    if (const ir::Node* mul = prod(d, "Mul")) {
+      if (is_const(mul->inputs[1], 1.0 / std::sqrt(2.0))) return mul->inputs[0];
+      if (is_const(mul->inputs[0], 1.0 / std::sqrt(2.0))) return mul->inputs[1];
+    }
+    return ir::kNoValue;
+  }
+  /// The Mul's operand other than the constant c (kNoValue if neither is c).
+  ir::ValueId times_const(const ir::Node& mul, double c) const {
+    if (is_const(mul.inputs[1], c)) return mul.inputs[0];
+    if (is_const(mul.inputs[0], c)) return mul.inputs[1];
+    return ir::kNoValue;
+  }
+
+  /// The Gelu input when n is the last node of the pattern.
+  ir::ValueId match(const ir::Node& n) const {
+    if (!onnx(n, "Mul") || n.inputs.size() != 2 || n.outputs.size() != 1) return ir::kNoValue;
+    ir::ValueId a = n.inputs[0], b = n.inputs[1];
+    // (x * (1+erf)) * 0.5
+    if (ir::ValueId inner = times_const(n, 0.5); inner != ir::kNoValue) {
+      if (const ir::Node* m = prod(inner, "Mul"))
+        for (int s = 0; s < 2; ++s) {
+          ir::ValueId x = m->inputs[s], o = m->inputs[1 - s];
+          if (one_plus_erf(o) == x) return x;
+        }
+      return ir::kNoValue;
+    }
+    for (int s = 0; s < 2; ++s) {
+      ir::ValueId p = s ? b : a, q = s ? a : b;
+      // (x * 0.5) * (1+erf)  or  x * ((1+erf) * 0.5)
+      if (const ir::Node* m = prod(p, "Mul")) {
+        ir::ValueId x = times_const(*m, 0.5);
+        if (x != ir::kNoValue && one_plus_erf(q) == x) return x;
+        ir::ValueId o = times_const(*m, 0.5);
+        if (o != ir::kNoValue && one_plus_erf(o) == q) return q;
+      }
+    }
+    return ir::kNoValue;
+  }
+
+  ir::Model& m_;
+  ir::Graph& g_;
+  std::vector<int> producer_;
+  std::vector<int> uses_;
+};
+
+int gelu_graph(ir::Model& m, ir::Graph& g) {
+  int n = 0;
+  for (auto& node : g.nodes)
+    for (auto& [k, a] : node.attrs)
+      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) n += gelu_graph(m, **sg);
+  return n + GeluMatcher(m, g).run();
+}
+
+}  // namespace
+
+int recognize_gelu(ir::Model& m) { return gelu_graph(m, m.main); }
+
+}  // namespace kiln::passes
