@@ -1,5 +1,8 @@
 #include "targets/pipeline.h"
 
+#include <cstdlib>
+#include <fstream>
+
 #include "passes/passes.h"
 #include "support/log.h"
 #include "targets/cpu/compile/lowering.h"
@@ -27,6 +30,8 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target) 
                "{} weights packed",
                low.lowered, low.fused, low.views_folded, low.reorders, low.packed);
     cp.plan = passes::plan_memory(cp.model);
+    // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.
+    if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
   }
   return st;
 }

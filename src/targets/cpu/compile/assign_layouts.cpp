@@ -19,8 +19,11 @@ namespace kiln::targets::cpu {
 namespace {
 
 bool flexible(const ir::Node& n) {
-  return is_cpu(n, "Conv") || is_cpu(n, "Pool") || is_cpu(n, "Eltwise") || is_cpu(n, "Binary") || is_cpu(n, "Concat");
+  return is_cpu(n, "Conv") || is_cpu(n, "Pool") || is_cpu(n, "Eltwise") || is_cpu(n, "Binary") || is_cpu(n, "Concat") ||
+         is_cpu(n, "Resample");
 }
+
+bool is_slice(const ir::Node& n) { return is_cpu(n, "Reorder") && n.has("slice_axis"); }
 
 class Layouts {
  public:
@@ -31,6 +34,7 @@ class Layouts {
     g_.nodes.clear();
     for (auto& n : nodes) {
       if (flexible(n) && place_flexible(n)) continue;
+      if (is_slice(n) && place_slice(n)) continue;
       place_plain(std::move(n));
     }
     for (auto id : g_.outputs) ensure_plain(id);
@@ -116,7 +120,8 @@ class Layouts {
   /// whether the input must have the node's full output dims to be blocked.
   std::vector<std::pair<size_t, std::string>> activation_inputs(const ir::Node& n) const {
     std::vector<std::pair<size_t, std::string>> out;
-    if (is_cpu(n, "Conv") || is_cpu(n, "Pool") || is_cpu(n, "Eltwise")) out.push_back({0, "md.src"});
+    if (is_cpu(n, "Conv") || is_cpu(n, "Pool") || is_cpu(n, "Eltwise") || is_cpu(n, "Resample"))
+      out.push_back({0, "md.src"});
     if (is_cpu(n, "Binary")) out = {{0, "md.src0"}, {1, "md.src1"}};
     if (is_cpu(n, "Concat"))
       for (size_t i = 0; i < n.inputs.size(); ++i) out.push_back({i, "md.src" + std::to_string(i)});
@@ -131,9 +136,14 @@ class Layouts {
     if (!rank_ok(y)) return false;
     auto yd = *static_dims(m_, y);
     auto ins = activation_inputs(n);
-    bool any_blocked = is_cpu(n, "Conv");
+    // A convolution makes blocked output unless it maps a plain input to few
+    // channels (a head like YOLO's DFL: blocking would pad 1 channel to 16).
+    bool any_blocked = is_cpu(n, "Conv") && (has_blocked(n.inputs[0]) || yd[1] >= block_ / 2);
     for (auto& [i, name] : ins)
-      if (has_blocked(n.inputs[i]) && *static_dims(m_, n.inputs[i]) == yd) any_blocked = true;
+      if (has_blocked(n.inputs[i]) &&
+          (*static_dims(m_, n.inputs[i]) == yd || is_cpu(n, "Concat") ||
+           (i == 0 && (is_cpu(n, "Resample") || is_cpu(n, "Pool")))))
+        any_blocked = true;
     if (!any_blocked) return false;
 
     ir::Node b = n;
@@ -142,7 +152,7 @@ class Layouts {
       auto [i, name] = ins[k];
       ir::ValueId x = n.inputs[i];
       auto xd = *static_dims(m_, x);
-      full[k] = xd == yd || (i == 0 && (is_cpu(n, "Conv") || is_cpu(n, "Pool"))) ||
+      full[k] = xd == yd || (i == 0 && (is_cpu(n, "Conv") || is_cpu(n, "Pool") || is_cpu(n, "Resample"))) ||
                 (is_cpu(n, "Concat") && xd.size() == yd.size());
       if (full[k]) {
         want[k] = rank_ok(x);
@@ -173,6 +183,29 @@ class Layouts {
       size_t i = ins[k].first;
       b.inputs[i] = choice_blocked[k] ? ensure_blocked(n.inputs[i]) : ensure_plain(n.inputs[i]);
     }
+    b.outputs[0] = new_blocked_value(y);
+    pending_plain_.insert(y);
+    g_.nodes.push_back(std::move(b));
+    return true;
+  }
+
+  /// A Split part of a blocked value along the channels, at a multiple of
+  /// the block, stays blocked: a reorder from a sub-memory of the blocked input.
+  bool place_slice(ir::Node& n) {
+    ir::ValueId x = n.inputs[0], y = n.outputs[0];
+    if (!has_blocked(x) || !rank_ok(x) || n.i("slice_axis") != 1 || n.i("slice_offset") % block_ != 0) return false;
+    auto yd = *static_dims(m_, y);
+    ir::Node b = n;
+    dims_t offs(yd.size(), 0);
+    offs[1] = n.i("slice_offset");
+    try {
+      set_md_attr(b, "md.src", blocked_of(x).submemory_desc(dims_t(yd.begin(), yd.end()), offs));
+    } catch (const dnnl::error&) {
+      return false;
+    }
+    set_md_attr(b, "md.dst", blocked_md(dims_t(yd.begin(), yd.end()), block_));
+    if (!primitive_ok(b)) return false;
+    b.inputs[0] = ensure_blocked(x);
     b.outputs[0] = new_blocked_value(y);
     pending_plain_.insert(y);
     g_.nodes.push_back(std::move(b));

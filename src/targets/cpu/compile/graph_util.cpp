@@ -91,24 +91,33 @@ bool is_onnx(const ir::Node& n, const std::string& op) {
   return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op;
 }
 
-bool primitive_ok(const ir::Node& n) {
+std::optional<std::string> primitive_impl(const ir::Node& n) {
   try {
-    std::string impl;
-    if (n.op_type == "Conv") impl = conv_pd(n).impl_info_str();
-    else if (n.op_type == "MatMul") impl = matmul_pd(n).impl_info_str();
-    else if (n.op_type == "Pool") impl = pool_pd(n).impl_info_str();
-    else if (n.op_type == "Eltwise") impl = eltwise_pd(n).impl_info_str();
-    else if (n.op_type == "Binary") impl = binary_pd(n).impl_info_str();
-    else if (n.op_type == "Softmax") impl = softmax_pd(n).impl_info_str();
-    else if (n.op_type == "LayerNorm") impl = layernorm_pd(n).impl_info_str();
-    else if (n.op_type == "Reorder") impl = reorder_pd(n).impl_info_str();
-    // oneDNN 2.6's reference implementations get some post-op chains wrong
-    // (seen with eltwise); a fused node must run an optimised kernel.
-    if (!read_post_ops(n).empty() && impl.rfind("ref", 0) == 0) return false;
-    return true;
+    if (n.op_type == "Conv") return conv_pd(n).impl_info_str();
+    if (n.op_type == "MatMul") return matmul_pd(n).impl_info_str();
+    if (n.op_type == "Pool") return pool_pd(n).impl_info_str();
+    if (n.op_type == "Eltwise") return eltwise_pd(n).impl_info_str();
+    if (n.op_type == "Binary") return binary_pd(n).impl_info_str();
+    if (n.op_type == "Softmax") return softmax_pd(n).impl_info_str();
+    if (n.op_type == "LayerNorm") return layernorm_pd(n).impl_info_str();
+    if (n.op_type == "Reorder") return reorder_pd(n).impl_info_str();
+    if (n.op_type == "Resample") return resample_pd(n).impl_info_str();
+    return std::string("unchecked");
   } catch (const Error&) {
-    return false;
+    return std::nullopt;
   }
+}
+
+bool primitive_ok(const ir::Node& n) {
+  auto impl = primitive_impl(n);
+  // oneDNN 2.6's reference implementations get some post-op chains wrong
+  // (seen with eltwise); a fused node must run an optimised kernel.
+  return impl && !(!read_post_ops(n).empty() && impl->rfind("ref", 0) == 0);
+}
+
+bool fast_primitive(const ir::Node& n) {
+  auto impl = primitive_impl(n);
+  return impl && impl->rfind("ref", 0) != 0;
 }
 
 md_t any_md(const dims_t& dims) { return md_t(dims, dnnl::memory::data_type::f32, tag::any); }

@@ -53,7 +53,7 @@ std::optional<std::vector<ir::Node>> lower_binary(ir::Model& m, const ir::Node& 
   set_md_attr(c, "md.dst", plain_md(dd));
   if (negate)
     write_post_ops(c, {{PostOp::eltwise, static_cast<int64_t>(dnnl::algorithm::eltwise_linear), -1.f, 0.f, 1.f, -1}});
-  if (!primitive_ok(c)) return std::nullopt;
+  if (!fast_primitive(c)) return std::nullopt;
   return std::vector<ir::Node>{std::move(c)};
 }
 

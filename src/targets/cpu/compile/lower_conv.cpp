@@ -71,7 +71,7 @@ std::optional<std::vector<ir::Node>> lower_conv(ir::Model& m, const ir::Node& n)
     set_md_attr(c, "md.bias", plain_md({yd[1]}));
   }
   set_md_attr(c, "md.dst", plain_md(yd));
-  if (!primitive_ok(c)) return std::nullopt;
+  if (!fast_primitive(c)) return std::nullopt;
   return std::vector<ir::Node>{std::move(c)};
 }
 

@@ -79,7 +79,7 @@ std::optional<std::vector<ir::Node>> lower_eltwise(ir::Model& m, const ir::Node&
     c.attrs["alpha"] = (*steps)[i].alpha;
     c.attrs["beta"] = (*steps)[i].beta;
     set_md_attr(c, "md.src", plain_md(xd.empty() ? dims_t{1} : dims_t(xd.begin(), xd.end())));
-    if (!primitive_ok(c)) return std::nullopt;
+    if (!fast_primitive(c)) return std::nullopt;
     out.push_back(std::move(c));
     in = o;
   }

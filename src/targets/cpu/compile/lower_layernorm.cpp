@@ -32,7 +32,7 @@ std::optional<std::vector<ir::Node>> lower_layernorm(ir::Model& m, const ir::Nod
   c.attrs["epsilon"] = n.f("epsilon", 1e-5f);
   set_md_attr(c, "md.src", plain_md({outer, inner}));
   set_md_attr(c, "md.scale", plain_md({inner}));
-  if (!primitive_ok(c)) return std::nullopt;
+  if (!fast_primitive(c)) return std::nullopt;
   return std::vector<ir::Node>{std::move(c)};
 }
 

@@ -58,7 +58,7 @@ std::optional<std::vector<ir::Node>> lower_onnx_matmul(ir::Model& m, const ir::N
     set_md_attr(c, "md.wei", plain_md(dims_t(bd.begin(), bd.end())));
     set_md_attr(c, "md.dst", plain_md(dd));
   }
-  if (!primitive_ok(c)) return std::nullopt;
+  if (!fast_primitive(c)) return std::nullopt;
   return std::vector<ir::Node>{std::move(c)};
 }
 
@@ -101,7 +101,7 @@ std::optional<std::vector<ir::Node>> lower_gemm(ir::Model& m, const ir::Node& n)
     c.inputs.push_back(cin);
     set_md_attr(c, "md.bias", plain_md({1, N}));
   }
-  if (!primitive_ok(c)) return std::nullopt;
+  if (!fast_primitive(c)) return std::nullopt;
   return std::vector<ir::Node>{std::move(c)};
 }
 

@@ -29,6 +29,8 @@ LowerFn lowering_of(const ir::Node& n) {
       {"Softmax", lower_softmax},
       {"LayerNormalization", lower_layernorm},
       {"Concat", lower_concat},
+      {"Split", lower_split},
+      {"Resize", lower_resize},
   };
   for (auto& [op, f] : table)
     if (op == n.op_type) return f;

@@ -27,6 +27,10 @@ std::optional<std::vector<ir::Node>> lower_softmax(ir::Model& m, const ir::Node&
 std::optional<std::vector<ir::Node>> lower_layernorm(ir::Model& m, const ir::Node& n);
 /// Concat of f32 tensors of static shape.
 std::optional<std::vector<ir::Node>> lower_concat(ir::Model& m, const ir::Node& n);
+/// Split -> one slice Reorder per part.
+std::optional<std::vector<ir::Node>> lower_split(ir::Model& m, const ir::Node& n);
+/// Resize (nearest, integer upscale) -> Resample.
+std::optional<std::vector<ir::Node>> lower_resize(ir::Model& m, const ir::Node& n);
 
 /// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation
 /// node (one or two eltwise steps, e.g. HardSigmoid = linear then clip), or

@@ -69,7 +69,7 @@ std::optional<std::vector<ir::Node>> lower_pool(ir::Model& m, const ir::Node& n)
   c.attrs["pads_end"] = std::vector<int64_t>(pe.begin(), pe.end());
   set_md_attr(c, "md.src", plain_md(xd));
   set_md_attr(c, "md.dst", plain_md(yd));
-  if (!primitive_ok(c)) return std::nullopt;
+  if (!fast_primitive(c)) return std::nullopt;
   return std::vector<ir::Node>{std::move(c)};
 }
 

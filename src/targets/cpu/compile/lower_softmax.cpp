@@ -26,7 +26,7 @@ std::optional<std::vector<ir::Node>> lower_softmax(ir::Model& m, const ir::Node&
   c.outputs = {y};
   c.attrs["axis"] = axis;
   set_md_attr(c, "md.src", plain_md(dims));
-  if (!primitive_ok(c)) return std::nullopt;
+  if (!fast_primitive(c)) return std::nullopt;
   return std::vector<ir::Node>{std::move(c)};
 }
 

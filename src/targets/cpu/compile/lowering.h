@@ -91,9 +91,16 @@ bool is_cpu(const ir::Node& n, const std::string& op = "");
 /// True for an ONNX (default domain) node with op `op`.
 bool is_onnx(const ir::Node& n, const std::string& op);
 
-/// Builds the primitive descriptor of a kiln.cpu node to check that this
-/// oneDNN accepts it; false (never throws) when it does not.
+/// The implementation oneDNN picks for a kiln.cpu node ("jit:avx512_core",
+/// "ref:any", ...), or nullopt when it builds none (never throws).
+std::optional<std::string> primitive_impl(const ir::Node& n);
+/// True when oneDNN accepts the node (and, for a node with post-ops, runs it
+/// on an optimised implementation: some reference post-op chains are wrong).
 bool primitive_ok(const ir::Node& n);
+/// True when oneDNN runs the node on an optimised (not "ref:") implementation:
+/// the condition for lowering an ONNX node at all, since kiln's own reference
+/// kernels are at least as fast as oneDNN's reference ones.
+bool fast_primitive(const ir::Node& n);
 
 /// The format-'any' descriptor of dims (weights whose layout oneDNN chooses).
 md_t any_md(const dims_t& dims);

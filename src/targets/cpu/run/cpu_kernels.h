@@ -53,8 +53,14 @@ dnnl::softmax_forward::primitive_desc softmax_pd(const ir::Node& n);
 /// md.src (normalised over its last dim; dst the same), md.scale.
 dnnl::layer_normalization_forward::primitive_desc layernorm_pd(const ir::Node& n);
 
-/// kiln.cpu.Reorder: input src; attributes md.src, md.dst (same dims).
+/// kiln.cpu.Reorder: input src; attributes md.src, md.dst (same dims). A
+/// slice (a Split part) reads a sub-memory descriptor of its input (the
+/// attributes slice_axis and slice_offset say which, for the layout pass).
 dnnl::reorder::primitive_desc reorder_pd(const ir::Node& n);
+
+/// kiln.cpu.Resample: input src; attributes md.src, md.dst (nearest neighbour,
+/// integer upscale factors given by the dims).
+dnnl::resampling_forward::primitive_desc resample_pd(const ir::Node& n);
 
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);
@@ -64,6 +70,7 @@ BoundKernel make_binary(const ir::Node& n, const ir::Model& m);
 BoundKernel make_softmax(const ir::Node& n, const ir::Model& m);
 BoundKernel make_layernorm(const ir::Node& n, const ir::Model& m);
 BoundKernel make_reorder(const ir::Node& n, const ir::Model& m);
+BoundKernel make_resample(const ir::Node& n, const ir::Model& m);
 /// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst.
 BoundKernel make_concat(const ir::Node& n, const ir::Model& m);
 

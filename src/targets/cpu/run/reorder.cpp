@@ -7,7 +7,7 @@ namespace kiln::targets::cpu {
 
 dnnl::reorder::primitive_desc reorder_pd(const ir::Node& n) {
   md_t src = md_attr(n, "md.src"), dst = md_attr(n, "md.dst");
-  if (src.dims() != dst.dims())
+  if (src.dims() != dst.dims() || src.data.ndims != dst.data.ndims)
     fail(ErrorCode::corrupt_artifact, "{}: a reorder's source and destination dims differ", n.label());
   return guarded(n, "reorder", [&] {
     dnnl::primitive_attr attr;

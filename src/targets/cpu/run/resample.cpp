@@ -1,0 +1,24 @@
+// kiln.cpu.Resample: oneDNN nearest-neighbour resampling (integer upscale).
+#include "support/error.h"
+#include "targets/cpu/run/cpu_kernels.h"
+
+namespace kiln::targets::cpu {
+
+dnnl::resampling_forward::primitive_desc resample_pd(const ir::Node& n) {
+  md_t src = md_attr(n, "md.src"), dst = md_attr(n, "md.dst");
+  if (src.data.ndims < 3 || src.data.ndims != dst.data.ndims)
+    fail(ErrorCode::corrupt_artifact, "{}: resampling needs source and destination of one rank >= 3", n.label());
+  return guarded(n, "resampling", [&] {
+    dnnl::resampling_forward::desc d(dnnl::prop_kind::forward_inference, dnnl::algorithm::resampling_nearest, src, dst);
+    return dnnl::resampling_forward::primitive_desc(d, make_attr(n), engine());
+  });
+}
+
+BoundKernel make_resample(const ir::Node& n, const ir::Model& m) {
+  auto pd = resample_pd(n);
+  expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
+  auto prim = guarded(n, "resampling primitive", [&] { return dnnl::resampling_forward(pd); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), {{0, DNNL_ARG_SRC, pd.src_desc()}}, pd.dst_desc());
+}
+
+}  // namespace kiln::targets::cpu
