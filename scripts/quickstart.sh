@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ./scripts/setup.sh
-echo "== building kiln (first build takes a few minutes; ccache makes later ones fast)"
+echo "== building kiln (first build takes 10-20 minutes on 2 cores; ccache makes later ones fast)"
 ./scripts/build.sh --target kiln
 echo "== generating the demo model"
 .venv/bin/python tools/models/prepare.py --only demo

@@ -18,7 +18,7 @@ namespace {
 struct Args {
   std::string model, target, output_dir, cache_dir, on_mismatch;
   std::vector<std::string> inputs, shapes;
-  bool random_inputs = false, no_cache = false, cache_dir_given = false, trust_cache_dir = false;
+  bool random_inputs = false, no_cache = false, cache_dir_given = false, output_dir_given = false, trust_cache_dir = false;
   uint64_t seed = 0;
   int threads = 0;
 };
@@ -54,11 +54,16 @@ Tensor random_tensor(const TensorInfo& info, std::mt19937_64& rng, std::vector<s
 
 std::map<std::string, Tensor> gather_inputs(const Args& a, const Session& s, std::vector<std::string>& notes) {
   std::map<std::string, Tensor> in;
+  std::string known;
+  for (auto& info : s.inputs()) known += (known.empty() ? "" : ", ") + info.name;
   for (auto& spec : a.inputs) {
     auto eq = spec.find('=');
     if (eq == std::string::npos || eq == 0)
       fail(ErrorCode::invalid_option, "--input '{}': expected NAME=FILE.npy", spec);
     std::string name = spec.substr(0, eq);
+    bool exists = false;
+    for (auto& info : s.inputs()) exists |= info.name == name;
+    if (!exists) fail(ErrorCode::invalid_input, "--input: unknown input '{}' (the model's inputs are: {})", name, known);
     if (in.count(name)) fail(ErrorCode::invalid_option, "--input: input '{}' is given twice", name);
     in[name] = read_npy(spec.substr(eq + 1));
   }
@@ -82,6 +87,8 @@ void run_command(const Args& a, bool as_json) {
   else if (artifact_file) opt.target = Target::parse(artifact::read_compat(a.model).target);
   parse_shapes(a.shapes, opt);
   opt.threads = a.threads;
+  if (a.output_dir_given && a.output_dir.empty())
+    fail(ErrorCode::invalid_option, "--output-dir: the directory path is empty");
   if (a.no_cache && a.cache_dir_given)
     fail(ErrorCode::invalid_option, "--cache-dir and --no-cache cannot be used together");
   if (a.cache_dir_given) opt.cache_dir = a.cache_dir;
@@ -167,7 +174,8 @@ void add_run(CLI::App& app, Common& common) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--output-dir", a->output_dir,
-                  "Write each output as DIR/<name>.npy (characters outside [A-Za-z0-9._-] become '_')");
+                  "Write each output as DIR/<name>.npy (characters outside [A-Za-z0-9._-] become '_')")
+      ->each([a](const std::string&) { a->output_dir_given = true; });
   sub->add_flag("--random-inputs", a->random_inputs,
                 "Fill inputs not given with --input with random data (floats in [0,1), integers in [0,9])");
   sub->add_option("--seed", a->seed, "Seed for --random-inputs")->capture_default_str();

@@ -5,6 +5,14 @@
 #include "cli.h"
 #include "support/version.h"
 
+namespace {
+bool is_subcommand(CLI::App& app, const std::string& name) {
+  for (auto* sub : app.get_subcommands([](CLI::App*) { return true; }))
+    if (sub->get_name() == name) return true;
+  return false;
+}
+}  // namespace
+
 int main(int argc, char** argv) {
   using namespace kiln;
   CLI::App app{
@@ -35,7 +43,17 @@ int main(int argc, char** argv) {
   } catch (const cli::Exit& e) {
     return e.code;
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    // Usage errors follow the same contract as kiln's own: one line on
+    // stderr, and the JSON error object when --json was asked for.
+    std::string msg = e.what();
+    if (argc > 1 && argv[1][0] != '-' && !is_subcommand(app, argv[1]))
+      msg = std::string("unknown subcommand '") + argv[1] + "' (expected compile, run, inspect, check, cache, perf)";
+    std::fprintf(stderr, "kiln: error: %s\nRun with --help for more information.\n", msg.c_str());
+    for (int i = 1; i < argc; ++i)
+      if (std::string(argv[i]) == "--json") {
+        cli::print_json({{"error", {{"code", "invalid_option"}, {"message", msg}}}});
+        break;
+      }
     return static_cast<int>(ErrorCode::invalid_option);
   } catch (const Error& e) {
     std::fprintf(stderr, "kiln: error: %s\n", e.what());
