@@ -1,6 +1,7 @@
 #include <fmt/ranges.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -32,6 +33,7 @@ TensorInfo tensor_info(const ir::Value& v) {
 }
 
 Program::Program(artifact::CompiledProgram cp) : cp_(std::move(cp)) {
+  build_threads_ = std::max(1, omp_get_max_threads());
   for_each_graph(cp_.model.main, [&](ir::Graph& g) {
     for (auto& n : g.nodes) kernels_[&n] = targets::bind_kernel(cp_.compat.target, n, cp_.model);
   });
@@ -193,7 +195,7 @@ class Program::Run {
 
 std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& inputs, int threads) const {
   validate_inputs(inputs);
-  if (threads > 0) omp_set_num_threads(threads);
+  omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
   auto arena = take_arena();
   std::map<std::string, Tensor> out;
   try {

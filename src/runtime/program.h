@@ -29,7 +29,9 @@ class Program {
   explicit Program(artifact::CompiledProgram cp);
   ~Program();
 
-  /// See Session::run. `threads` > 0 limits the OpenMP threads of this call.
+  /// See Session::run. `threads` > 0 limits the OpenMP threads of this call;
+  /// a run never uses more threads than OpenMP offered when the Program was
+  /// built (oneDNN sizes per-thread scratch space when a primitive is made).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads) const;
 
   std::vector<TensorInfo> inputs() const;
@@ -47,6 +49,7 @@ class Program {
   std::unordered_map<const ir::Node*, targets::BoundKernel> kernels_;
   std::vector<std::vector<ir::ValueId>> free_after_;  ///< per main node: heap values dead after it
   std::vector<Tensor> base_env_;                      ///< constants bound by value id
+  int build_threads_ = 1;                             ///< omp_get_max_threads() when the kernels were bound
   mutable std::mutex pool_mu_;
   mutable std::vector<std::unique_ptr<Arena>> pool_;
 };

@@ -6,6 +6,8 @@
 // fresh process, runs it and reports as JSON; the parent adds the compile
 // facts and prints the result. So load time and first run are those of a cold
 // process, and peak memory is that of a process that only loads and runs.
+// The child runs with GOMP_SPINCOUNT=10000 unless the caller chose an OpenMP
+// wait policy (see run_child).
 #include <fmt/format.h>
 #include <omp.h>
 #include <spawn.h>
@@ -15,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <random>
@@ -30,6 +33,9 @@ extern char** environ;
 namespace kiln::cli {
 
 namespace {
+
+/// GOMP_SPINCOUNT the child runs with unless the user set a wait policy.
+constexpr const char* kChildSpinCount = "10000";
 
 struct PerfArgs {
   std::string model, target = "cpu", keep;
@@ -110,7 +116,10 @@ void child_main(const PerfArgs& a) {
               {"throughput_per_s", med > 0 ? 1000.0 * static_cast<double>(batch) / med : 0.0},
               {"peak_bytes", static_cast<uint64_t>(ru.ru_maxrss) * 1024},
               {"runs", lat.size()},
-              {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()}});
+              {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()},
+              {"omp_wait", std::getenv("OMP_WAIT_POLICY")  ? "OMP_WAIT_POLICY=" + std::string(std::getenv("OMP_WAIT_POLICY"))
+                           : std::getenv("GOMP_SPINCOUNT") ? "GOMP_SPINCOUNT=" + std::string(std::getenv("GOMP_SPINCOUNT"))
+                                                           : std::string("libgomp default")}});
 }
 
 /// Runs argv as a child process; returns its stdout. Throws Error(internal) on failure.
@@ -124,8 +133,21 @@ std::string run_child(const std::vector<std::string>& argv) {
   std::vector<char*> args;
   for (auto& s : argv) args.push_back(const_cast<char*>(s.c_str()));
   args.push_back(nullptr);
+  // libgomp's default spin-wait (300000 spins at every barrier) burns a core
+  // per waiting thread while another process holds the CPU the work needs; on
+  // a shared machine that slows a 2-thread run several times over. A short
+  // spin keeps wake-ups fast and yields under contention. The user's own
+  // OMP_WAIT_POLICY / GOMP_SPINCOUNT win.
+  std::vector<std::string> env_store;
+  std::vector<char*> env;
+  for (char** e = environ; *e; ++e) env.push_back(*e);
+  if (!std::getenv("OMP_WAIT_POLICY") && !std::getenv("GOMP_SPINCOUNT")) {
+    env_store.push_back("GOMP_SPINCOUNT=" + std::string(kChildSpinCount));
+    env.push_back(env_store.back().data());
+  }
+  env.push_back(nullptr);
   pid_t pid = 0;
-  int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), environ);
+  int rc = posix_spawn(&pid, argv[0].c_str(), &fa, nullptr, args.data(), env.data());
   posix_spawn_file_actions_destroy(&fa);
   close(fds[1]);
   if (rc != 0) {

@@ -12,12 +12,13 @@ dnnl::convolution_forward::primitive_desc conv_pd(const ir::Node& n) {
     fail(ErrorCode::corrupt_artifact, "{}: strides/dilates/pads must have {} entries", n.label(), sp);
   bool has_bias = n.has("md.bias");
   md_t bias = has_bias ? md_attr(n, "md.bias") : md_t();
+  auto alg = static_cast<dnnl::algorithm>(n.i("alg", static_cast<int64_t>(dnnl::algorithm::convolution_direct)));
+  if (alg != dnnl::algorithm::convolution_direct && alg != dnnl::algorithm::convolution_winograd)
+    fail(ErrorCode::corrupt_artifact, "{}: unknown convolution algorithm {}", n.label(), n.i("alg"));
   return guarded(n, "convolution", [&] {
     using cf = dnnl::convolution_forward;
-    cf::desc d = has_bias ? cf::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
-                                     bias, dst, strides, dilates, pb, pe)
-                          : cf::desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src, wei,
-                                     dst, strides, dilates, pb, pe);
+    cf::desc d = has_bias ? cf::desc(dnnl::prop_kind::forward_inference, alg, src, wei, bias, dst, strides, dilates, pb, pe)
+                          : cf::desc(dnnl::prop_kind::forward_inference, alg, src, wei, dst, strides, dilates, pb, pe);
     return cf::primitive_desc(d, make_attr(n), engine());
   });
 }

@@ -26,7 +26,8 @@ KernelFactory find_factory(std::string_view op_type);
 
 /// kiln.cpu.Conv: inputs (src, weights, [bias], post-op operands...);
 /// attributes md.src, md.wei, [md.bias], md.dst, strides, dilates (oneDNN's:
-/// ONNX dilation - 1), pads_begin, pads_end, post-ops.
+/// ONNX dilation - 1), pads_begin, pads_end, [alg] (direct, the default, or
+/// winograd), post-ops.
 dnnl::convolution_forward::primitive_desc conv_pd(const ir::Node& n);
 
 /// kiln.cpu.MatMul: inputs (src, weights, [bias], post-op operands...);

@@ -93,7 +93,7 @@ md_t md_attr(const ir::Node& n, const std::string& name) {
   bool ok = c.ndims >= 0 && c.ndims <= DNNL_MAX_NDIMS &&
             (c.data_type == dnnl_f32 || c.data_type == dnnl_s32 || c.data_type == dnnl_data_type_undef) &&
             (c.format_kind == dnnl_blocked || c.format_kind == dnnl_format_kind_any ||
-             c.format_kind == dnnl_format_kind_undef);
+             c.format_kind == dnnl_format_kind_undef || c.format_kind == dnnl_format_kind_wino);
   for (int i = 0; ok && i < c.ndims; ++i) ok = c.dims[i] >= 0 && c.padded_dims[i] >= c.dims[i];
   if (ok && c.format_kind == dnnl_blocked) {
     const auto& b = c.format_desc.blocking;
