@@ -86,7 +86,16 @@ struct ArgBinding {
 /// A kernel that runs one primitive: binds the listed inputs and the
 /// post-op operands of the node, allocates output 0 with the IR value's shape
 /// (checked to hold `dst`), and executes with the primitive's scratchpad.
+/// `flops`: the arithmetic of one execution (0: memory-bound, the bytes of
+/// dst decide); a primitive with little work runs on the calling thread
+/// alone, because waking the other threads for it costs more than it saves
+/// (and, on a busy machine, can cost a scheduler time slice per node).
 BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primitive prim, const md_t& scratch,
-                             std::vector<ArgBinding> ins, const md_t& dst);
+                             std::vector<ArgBinding> ins, const md_t& dst, double flops = 0);
+
+/// True when a primitive with this much work runs single-threaded (see
+/// primitive_kernel): under 2 MFLOP of arithmetic, or under 256 KiB of
+/// destination for a memory-bound primitive.
+bool runs_single_threaded(double flops, size_t dst_bytes);
 
 }  // namespace kiln::targets::cpu

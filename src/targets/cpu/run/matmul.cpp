@@ -26,7 +26,11 @@ BoundKernel make_matmul(const ir::Node& n, const ir::Model& m) {
   std::vector<ArgBinding> ins{{0, DNNL_ARG_SRC, pd.src_desc()}, {1, DNNL_ARG_WEIGHTS, pd.weights_desc()}};
   if (n.has("md.bias")) ins.push_back({2, DNNL_ARG_BIAS, pd.bias_desc()});
   auto prim = guarded(n, "matmul primitive", [&] { return dnnl::matmul(pd); });
-  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc());
+  // 2 * dst elements * K.
+  auto sd = pd.src_desc().dims(), dd = pd.dst_desc().dims();
+  double flops = 2.0 * static_cast<double>(sd.back());
+  for (auto d : dd) flops *= static_cast<double>(d);
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc(), flops);
 }
 
 }  // namespace kiln::targets::cpu

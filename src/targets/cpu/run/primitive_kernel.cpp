@@ -1,5 +1,7 @@
 // The kernel shape every kiln.cpu operator shares: one oneDNN primitive
 // created at load, executed per run on this thread's stream and scratchpad.
+#include <omp.h>
+
 #include <memory>
 
 #include "support/error.h"
@@ -15,6 +17,7 @@ struct PrimitiveState {
   std::vector<ArgBinding> ins;
   md_t dst;
   std::vector<int64_t> out_shape;
+  bool single = false;  ///< run on the calling thread only
 };
 
 std::vector<int64_t> static_out_shape(const ir::Node& n, const ir::Model& m) {
@@ -28,9 +31,14 @@ std::vector<int64_t> static_out_shape(const ir::Node& n, const ir::Model& m) {
 
 }  // namespace
 
+bool runs_single_threaded(double flops, size_t dst_bytes) {
+  return flops > 0 ? flops < 2e6 : dst_bytes < 256 * 1024;
+}
+
 BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primitive prim, const md_t& scratch,
-                             std::vector<ArgBinding> ins, const md_t& dst) {
+                             std::vector<ArgBinding> ins, const md_t& dst, double flops) {
   auto st = std::make_shared<PrimitiveState>();
+  st->single = runs_single_threaded(flops, md_bytes(dst));
   st->prim = std::move(prim);
   st->scratch = scratch;
   st->ins = std::move(ins);
@@ -71,7 +79,18 @@ BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primit
     }
     Tensor& out = ctx.output(0, DType::f32, st->out_shape);
     args.emplace(DNNL_ARG_DST, wrap(st->dst, out.raw()));
-    execute(ctx.node, st->prim, st->scratch, args);
+    if (!st->single) return execute(ctx.node, st->prim, st->scratch, args);
+    // oneDNN's OpenMP runtime runs inline when it sees one thread; the
+    // scratchpad, sized for the build-time thread count, is large enough.
+    int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    try {
+      execute(ctx.node, st->prim, st->scratch, args);
+    } catch (...) {
+      omp_set_num_threads(saved);
+      throw;
+    }
+    omp_set_num_threads(saved);
   };
 }
 
