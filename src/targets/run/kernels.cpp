@@ -1,5 +1,7 @@
 #include "targets/kernels.h"
 
+#include <omp.h>
+
 #include "support/error.h"
 #include "targets/cpu/run/cpu_kernels.h"
 
@@ -10,6 +12,31 @@ KernelFactory find_factory(std::string_view target, std::string_view domain, std
   return nullptr;
 }
 
+namespace {
+
+/// True when every output of n has a static shape and together they hold
+/// less than `limit` bytes.
+bool small_outputs(const ir::Node& n, const ir::Model& m, size_t limit) {
+  size_t total = 0;
+  for (auto id : n.outputs) {
+    if (id == ir::kNoValue) continue;
+    const ir::Value& v = m.value(id);
+    if (!v.shape || !ir::is_static(*v.shape)) return false;
+    size_t b = dtype_size(v.dtype);
+    for (auto d : ir::to_sizes(*v.shape)) b *= static_cast<size_t>(d);
+    total += b;
+  }
+  return total < limit;
+}
+
+bool has_subgraph(const ir::Node& n) {
+  for (auto& [k, a] : n.attrs)
+    if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a)) return true;
+  return false;
+}
+
+}  // namespace
+
 BoundKernel bind_kernel(std::string_view target, const ir::Node& node, const ir::Model& model) {
   if (KernelFactory f = find_factory(target, node.domain, node.op_type)) return f(node, model);
   const ops::OpInfo* op = ops::registry().find(node.domain, node.op_type);
@@ -17,6 +44,23 @@ BoundKernel bind_kernel(std::string_view target, const ir::Node& node, const ir:
     fail(ErrorCode::unsupported,
          "the artifact uses operator {} (domain '{}') at node '{}', which this build of kiln lacks for target '{}'",
          node.op_type, node.domain, node.name, target);
+  // On the cpu target a reference kernel with a small static output runs on
+  // the calling thread alone: its OpenMP loops would spend more waking the
+  // other threads than they save (the ref target stays as it is: the oracle).
+  if (target == "cpu" && !has_subgraph(node) && small_outputs(node, model, 1 << 20)) {
+    ops::KernelFn k = op->kernel;
+    return [k](ops::KernelContext& ctx) {
+      int saved = omp_get_max_threads();
+      omp_set_num_threads(1);
+      try {
+        k(ctx);
+      } catch (...) {
+        omp_set_num_threads(saved);
+        throw;
+      }
+      omp_set_num_threads(saved);
+    };
+  }
   return BoundKernel(op->kernel);
 }
 

@@ -14,11 +14,12 @@ dnnl::binary::primitive_desc binary_pd(const ir::Node& n) {
 }
 
 BoundKernel make_binary(const ir::Node& n, const ir::Model& m) {
-  auto pd = binary_pd(n);
+  bool single = node_single_threaded(n);
+  auto pd = with_threads(single, [&] { return binary_pd(n); });
   expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
-  auto prim = guarded(n, "binary primitive", [&] { return dnnl::binary(pd); });
+  auto prim = with_threads(single, [&] { return guarded(n, "binary primitive", [&] { return dnnl::binary(pd); }); });
   return primitive_kernel(n, m, prim, pd.scratchpad_desc(),
-                          {{0, DNNL_ARG_SRC_0, pd.src_desc(0)}, {1, DNNL_ARG_SRC_1, pd.src_desc(1)}}, pd.dst_desc());
+                          {{0, DNNL_ARG_SRC_0, pd.src_desc(0)}, {1, DNNL_ARG_SRC_1, pd.src_desc(1)}}, pd.dst_desc(), single);
 }
 
 }  // namespace kiln::targets::cpu

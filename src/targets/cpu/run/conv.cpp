@@ -24,19 +24,15 @@ dnnl::convolution_forward::primitive_desc conv_pd(const ir::Node& n) {
 }
 
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m) {
-  auto pd = conv_pd(n);
+  bool single = node_single_threaded(n);
+  auto pd = with_threads(single, [&] { return conv_pd(n); });
   expect_same_md(n, "weights", pd.weights_desc(), md_attr(n, "md.wei"));
   expect_same_md(n, "source layout", pd.src_desc(), md_attr(n, "md.src"));
   expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
   std::vector<ArgBinding> ins{{0, DNNL_ARG_SRC, pd.src_desc()}, {1, DNNL_ARG_WEIGHTS, pd.weights_desc()}};
   if (n.has("md.bias")) ins.push_back({2, DNNL_ARG_BIAS, pd.bias_desc()});
-  auto prim = guarded(n, "convolution primitive", [&] { return dnnl::convolution_forward(pd); });
-  // 2 * output elements * (input channels per group) * kernel taps.
-  auto wd = pd.weights_desc().dims();
-  double flops = 2.0 * static_cast<double>(pd.dst_desc().get_size() / sizeof(float));
-  for (size_t i = wd.size() == static_cast<size_t>(pd.src_desc().data.ndims) ? 1 : 2; i < wd.size(); ++i)
-    flops *= static_cast<double>(wd[i]);
-  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc(), flops);
+  auto prim = with_threads(single, [&] { return guarded(n, "convolution primitive", [&] { return dnnl::convolution_forward(pd); }); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc(), single);
 }
 
 }  // namespace kiln::targets::cpu

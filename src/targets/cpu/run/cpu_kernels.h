@@ -14,6 +14,8 @@
 // into it), and at load, where the stored layout must be the one the
 // primitive expects (else Error(incompatible_artifact) naming the node).
 #pragma once
+#include <omp.h>
+
 #include <string_view>
 
 #include "targets/cpu/run/dnnl_util.h"
@@ -85,17 +87,31 @@ struct ArgBinding {
 
 /// A kernel that runs one primitive: binds the listed inputs and the
 /// post-op operands of the node, allocates output 0 with the IR value's shape
-/// (checked to hold `dst`), and executes with the primitive's scratchpad.
-/// `flops`: the arithmetic of one execution (0: memory-bound, the bytes of
-/// dst decide); a primitive with little work runs on the calling thread
-/// alone, because waking the other threads for it costs more than it saves
-/// (and, on a busy machine, can cost a scheduler time slice per node).
+/// (checked to hold `dst`), and executes with the primitive's scratchpad;
+/// with OpenMP limited to the calling thread when `single`.
 BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primitive prim, const md_t& scratch,
-                             std::vector<ArgBinding> ins, const md_t& dst, double flops = 0);
+                             std::vector<ArgBinding> ins, const md_t& dst, bool single = false);
 
-/// True when a primitive with this much work runs single-threaded (see
-/// primitive_kernel): under 2 MFLOP of arithmetic, or under 256 KiB of
-/// destination for a memory-bound primitive.
-bool runs_single_threaded(double flops, size_t dst_bytes);
+/// True when a kiln.cpu node has so little work that it runs on the calling
+/// thread alone (waking the other threads would cost more than it saves, and
+/// on a busy machine can cost a scheduler time slice per node): under 10 MFLOP
+/// for Conv / MatMul (from the dims in its descriptors), under 1 MiB of
+/// destination for the memory-bound operators.
+bool node_single_threaded(const ir::Node& n);
+
+/// Runs f (which builds primitive descriptors / primitives) with OpenMP
+/// limited to one thread when `single`, restoring the caller's setting: many
+/// oneDNN kernels fix their thread count when they are made, so a
+/// single-threaded node must also be built single-threaded.
+template <class F>
+auto with_threads(bool single, F&& f) -> decltype(f()) {
+  if (!single) return f();
+  struct Restore {
+    int saved;
+    ~Restore() { omp_set_num_threads(saved); }
+  } restore{omp_get_max_threads()};
+  omp_set_num_threads(1);
+  return f();
+}
 
 }  // namespace kiln::targets::cpu

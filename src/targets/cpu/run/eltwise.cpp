@@ -14,9 +14,10 @@ dnnl::eltwise_forward::primitive_desc eltwise_pd(const ir::Node& n) {
 }
 
 BoundKernel make_eltwise(const ir::Node& n, const ir::Model& m) {
-  auto pd = eltwise_pd(n);
-  auto prim = guarded(n, "eltwise primitive", [&] { return dnnl::eltwise_forward(pd); });
-  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), {{0, DNNL_ARG_SRC, pd.src_desc()}}, pd.dst_desc());
+  bool single = node_single_threaded(n);
+  auto pd = with_threads(single, [&] { return eltwise_pd(n); });
+  auto prim = with_threads(single, [&] { return guarded(n, "eltwise primitive", [&] { return dnnl::eltwise_forward(pd); }); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), {{0, DNNL_ARG_SRC, pd.src_desc()}}, pd.dst_desc(), single);
 }
 
 }  // namespace kiln::targets::cpu

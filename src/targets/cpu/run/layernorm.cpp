@@ -16,12 +16,13 @@ dnnl::layer_normalization_forward::primitive_desc layernorm_pd(const ir::Node& n
 }
 
 BoundKernel make_layernorm(const ir::Node& n, const ir::Model& m) {
-  auto pd = layernorm_pd(n);
+  bool single = node_single_threaded(n);
+  auto pd = with_threads(single, [&] { return layernorm_pd(n); });
   md_t ss = md_attr(n, "md.scale");
   std::vector<ArgBinding> ins{{0, DNNL_ARG_SRC, pd.src_desc()}, {1, DNNL_ARG_SCALE, ss}};
   if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue) ins.push_back({2, DNNL_ARG_SHIFT, ss});
-  auto prim = guarded(n, "layer normalization primitive", [&] { return dnnl::layer_normalization_forward(pd); });
-  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc());
+  auto prim = with_threads(single, [&] { return guarded(n, "layer normalization primitive", [&] { return dnnl::layer_normalization_forward(pd); }); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc(), single);
 }
 
 }  // namespace kiln::targets::cpu

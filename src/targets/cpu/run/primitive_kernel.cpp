@@ -31,14 +31,31 @@ std::vector<int64_t> static_out_shape(const ir::Node& n, const ir::Model& m) {
 
 }  // namespace
 
-bool runs_single_threaded(double flops, size_t dst_bytes) {
-  return flops > 0 ? flops < 2e6 : dst_bytes < 256 * 1024;
+// About 70 us of single-threaded work on one AVX-512 core: below that a
+// parallel region costs more than it saves (more so on a busy machine).
+constexpr double kSingleFlops = 10e6;
+constexpr size_t kSingleBytes = 1 << 20;
+
+bool node_single_threaded(const ir::Node& n) {
+  bool eltwise_like = n.op_type == "Eltwise" || n.op_type == "Softmax" || n.op_type == "LayerNorm";
+  md_t dst = md_attr(n, eltwise_like ? "md.src" : "md.dst");
+  double elems = 1;
+  for (auto d : dst.dims()) elems *= static_cast<double>(d);
+  if (n.op_type == "Conv") {
+    auto wd = md_attr(n, "md.wei").dims();
+    size_t first = wd.size() == static_cast<size_t>(dst.data.ndims) ? 1 : 2;  // [O,I,k..] or [G,O/G,I/G,k..]
+    double per = 1;
+    for (size_t i = first; i < wd.size(); ++i) per *= static_cast<double>(wd[i]);
+    return 2 * elems * per < kSingleFlops;
+  }
+  if (n.op_type == "MatMul") return 2 * elems * static_cast<double>(md_attr(n, "md.src").dims().back()) < kSingleFlops;
+  return md_bytes(dst) < kSingleBytes;
 }
 
 BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primitive prim, const md_t& scratch,
-                             std::vector<ArgBinding> ins, const md_t& dst, double flops) {
+                             std::vector<ArgBinding> ins, const md_t& dst, bool single) {
   auto st = std::make_shared<PrimitiveState>();
-  st->single = runs_single_threaded(flops, md_bytes(dst));
+  st->single = single;
   st->prim = std::move(prim);
   st->scratch = scratch;
   st->ins = std::move(ins);

@@ -15,10 +15,11 @@ dnnl::resampling_forward::primitive_desc resample_pd(const ir::Node& n) {
 }
 
 BoundKernel make_resample(const ir::Node& n, const ir::Model& m) {
-  auto pd = resample_pd(n);
+  bool single = node_single_threaded(n);
+  auto pd = with_threads(single, [&] { return resample_pd(n); });
   expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
-  auto prim = guarded(n, "resampling primitive", [&] { return dnnl::resampling_forward(pd); });
-  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), {{0, DNNL_ARG_SRC, pd.src_desc()}}, pd.dst_desc());
+  auto prim = with_threads(single, [&] { return guarded(n, "resampling primitive", [&] { return dnnl::resampling_forward(pd); }); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), {{0, DNNL_ARG_SRC, pd.src_desc()}}, pd.dst_desc(), single);
 }
 
 }  // namespace kiln::targets::cpu

@@ -16,9 +16,10 @@ dnnl::softmax_forward::primitive_desc softmax_pd(const ir::Node& n) {
 }
 
 BoundKernel make_softmax(const ir::Node& n, const ir::Model& m) {
-  auto pd = softmax_pd(n);
-  auto prim = guarded(n, "softmax primitive", [&] { return dnnl::softmax_forward(pd); });
-  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), {{0, DNNL_ARG_SRC, pd.src_desc()}}, pd.dst_desc());
+  bool single = node_single_threaded(n);
+  auto pd = with_threads(single, [&] { return softmax_pd(n); });
+  auto prim = with_threads(single, [&] { return guarded(n, "softmax primitive", [&] { return dnnl::softmax_forward(pd); }); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), {{0, DNNL_ARG_SRC, pd.src_desc()}}, pd.dst_desc(), single);
 }
 
 }  // namespace kiln::targets::cpu
