@@ -14,6 +14,7 @@ APT_PACKAGES=(
   libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev
   python3 python3-venv python3-pip python3-numpy python3-torch python3-torchvision
   unzip
+  clang libclang-rt-14-dev libomp-dev
 )
 
 missing=()

@@ -16,6 +16,7 @@
 #include "cli.h"
 #include "runtime/compile.h"
 #include "support/error.h"
+#include "support/log.h"
 #include "targets/host.h"
 
 namespace kiln::cli {
@@ -242,7 +243,9 @@ void explain_cmd(const CacheArgs& a, bool as_json) {
   opt.target = Target::parse(a.target);
   parse_shapes(a.shapes, opt);
   opt.validate();
+  Stopwatch digest_sw;
   auto md = cache::digest_model(a.model, cache::Cache(dir).memo_dir(), /*write_memo=*/false);
+  double digest_ms = digest_sw.ms();
   auto request = request_compat(md.digest, opt, build_facts(opt.target));
   auto ex = cache::explain(dir, request, a.limit);
   cache::Cache c(dir);
@@ -276,7 +279,8 @@ void explain_cmd(const CacheArgs& a, bool as_json) {
   if (as_json) {
     print_json({{"model", a.model}, {"cache_dir", dir.string()}, {"key", ex.key}, {"status", status},
                 {"entry", ex.entry_exists ? json(c.entry_path(ex.key).string()) : json(nullptr)},
-                {"problems", problems}, {"entries", ex.entries}, {"nearest", nearest}});
+                {"problems", problems}, {"entries", ex.entries}, {"nearest", nearest}, {"digest_ms", digest_ms},
+                {"digest_bytes", md.bytes_hashed}, {"digest_from_memo", md.from_memo}});
     return;
   }
   std::printf("%s: %s (key %s) in %s, %d entries\n", a.model.c_str(), status.c_str(), ex.key.c_str(), dir.c_str(),
