@@ -253,3 +253,17 @@ def test_every_damaged_region_is_moved_aside_and_rebuilt(kiln, mlp_onnx, mlp_x, 
         assert entry.read_bytes() == pristine, what  # rebuilt: the same program, byte for byte
         check_y(tmp_path / "o", res)
     assert kiln("cache", "verify", "--cache-dir", cache).rc == 0
+
+
+def test_check_reads_only_the_header_and_compat_block(kiln, mlp_onnx, tmp_path):
+    art = tmp_path / "m.kiln"
+    assert kiln("compile", mlp_onnx, "-o", art).rc == 0
+    data = bytearray(art.read_bytes())
+    off, size = regions(bytes(data))["compatibility block"]
+    for i in range(off + size, len(data)):  # every byte after the compat block
+        data[i] ^= 0xFF
+    art.write_bytes(bytes(data))
+    check = kiln("check", art, "--json")
+    assert check.rc == 0 and check.json()["runnable"] is True, check.describe()
+    run = kiln("run", art, "--random-inputs")
+    assert_error(run, 7, art.name)
