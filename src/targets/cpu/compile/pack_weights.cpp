@@ -47,6 +47,8 @@ class Packer {
     n.inputs[1] = it->second;
     set_md_attr(n, "md.wei", wmd);
     n.attrs.erase("md.wei_src");
+    // The kernel the weights were packed for: a load checks it gets the same.
+    n.attrs["impl"] = is_cpu(n, "Conv") ? conv_pd(n).impl_info_str() : matmul_pd(n).impl_info_str();
     return 1;
   }
 

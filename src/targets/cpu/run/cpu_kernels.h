@@ -29,12 +29,12 @@ KernelFactory find_factory(std::string_view op_type);
 /// kiln.cpu.Conv: inputs (src, weights, [bias], post-op operands...);
 /// attributes md.src, md.wei, [md.bias], md.dst, strides, dilates (oneDNN's:
 /// ONNX dilation - 1), pads_begin, pads_end, [alg] (direct, the default, or
-/// winograd), post-ops.
+/// winograd), post-ops, [impl] (the oneDNN kernel packed weights are for).
 dnnl::convolution_forward::primitive_desc conv_pd(const ir::Node& n);
 
 /// kiln.cpu.MatMul: inputs (src, weights, [bias], post-op operands...);
 /// attributes md.src, md.wei, [md.bias], md.dst (any strides: transposes and
-/// reshapes are folded into them), post-ops.
+/// reshapes are folded into them), [out_scale], post-ops, [impl].
 dnnl::matmul::primitive_desc matmul_pd(const ir::Node& n);
 
 /// kiln.cpu.Pool: input src; attributes alg (dnnl::algorithm), kernel,

@@ -202,6 +202,15 @@ void expect_same_md(const ir::Node& n, const char* arg, const md_t& expected, co
          n.label(), arg, onednn_version(), onednn_isa());
 }
 
+void expect_same_impl(const ir::Node& n, const std::string& impl) {
+  std::string want = n.s("impl", "");
+  if (!want.empty() && want != impl)
+    fail(ErrorCode::incompatible_artifact,
+         "{}: its weights were packed for the oneDNN kernel '{}', but oneDNN {} on this machine (ISA {}) picks '{}'; "
+         "recompile the model here",
+         n.label(), want, onednn_version(), onednn_isa(), impl);
+}
+
 dims_t md_dims(const md_t& md) { return md.dims(); }
 
 size_t md_bytes(const md_t& md) { return md.get_size(); }

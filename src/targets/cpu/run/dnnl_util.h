@@ -110,6 +110,13 @@ auto guarded(const ir::Node& n, const char* what, F&& f) -> decltype(f()) {
 /// naming the node and argument.
 void expect_same_md(const ir::Node& n, const char* arg, const md_t& expected, const md_t& stored);
 
+/// Checks that oneDNN picked the implementation the node's weights were
+/// packed for (attribute "impl", when present): with explicit layouts oneDNN
+/// may accept packed weights in a slower kernel that was never meant to read
+/// them, so a different one means an artifact for another oneDNN/ISA. Throws
+/// Error(incompatible_artifact) naming the node and both implementations.
+void expect_same_impl(const ir::Node& n, const std::string& impl);
+
 /// Dims of an md as a vector.
 dims_t md_dims(const md_t& md);
 /// Bytes an md spans (padding included).

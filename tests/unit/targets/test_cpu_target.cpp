@@ -1,0 +1,345 @@
+// The cpu target: lowering to kiln.cpu nodes (fusion, layouts, packing,
+// view folding), their oneDNN kernels, and the artifact round trip.
+// Expected values are either worked out by hand (stated in comments) or
+// computed by the ref target (the plain reference kernels) on the same model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+
+#include "../onnx/model_builder.h"
+#include "artifact/artifact.h"
+#include "kiln/errors.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "runtime/program.h"
+#include "targets/cpu/run/dnnl_util.h"
+#include "targets/host.h"
+#include "targets/pipeline.h"
+
+namespace kiln::testing {
+namespace {
+
+void attr_float(onnx::NodeProto& n, const std::string& name, float v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+void attr_string(onnx::NodeProto& n, const std::string& name, const std::string& v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(v);
+}
+
+artifact::CompiledProgram compile_for(const ModelBuilder& b, const Target& t) {
+  auto bytes = b.bytes();
+  artifact::CompiledProgram cp;
+  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(cp.model, {});
+  targets::run_pipeline(cp, t);
+  cp.compat = targets::host_facts(t);
+  return cp;
+}
+
+std::map<std::string, Tensor> run(artifact::CompiledProgram cp, const std::map<std::string, Tensor>& in, int threads = 0) {
+  Program p(std::move(cp));
+  return p.run(in, threads);
+}
+
+int count(const ir::Model& m, const std::string& op, const std::string& domain = "kiln.cpu") {
+  int c = 0;
+  for_each_graph(const_cast<ir::Graph&>(m.main), [&](ir::Graph& g) {
+    for (auto& n : g.nodes) c += n.op_type == op && n.domain == domain;
+  });
+  return c;
+}
+
+/// Deterministic values in [-1, 1): a fixed linear congruential sequence.
+Tensor filled(std::vector<int64_t> shape, uint32_t seed) {
+  Tensor t(DType::f32, shape);
+  uint32_t s = seed * 2654435761u + 1;
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    s = s * 1664525u + 1013904223u;
+    t.data<float>()[i] = static_cast<float>(s >> 8) / 8388608.0f - 1.0f;
+  }
+  return t;
+}
+
+std::vector<float> floats(std::vector<int64_t> shape, uint32_t seed) {
+  Tensor t = filled(shape, seed);
+  return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+}
+
+/// cpu == ref within rtol 1e-4 / atol 1e-5 for every output.
+void expect_matches_ref(const ModelBuilder& b, const std::map<std::string, Tensor>& in) {
+  auto ref = run(compile_for(b, Target::ref()), in);
+  auto cpu = run(compile_for(b, Target::cpu()), in);
+  ASSERT_EQ(ref.size(), cpu.size());
+  for (auto& [name, r] : ref) {
+    const Tensor& c = cpu.at(name);
+    ASSERT_EQ(c.shape(), r.shape()) << name;
+    for (int64_t i = 0; i < r.numel(); ++i) {
+      float want = r.data<float>()[i], got = c.data<float>()[i];
+      ASSERT_NEAR(got, want, 1e-5 + 1e-4 * std::fabs(want)) << name << " element " << i;
+    }
+  }
+}
+
+// y = Relu(Conv1x1(x) + x) with W = 2*I (16 channels) and bias 1, so
+// y = max(0, 3x + 1) elementwise.
+ModelBuilder residual_block() {
+  ModelBuilder b;
+  b.input("x", 1, {1, 16, 3, 3});
+  std::vector<float> w(16 * 16, 0.f), bias(16, 1.f);
+  for (int i = 0; i < 16; ++i) w[i * 16 + i] = 2.f;
+  b.initializer("w", {16, 16, 1, 1}, w);
+  b.initializer("b", {16}, bias);
+  b.node("Conv", {"x", "w", "b"}, {"c"});
+  b.node("Add", {"c", "x"}, {"a"});
+  b.node("Relu", {"a"}, {"y"});
+  b.output("y");
+  return b;
+}
+
+TEST(CpuTarget, FusesResidualAddAndReluIntoTheConvolution) {
+  auto cp = compile_for(residual_block(), Target::cpu());
+  EXPECT_EQ(count(cp.model, "Conv"), 1);
+  EXPECT_EQ(count(cp.model, "Add", ""), 0);
+  EXPECT_EQ(count(cp.model, "Relu", ""), 0);
+  // The input is reordered to the blocked layout once (the conv and its
+  // residual operand share it), the output back once.
+  EXPECT_EQ(count(cp.model, "Reorder"), 2);
+  for (auto& n : cp.model.main.nodes)
+    if (n.op_type == "Conv") {
+      auto post = targets::cpu::read_post_ops(n);
+      ASSERT_EQ(post.size(), 2u);
+      EXPECT_EQ(post[0].kind, targets::cpu::PostOp::binary);
+      EXPECT_EQ(post[1].kind, targets::cpu::PostOp::eltwise);
+      EXPECT_EQ(post[1].alg, static_cast<int64_t>(dnnl::algorithm::eltwise_relu));
+    }
+  Tensor x = filled({1, 16, 3, 3}, 1);
+  auto out = run(std::move(cp), {{"x", x}});
+  const Tensor& y = out.at("y");
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, 16, 3, 3}));
+  for (int64_t i = 0; i < y.numel(); ++i)
+    EXPECT_NEAR(y.data<float>()[i], std::max(0.f, 3 * x.data<float>()[i] + 1), 1e-6) << i;
+}
+
+TEST(CpuTarget, PacksWeightsAtCompileTimeAndChecksTheirLayoutAtLoad) {
+  auto cp = compile_for(residual_block(), Target::cpu());
+  // The packed weights replace the ONNX ones in the program's constants.
+  bool packed = false, original = false;
+  for (auto& v : cp.model.values) {
+    if (!v.constant) continue;
+    packed |= v.name == "w/packed";
+    original |= v.name == "w";
+  }
+  EXPECT_TRUE(packed);
+  EXPECT_FALSE(original);
+  // Round trip through the artifact format: same results.
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(cp));
+  auto back = artifact::read_bytes(bytes, "test");
+  Tensor x = filled({1, 16, 3, 3}, 2);
+  auto a = run(cp, {{"x", x}}), b = run(back, {{"x", x}});
+  for (int64_t i = 0; i < a.at("y").numel(); ++i) EXPECT_EQ(a.at("y").data<float>()[i], b.at("y").data<float>()[i]);
+  // Weights laid out for another oneDNN/ISA (here: plain) are refused by name.
+  for (auto& n : back.model.main.nodes)
+    if (n.op_type == "Conv") targets::cpu::set_md_attr(n, "md.wei", targets::cpu::plain_md({16, 16, 1, 1}));
+  try {
+    Program p(std::move(back));
+    FAIL() << "a stale weight layout was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
+    EXPECT_NE(std::string(e.what()).find("Conv node"), std::string::npos) << e.what();
+  }
+}
+
+// Attention-style matmul: MatMul(Transpose(A), B) followed by a Transpose of
+// the result; both transposes become strides of the matmul.
+ModelBuilder transposed_matmul() {
+  ModelBuilder b;
+  b.input("a", 1, {2, 3, 4});
+  b.input("b", 1, {2, 3, 5});
+  ModelBuilder::attr_ints(b.node("Transpose", {"a"}, {"at"}), "perm", {0, 2, 1});
+  b.node("MatMul", {"at", "b"}, {"m"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"m"}, {"y"}), "perm", {0, 2, 1});
+  b.output("y");
+  return b;
+}
+
+TEST(CpuTarget, FoldsTransposesIntoMatMulStrides) {
+  auto cp = compile_for(transposed_matmul(), Target::cpu());
+  EXPECT_EQ(count(cp.model, "MatMul"), 1);
+  EXPECT_EQ(count(cp.model, "Transpose", ""), 0);
+  expect_matches_ref(transposed_matmul(), {{"a", filled({2, 3, 4}, 3)}, {"b", filled({2, 3, 5}, 4)}});
+}
+
+// y = Gelu(Gemm(a, W^T) + c), Gelu in the erf form PyTorch exports.
+ModelBuilder gemm_gelu() {
+  ModelBuilder b;
+  b.input("a", 1, {3, 8});
+  b.initializer("w", {6, 8}, floats({6, 8}, 5));
+  b.initializer("c", {6}, floats({6}, 6));
+  b.initializer("sqrt2", {}, {1.4142135f});
+  b.initializer("one", {}, {1.f});
+  b.initializer("half", {}, {0.5f});
+  ModelBuilder::attr_int(b.node("Gemm", {"a", "w", "c"}, {"g"}), "transB", 1);
+  b.node("Div", {"g", "sqrt2"}, {"d"});
+  b.node("Erf", {"d"}, {"e"});
+  b.node("Add", {"e", "one"}, {"p"});
+  b.node("Mul", {"g", "p"}, {"q"});
+  b.node("Mul", {"q", "half"}, {"y"});
+  b.output("y");
+  return b;
+}
+
+TEST(CpuTarget, GemmWithBiasAndGeluIsOneMatMul) {
+  auto cp = compile_for(gemm_gelu(), Target::cpu());
+  EXPECT_EQ(cp.model.main.nodes.size(), 1u);
+  EXPECT_EQ(count(cp.model, "MatMul"), 1);
+  expect_matches_ref(gemm_gelu(), {{"a", filled({3, 8}, 7)}});
+}
+
+// Conv -> Split on channels -> two convs -> Concat: a YOLO C2f-like block,
+// all in the blocked layout (split at a multiple of the channel block).
+ModelBuilder split_concat() {
+  ModelBuilder b;
+  b.input("x", 1, {1, 3, 8, 8});
+  b.initializer("w0", {32, 3, 3, 3}, floats({32, 3, 3, 3}, 8));
+  b.initializer("w1", {16, 16, 3, 3}, floats({16, 16, 3, 3}, 9));
+  b.initializer("w2", {16, 16, 1, 1}, floats({16, 16, 1, 1}, 10));
+  b.initializer_i64("split", {2}, {16, 16});
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w0"}, {"c0"}), "pads", {1, 1, 1, 1});
+  b.node("Sigmoid", {"c0"}, {"s0"});
+  b.node("Mul", {"c0", "s0"}, {"a0"});  // SiLU
+  ModelBuilder::attr_int(b.node("Split", {"a0", "split"}, {"p0", "p1"}), "axis", 1);
+  ModelBuilder::attr_ints(b.node("Conv", {"p0", "w1"}, {"c1"}), "pads", {1, 1, 1, 1});
+  b.node("Conv", {"p1", "w2"}, {"c2"});
+  ModelBuilder::attr_int(b.node("Concat", {"c1", "c2", "p0"}, {"cat"}), "axis", 1);
+  auto& pool = b.node("MaxPool", {"cat"}, {"mp"});
+  ModelBuilder::attr_ints(pool, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(pool, "strides", {2, 2});
+  b.initializer("scales", {4}, {1.f, 1.f, 2.f, 2.f});
+  auto& rs = b.node("Resize", {"mp", "", "scales"}, {"y"});
+  attr_string(rs, "mode", "nearest");
+  attr_string(rs, "coordinate_transformation_mode", "asymmetric");
+  attr_string(rs, "nearest_mode", "floor");
+  b.output("y");
+  return b;
+}
+
+TEST(CpuTarget, KeepsSplitConcatPoolAndResizeBlocked) {
+  auto cp = compile_for(split_concat(), Target::cpu());
+  EXPECT_EQ(count(cp.model, "Conv"), 3);
+  EXPECT_EQ(count(cp.model, "Sigmoid", ""), 0);  // SiLU fused as swish
+  EXPECT_EQ(count(cp.model, "Split", ""), 0);
+  EXPECT_EQ(count(cp.model, "Concat"), 1);
+  EXPECT_EQ(count(cp.model, "Pool"), 1);
+  EXPECT_EQ(count(cp.model, "Resample"), 1);
+  // The first conv reads the 3 plain input channels directly; the two split
+  // parts are slices of the blocked value; only the output is reordered back.
+  EXPECT_EQ(count(cp.model, "Reorder"), 3);
+  expect_matches_ref(split_concat(), {{"x", filled({1, 3, 8, 8}, 11)}});
+}
+
+TEST(CpuTarget, ThreadCountChangesOnlyRounding) {
+  auto cp = compile_for(split_concat(), Target::cpu());
+  Tensor x = filled({1, 3, 8, 8}, 12);
+  auto one = run(cp, {{"x", x}}, 1), two = run(cp, {{"x", x}}, 2);
+  const Tensor &a = one.at("y"), &b = two.at("y");
+  for (int64_t i = 0; i < a.numel(); ++i)
+    EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-5 + 1e-5 * std::fabs(a.data<float>()[i]));
+}
+
+TEST(CpuTarget, BatchNormalizationIsFoldedBeforeLowering) {
+  ModelBuilder b;
+  b.input("x", 1, {1, 16, 4, 4});
+  b.initializer("w", {16, 16, 3, 3}, floats({16, 16, 3, 3}, 13));
+  b.initializer("s", {16}, floats({16}, 14));
+  b.initializer("bb", {16}, floats({16}, 15));
+  b.initializer("mean", {16}, floats({16}, 16));
+  std::vector<float> var(16, 0.5f);
+  b.initializer("var", {16}, var);
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("BatchNormalization", {"c", "s", "bb", "mean", "var"}, {"bn"});
+  b.node("Relu", {"bn"}, {"y"});
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "BatchNormalization", ""), 0);
+  EXPECT_EQ(count(cp.model, "Conv"), 1);
+  expect_matches_ref(b, {{"x", filled({1, 16, 4, 4}, 17)}});
+}
+
+TEST(CpuTarget, LayerNormSoftmaxAndAttentionMask) {
+  // BERT-like: LayerNorm(x) -> MatMul W -> scale 1/8 -> + mask -> Softmax.
+  ModelBuilder b;
+  b.input("x", 1, {1, 4, 8});
+  b.input("mask", 1, {1, 1, 4});
+  b.initializer("g", {8}, floats({8}, 18));
+  b.initializer("beta", {8}, floats({8}, 19));
+  b.initializer("w", {8, 4}, floats({8, 4}, 20));
+  b.initializer("eighth", {}, {8.f});
+  attr_float(b.node("LayerNormalization", {"x", "g", "beta"}, {"ln"}), "epsilon", 1e-5f);
+  b.node("MatMul", {"ln", "w"}, {"mm"});
+  b.node("Div", {"mm", "eighth"}, {"sc"});
+  b.node("Add", {"sc", "mask"}, {"am"});
+  ModelBuilder::attr_int(b.node("Softmax", {"am"}, {"y"}), "axis", -1);
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "LayerNorm"), 1);
+  EXPECT_EQ(count(cp.model, "MatMul"), 1);
+  EXPECT_EQ(count(cp.model, "Softmax"), 1);
+  EXPECT_EQ(cp.model.main.nodes.size(), 3u);  // Div and Add are post-ops of the matmul
+  expect_matches_ref(b, {{"x", filled({1, 4, 8}, 21)}, {"mask", filled({1, 1, 4}, 22)}});
+}
+
+TEST(CpuTarget, OperatorsOneDnnLacksStayOnReferenceKernels) {
+  // Softplus stays (oneDNN's soft_relu is not accurate enough); Erf has no
+  // oneDNN form; the conv around them is still lowered.
+  ModelBuilder b;
+  b.input("x", 1, {1, 4, 3, 3});
+  b.initializer("w", {4, 4, 1, 1}, floats({4, 4, 1, 1}, 23));
+  b.node("Conv", {"x", "w"}, {"c"});
+  b.node("Softplus", {"c"}, {"sp"});
+  b.node("Erf", {"sp"}, {"y"});
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "Conv"), 1);
+  EXPECT_EQ(count(cp.model, "Softplus", ""), 1);
+  EXPECT_EQ(count(cp.model, "Erf", ""), 1);
+  expect_matches_ref(b, {{"x", filled({1, 4, 3, 3}, 24)}});
+}
+
+TEST(CpuTarget, DynamicShapesStayOnReferenceKernels) {
+  ModelBuilder b;
+  b.input("x", 1, {-1, 4, 3, 3});
+  b.initializer("w", {4, 4, 1, 1}, floats({4, 4, 1, 1}, 25));
+  b.node("Conv", {"x", "w"}, {"y"});
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "Conv", ""), 1);
+  auto out = run(std::move(cp), {{"x", filled({2, 4, 3, 3}, 26)}});
+  EXPECT_EQ(out.at("y").shape(), (std::vector<int64_t>{2, 4, 3, 3}));
+}
+
+TEST(CpuTarget, CompatBlockNamesOneDnnVersionAndIsa) {
+  auto cpu = targets::host_facts(Target::cpu());
+  std::map<std::string, std::string> libs(cpu.library_versions.begin(), cpu.library_versions.end());
+  ASSERT_EQ(libs.count("onednn"), 1u);
+  EXPECT_EQ(libs["onednn"].rfind("2.", 0), 0u) << libs["onednn"];  // Debian's libdnnl 2.x
+  ASSERT_EQ(libs.count("onednn_isa"), 1u);
+  EXPECT_FALSE(libs["onednn_isa"].empty());
+  // The ref target calls no oneDNN.
+  EXPECT_TRUE(targets::host_facts(Target::ref()).library_versions.empty());
+  // An artifact packed under another oneDNN is not runnable here.
+  artifact::CompatInfo a = cpu;
+  a.library_versions[0].second = "9.9.9";
+  auto mism = targets::check_runnable(a, Target::cpu());
+  ASSERT_EQ(mism.size(), 1u);
+  EXPECT_EQ(mism[0].field, "library_versions");
+}
+
+}  // namespace
+}  // namespace kiln::testing
