@@ -27,8 +27,8 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target) 
                simplified, merged, bn, gelu);
     auto low = cpu::lower_for_cpu(cp.model);
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
-               "{} weights packed",
-               low.lowered, low.fused, low.views_folded, low.reorders, low.packed);
+               "{} tiny element-wise nodes left to the reference kernels, {} weights packed",
+               low.lowered, low.fused, low.views_folded, low.reorders, low.restored, low.packed);
     cp.plan = passes::plan_memory(cp.model);
     // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);

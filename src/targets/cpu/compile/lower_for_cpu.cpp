@@ -6,10 +6,13 @@ namespace kiln::targets::cpu {
 
 LowerStats lower_for_cpu(ir::Model& m) {
   LowerStats st;
-  st.lowered = lower_ops(m);
+  std::vector<Lowered> elementwise;
+  st.lowered = lower_ops(m, &elementwise);
   st.fused = fuse_post_ops(m);
   st.views_folded = fold_matmul_views(m);
   st.reorders = assign_layouts(m);
+  // Below ~16K elements a oneDNN call costs more than the work it does.
+  st.restored = restore_small_elementwise(m, elementwise, 16384);
   st.packed = pack_weights(m);
   passes::eliminate_dead_code(m);
   ir::verify(m);

@@ -25,9 +25,9 @@ std::optional<std::vector<ir::Node>> lower_eltwise(ir::Model& m, const ir::Node&
 std::optional<std::vector<ir::Node>> lower_binary(ir::Model& m, const ir::Node& n);
 std::optional<std::vector<ir::Node>> lower_softmax(ir::Model& m, const ir::Node& n);
 std::optional<std::vector<ir::Node>> lower_layernorm(ir::Model& m, const ir::Node& n);
-/// Concat of f32 tensors of static shape.
+/// Concat of f32 tensors of static shape and rank 3 to 5 (blockable).
 std::optional<std::vector<ir::Node>> lower_concat(ir::Model& m, const ir::Node& n);
-/// Split -> one slice Reorder per part.
+/// Split of a rank 3 to 5 f32 tensor -> one slice Reorder per part.
 std::optional<std::vector<ir::Node>> lower_split(ir::Model& m, const ir::Node& n);
 /// Resize (nearest, integer upscale) -> Resample.
 std::optional<std::vector<ir::Node>> lower_resize(ir::Model& m, const ir::Node& n);

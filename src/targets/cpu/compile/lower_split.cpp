@@ -13,6 +13,9 @@ std::optional<std::vector<ir::Node>> lower_split(ir::Model& m, const ir::Node& n
   int64_t r = static_cast<int64_t>(xd.size()), axis = n.i("axis", 0);
   if (axis < 0) axis += r;
   if (r == 0 || axis < 0 || axis >= r) return std::nullopt;
+  // Only activations that may be channel-blocked gain anything: a plain
+  // split is a copy either way, and one reference node beats N oneDNN calls.
+  if (r < 3 || r > 5) return std::nullopt;
   std::vector<ir::Node> out;
   int64_t offset = 0;
   for (size_t k = 0; k < n.outputs.size(); ++k) {

@@ -26,16 +26,30 @@ struct LowerStats {
   int reorders = 0;       ///< kiln.cpu.Reorder nodes inserted at layout boundaries
   int packed = 0;         ///< weight constants packed into a oneDNN layout
   int views_folded = 0;   ///< Transpose / Reshape nodes folded into matmul strides
+  int restored = 0;       ///< tiny element-wise nodes given back to the reference kernels
 };
 
 /// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
-/// assign_layouts, pack_weights, then dead-code elimination. Shapes must be
-/// inferred (infer_and_fold) before.
+/// assign_layouts, restore_small_elementwise, pack_weights, then dead-code
+/// elimination. Shapes must be inferred (infer_and_fold) before.
 LowerStats lower_for_cpu(ir::Model& m);
 
+/// A lowered single-node Eltwise / Binary and the ONNX node it replaced.
+struct Lowered {
+  ir::Node lowered;
+  ir::Node original;
+};
+
 /// Replaces every supported ONNX node (f32, static shapes; constant weights
-/// for Conv) of every graph with its kiln.cpu node in plain layouts.
-int lower_ops(ir::Model& m);
+/// for Conv) of every graph with its kiln.cpu node in plain layouts. Records
+/// in `elementwise` (when given) each Eltwise / Binary made from one ONNX node.
+int lower_ops(ir::Model& m, std::vector<Lowered>* elementwise = nullptr);
+
+/// Puts back the ONNX node of each recorded Eltwise / Binary that is still
+/// as lowered (no fusion, plain layout) and has fewer than `max_elems`
+/// output elements: on tiny tensors oneDNN's per-call cost exceeds the work,
+/// and the reference kernel is faster. Returns the number put back.
+int restore_small_elementwise(ir::Model& m, const std::vector<Lowered>& elementwise, int64_t max_elems);
 
 /// Absorbs into a kiln.cpu Conv / MatMul / Binary / Eltwise the single
 /// consumer chain that oneDNN can apply as bias, output scale or post-ops:

@@ -12,7 +12,12 @@
 namespace kiln::targets::cpu {
 
 const dnnl::engine& engine() {
-  static const dnnl::engine e(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine e = [] {
+    // oneDNN registers every JIT kernel with VTune by default, which costs
+    // time at each primitive creation; keep it only when asked for.
+    if (!std::getenv("DNNL_JIT_PROFILE")) dnnl_set_jit_profiling_flags(DNNL_JIT_PROFILE_NONE);
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return e;
 }
 
@@ -176,18 +181,6 @@ void* thread_scratch(size_t bytes) {
 
 dnnl::memory wrap(const md_t& md, const void* data) {
   return dnnl::memory(md, engine(), const_cast<void*>(data));
-}
-
-void execute(const ir::Node& n, const dnnl::primitive& p, const md_t& scratch_md,
-             std::unordered_map<int, dnnl::memory>& args) {
-  size_t sb = scratch_md.get_size();
-  if (sb) args[DNNL_ARG_SCRATCHPAD] = wrap(scratch_md, thread_scratch(sb));
-  try {
-    p.execute(stream(), args);
-    stream().wait();
-  } catch (const dnnl::error& e) {
-    fail(ErrorCode::internal, "{}: oneDNN execution failed: {}", n.label(), e.what());
-  }
 }
 
 void dnnl_fail(const ir::Node& n, const char* what, const dnnl::error& e) {

@@ -6,7 +6,6 @@
 
 #include <cstdint>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "ir/graph.h"
@@ -79,12 +78,6 @@ void* thread_scratch(size_t bytes);
 
 /// Wraps f32 data as a oneDNN memory of `md` (no copy).
 dnnl::memory wrap(const md_t& md, const void* data);
-
-/// Executes `p` on this thread's stream with a scratchpad of the size its
-/// primitive descriptor asks (`scratch_md`), then waits. oneDNN errors become
-/// Error(internal) naming the node.
-void execute(const ir::Node& n, const dnnl::primitive& p, const md_t& scratch_md,
-             std::unordered_map<int, dnnl::memory>& args);
 
 /// Calls f, turning a dnnl::error into Error(unsupported) naming the node and
 /// `what` ("convolution primitive descriptor"): a oneDNN that cannot build what

@@ -3,6 +3,7 @@
 #include <omp.h>
 
 #include <memory>
+#include <mutex>
 
 #include "support/error.h"
 #include "targets/cpu/run/cpu_kernels.h"
@@ -11,13 +12,78 @@ namespace kiln::targets::cpu {
 
 namespace {
 
+/// The oneDNN memory objects of one execution (inputs, dst, scratchpad) and
+/// its argument array; reused from run to run with new data handles.
+struct MemSet {
+  std::vector<dnnl_memory_t> mems;
+  std::vector<dnnl_exec_arg_t> args;
+  MemSet() = default;
+  MemSet(const MemSet&) = delete;
+  MemSet& operator=(const MemSet&) = delete;
+  ~MemSet() {
+    for (auto m : mems) dnnl_memory_destroy(m);
+  }
+};
+
 struct PrimitiveState {
   dnnl::primitive prim;
   md_t scratch;
+  size_t scratch_bytes = 0;
   std::vector<ArgBinding> ins;
+  std::vector<size_t> in_bytes;
   md_t dst;
   std::vector<int64_t> out_shape;
   bool single = false;  ///< run on the calling thread only
+  // Memory-object sets not in use; concurrent runs each take their own.
+  std::mutex mu;
+  std::vector<std::unique_ptr<MemSet>> pool;
+
+  std::unique_ptr<MemSet> take() {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (!pool.empty()) {
+        auto s = std::move(pool.back());
+        pool.pop_back();
+        return s;
+      }
+    }
+    auto s = std::make_unique<MemSet>();
+    auto add = [&](const md_t& md, int arg) {
+      dnnl_memory_t mem = nullptr;
+      if (dnnl_memory_create(&mem, &md.data, engine().get(), DNNL_MEMORY_NONE) != dnnl_success)
+        fail(ErrorCode::internal, "cannot create a oneDNN memory object");
+      s->mems.push_back(mem);
+      s->args.push_back({arg, mem});
+    };
+    for (auto& b : ins) add(b.md, b.arg);
+    add(dst, DNNL_ARG_DST);
+    if (scratch_bytes) add(scratch, DNNL_ARG_SCRATCHPAD);
+    return s;
+  }
+  void give(std::unique_ptr<MemSet> s) {
+    std::lock_guard<std::mutex> lock(mu);
+    pool.push_back(std::move(s));
+  }
+
+  /// One execution with the inputs, output and this thread's scratchpad.
+  void run(ops::KernelContext& ctx) {
+    auto set = take();
+    for (size_t i = 0; i < ins.size(); ++i) {
+      const Tensor& t = ctx.in(ins[i].input);
+      if (t.nbytes() < in_bytes[i])
+        fail(ErrorCode::invalid_input, "{}: input {} has {} bytes, {} expected", ctx.node.label(), ins[i].input,
+             t.nbytes(), in_bytes[i]);
+      dnnl_memory_set_data_handle(set->mems[i], const_cast<void*>(t.raw()));
+    }
+    Tensor& out = ctx.output(0, DType::f32, out_shape);
+    dnnl_memory_set_data_handle(set->mems[ins.size()], out.raw());
+    if (scratch_bytes) dnnl_memory_set_data_handle(set->mems[ins.size() + 1], thread_scratch(scratch_bytes));
+    dnnl_status_t st = dnnl_primitive_execute(prim.get(), stream().get(), static_cast<int>(set->args.size()),
+                                              set->args.data());
+    if (st == dnnl_success) st = dnnl_stream_wait(stream().get());
+    give(std::move(set));
+    if (st != dnnl_success) fail(ErrorCode::internal, "{}: oneDNN execution failed (status {})", ctx.node.label(), st);
+  }
 };
 
 std::vector<int64_t> static_out_shape(const ir::Node& n, const ir::Model& m) {
@@ -58,6 +124,7 @@ BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primit
   st->single = single;
   st->prim = std::move(prim);
   st->scratch = scratch;
+  st->scratch_bytes = md_bytes(scratch);
   st->ins = std::move(ins);
   st->dst = dst;
   st->out_shape = static_out_shape(n, m);
@@ -85,29 +152,12 @@ BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primit
       fail(ErrorCode::corrupt_artifact, "{}: input '{}' holds {} bytes, its layout needs {}", n.label(), v.name, bytes,
            md_bytes(b.md));
   }
+  for (auto& b : st->ins) st->in_bytes.push_back(md_bytes(b.md));
   return [st](ops::KernelContext& ctx) {
-    std::unordered_map<int, dnnl::memory> args;
-    for (auto& b : st->ins) {
-      const Tensor& t = ctx.in(b.input);
-      if (t.nbytes() < md_bytes(b.md))
-        fail(ErrorCode::invalid_input, "{}: input {} has {} bytes, {} expected", ctx.node.label(), b.input,
-             t.nbytes(), md_bytes(b.md));
-      args.emplace(b.arg, wrap(b.md, t.raw()));
-    }
-    Tensor& out = ctx.output(0, DType::f32, st->out_shape);
-    args.emplace(DNNL_ARG_DST, wrap(st->dst, out.raw()));
-    if (!st->single) return execute(ctx.node, st->prim, st->scratch, args);
+    if (!st->single) return st->run(ctx);
     // oneDNN's OpenMP runtime runs inline when it sees one thread; the
     // scratchpad, sized for the build-time thread count, is large enough.
-    int saved = omp_get_max_threads();
-    omp_set_num_threads(1);
-    try {
-      execute(ctx.node, st->prim, st->scratch, args);
-    } catch (...) {
-      omp_set_num_threads(saved);
-      throw;
-    }
-    omp_set_num_threads(saved);
+    with_threads(true, [&] { st->run(ctx); });
   };
 }
 
