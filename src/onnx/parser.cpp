@@ -35,6 +35,13 @@ const ParserRegistry& parsers() {
     register_loss_parsers(reg);
     register_dropout_parsers(reg);
     register_grid_sample_parsers(reg);
+    register_detection_parsers(reg);
+    register_einsum_parsers(reg);
+    register_selection_parsers(reg);
+    register_misc_parsers(reg);
+    register_signal_parsers(reg);
+    register_spatial_parsers(reg);
+    register_deform_conv_parsers(reg);
     return reg;
   }();
   return r;

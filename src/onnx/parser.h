@@ -77,5 +77,12 @@ void register_qlinear_parsers(ParserRegistry&);
 void register_loss_parsers(ParserRegistry&);
 void register_dropout_parsers(ParserRegistry&);
 void register_grid_sample_parsers(ParserRegistry&);
+void register_detection_parsers(ParserRegistry&);
+void register_einsum_parsers(ParserRegistry&);
+void register_selection_parsers(ParserRegistry&);
+void register_misc_parsers(ParserRegistry&);
+void register_signal_parsers(ParserRegistry&);
+void register_spatial_parsers(ParserRegistry&);
+void register_deform_conv_parsers(ParserRegistry&);
 
 }  // namespace kiln::onnx_import

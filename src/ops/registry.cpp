@@ -74,6 +74,13 @@ const Registry& registry() {
     register_loss(reg);
     register_dropout(reg);
     register_grid_sample(reg);
+    register_detection(reg);
+    register_einsum(reg);
+    register_selection(reg);
+    register_misc(reg);
+    register_signal(reg);
+    register_spatial(reg);
+    register_deform_conv(reg);
     return reg;
   }();
   return r;

@@ -131,5 +131,12 @@ void register_qlinear(Registry&);
 void register_loss(Registry&);
 void register_dropout(Registry&);
 void register_grid_sample(Registry&);
+void register_detection(Registry&);
+void register_einsum(Registry&);
+void register_selection(Registry&);
+void register_misc(Registry&);
+void register_signal(Registry&);
+void register_spatial(Registry&);
+void register_deform_conv(Registry&);
 
 }  // namespace kiln::ops
