@@ -42,6 +42,7 @@ const ParserRegistry& parsers() {
     register_signal_parsers(reg);
     register_spatial_parsers(reg);
     register_deform_conv_parsers(reg);
+    register_tfidf_parsers(reg);
     return reg;
   }();
   return r;

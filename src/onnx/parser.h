@@ -84,5 +84,6 @@ void register_misc_parsers(ParserRegistry&);
 void register_signal_parsers(ParserRegistry&);
 void register_spatial_parsers(ParserRegistry&);
 void register_deform_conv_parsers(ParserRegistry&);
+void register_tfidf_parsers(ParserRegistry&);
 
 }  // namespace kiln::onnx_import

@@ -81,6 +81,7 @@ const Registry& registry() {
     register_signal(reg);
     register_spatial(reg);
     register_deform_conv(reg);
+    register_tfidf(reg);
     return reg;
   }();
   return r;

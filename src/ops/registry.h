@@ -138,5 +138,6 @@ void register_misc(Registry&);
 void register_signal(Registry&);
 void register_spatial(Registry&);
 void register_deform_conv(Registry&);
+void register_tfidf(Registry&);
 
 }  // namespace kiln::ops
