@@ -8,6 +8,7 @@
 // recomputed per docs/file-format.md), which lets mutations reach the
 // FlatBuffers verifier and the decoders behind it.
 #include <cstdint>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -66,7 +67,13 @@ void read_one(std::shared_ptr<const std::vector<uint8_t>> bytes) {
       }
     if (sum == 0xdeadbeef) std::abort();  // keeps the loop from being optimised away
   } catch (const kiln::Error& e) {
-    if (e.code() != kiln::ErrorCode::corrupt_artifact) std::abort();
+    if (e.code() != kiln::ErrorCode::corrupt_artifact) {
+      std::fprintf(stderr, "kiln error (code %d, expected corrupt_artifact): %s\n", static_cast<int>(e.code()), e.what());
+      std::abort();
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kiln error: a non-kiln exception escaped the reader: %s\n", e.what());
+    std::abort();
   }
 }
 

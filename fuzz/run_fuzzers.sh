@@ -3,6 +3,11 @@
 # each one for SECONDS from the committed seed corpus (fuzz/corpus/<name>).
 #
 #   fuzz/run_fuzzers.sh SRC_DIR BUILD_DIR SECONDS [NAME...]
+#   fuzz/run_fuzzers.sh SRC_DIR BUILD_DIR runs:N [NAME...]
+#
+# runs:N is the CI form (CTest fuzz.short): every committed input is replayed,
+# then N mutations with a fixed seed, so a CI result does not depend on how
+# fast the machine is or on luck. SECONDS (random seed) is for long runs.
 #
 # NAME: artifact_reader, onnx_importer (default: both). New interesting
 # inputs go to BUILD_DIR/corpus-<name> (the committed corpus is only read);
@@ -33,15 +38,23 @@ cmake --build "$build" --target "${targets[@]}" -j"${KILN_FUZZ_JOBS:-2}"
 
 status=0
 for n in "${names[@]}"; do
-  mkdir -p "$build/corpus-$n"
-  echo "== fuzz_$n: ${secs} s from fuzz/corpus/$n"
+  corpus="$build/corpus-$n"
+  if [[ $secs == runs:* ]]; then
+    budget=(-runs="${secs#runs:}" -seed=1); what="${secs#runs:} runs, seed 1"
+    corpus="$build/corpus-$n-ci"; rm -rf "$corpus"  # start from the committed corpus alone
+  else
+    budget=(-max_total_time="$secs"); what="$secs s"
+  fi
+  mkdir -p "$corpus"
+  echo "== fuzz_$n: $what from fuzz/corpus/$n"
   # -rss_limit_mb / -malloc_limit_mb: a model that asks for huge tensors must
   # be refused before allocating, so a big allocation is a finding.
   if ! ASAN_OPTIONS=detect_leaks=0:allocator_may_return_null=1 "$build/fuzz/fuzz_$n" \
-        "$build/corpus-$n" "$src/fuzz/corpus/$n" -max_total_time="$secs" -max_len=65536 \
+        "$corpus" "$src/fuzz/corpus/$n" "${budget[@]}" -max_len=65536 \
         -rss_limit_mb=2560 -malloc_limit_mb=2048 -timeout=20 -print_final_stats=1 \
         -artifact_prefix="$build/crash-$n-" 2>"$build/fuzz-$n.log"; then
-    echo "fuzz_$n FAILED: see $build/fuzz-$n.log"; tail -60 "$build/fuzz-$n.log"; status=1
+    echo "fuzz_$n FAILED: see $build/fuzz-$n.log"
+    grep -E -A3 "kiln error|ERROR|SUMMARY|Test unit written|Base64" "$build/fuzz-$n.log" | head -60; status=1
   fi
   grep -E "^stat::number_of_executed_units|^stat::peak_rss_mb|^#[0-9]+.*DONE" "$build/fuzz-$n.log" || true
 done

@@ -4,8 +4,11 @@
 
 #include <fmt/ranges.h>
 
+#include <charconv>
 #include <cstring>
 #include <fstream>
+#include <limits>
+#include <optional>
 
 #include "support/error.h"
 
@@ -27,24 +30,77 @@ fs::path external_path(const fs::path& base_dir, const std::string& location, co
   return base_dir / rel;
 }
 
-void read_external(const onnx::TensorProto& tp, const fs::path& base_dir, const std::string& where, void* dst,
-                   size_t nbytes) {
+/// Parses an external_data `offset` / `length` value: the whole text must be
+/// a non-negative decimal integer (ExternalData.md), else invalid_model.
+int64_t parse_extent(const std::string& text, const std::string& key, const std::string& where) {
+  int64_t v = -1;
+  auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), v);
+  if (ec != std::errc() || end != text.data() + text.size() || text.empty() || v < 0)
+    bad(where, fmt::format("external data '{}' is '{}', not a non-negative integer", key, text));
+  return v;
+}
+
+/// Where an initializer's external bytes are: the file and offset, checked
+/// against the file's size before anything is allocated.
+struct ExternalExtent {
+  fs::path path;
+  int64_t offset = 0;
+};
+
+ExternalExtent locate_external(const onnx::TensorProto& tp, const fs::path& base_dir, const std::string& where,
+                               size_t nbytes) {
   std::string location;
   int64_t offset = 0, length = -1;
   for (auto& kv : tp.external_data()) {
     if (kv.key() == "location") location = kv.value();
-    else if (kv.key() == "offset") offset = std::stoll(kv.value());
-    else if (kv.key() == "length") length = std::stoll(kv.value());
+    else if (kv.key() == "offset") offset = parse_extent(kv.value(), "offset", where);
+    else if (kv.key() == "length") length = parse_extent(kv.value(), "length", where);
   }
   fs::path p = external_path(base_dir, location, where);
   if (length >= 0 && static_cast<size_t>(length) != nbytes)
     bad(where, fmt::format("external data length {} does not match the tensor's {} bytes", length, nbytes));
-  std::ifstream f(p, std::ios::binary);
-  if (!f) fail(ErrorCode::io, "{}: cannot open external data file '{}'", where, p.string());
-  f.seekg(offset);
+  std::error_code ec;
+  const auto file_bytes = fs::file_size(p, ec);
+  if (ec) fail(ErrorCode::io, "{}: cannot open external data file '{}': {}", where, p.string(), ec.message());
+  if (static_cast<uint64_t>(offset) > file_bytes || file_bytes - static_cast<uint64_t>(offset) < nbytes)
+    bad(where, fmt::format("external data file '{}' is too short (need {} bytes at offset {}, it has {})", p.string(),
+                           nbytes, offset, file_bytes));
+  return {p, offset};
+}
+
+void read_external(const ExternalExtent& ext, const std::string& where, void* dst, size_t nbytes) {
+  std::ifstream f(ext.path, std::ios::binary);
+  if (!f) fail(ErrorCode::io, "{}: cannot open external data file '{}'", where, ext.path.string());
+  f.seekg(ext.offset);
   f.read(static_cast<char*>(dst), static_cast<std::streamsize>(nbytes));
   if (static_cast<size_t>(f.gcount()) != nbytes)
-    bad(where, fmt::format("external data file '{}' is too short (need {} bytes at offset {})", p.string(), nbytes, offset));
+    fail(ErrorCode::io, "{}: reading {} bytes at offset {} of '{}' failed", where, nbytes, ext.offset,
+         ext.path.string());
+}
+
+/// Element count of `shape`; invalid_model on a negative dimension or when
+/// the count or its byte size (elem_bytes each) overflows.
+int64_t checked_numel(const std::vector<int64_t>& shape, size_t elem_bytes, const std::string& where) {
+  int64_t n = 1;
+  const int64_t limit = std::numeric_limits<int64_t>::max() / static_cast<int64_t>(elem_bytes);
+  for (auto d : shape) {
+    if (d < 0) bad(where, fmt::format("negative dimension {}", d));
+    if (d != 0 && n > limit / d) bad(where, fmt::format("shape [{}] is too large", fmt::join(shape, ",")));
+    n *= d;
+  }
+  return n;
+}
+
+/// How many values the typed repeated field that carries `dt` holds
+/// (onnx.proto: which field each data_type uses).
+int64_t typed_field_size(const onnx::TensorProto& tp, DType dt) {
+  switch (dt) {
+    case DType::f32: return tp.float_data_size();
+    case DType::f64: return tp.double_data_size();
+    case DType::i64: return tp.int64_data_size();
+    case DType::u32: case DType::u64: return tp.uint64_data_size();
+    default: return tp.int32_data_size();
+  }
 }
 
 template <class Src, class Dst>
@@ -82,7 +138,7 @@ void read_4bit(const onnx::TensorProto& tp, const fs::path& base_dir, const std:
   const size_t packed_bytes = static_cast<size_t>((t.numel() + 1) / 2);
   std::vector<uint8_t> packed(packed_bytes);
   if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    read_external(tp, base_dir, where, packed.data(), packed_bytes);
+    read_external(locate_external(tp, base_dir, where, packed_bytes), where, packed.data(), packed_bytes);
   } else if (tp.has_raw_data()) {
     if (tp.raw_data().size() != packed_bytes)
       bad(where, fmt::format("raw_data has {} bytes, {} packed 4-bit elements need {}", tp.raw_data().size(),
@@ -129,17 +185,33 @@ DType dtype_from_onnx(int elem_type, const std::string& where) {
 Tensor tensor_from_proto(const onnx::TensorProto& tp, const fs::path& base_dir, const std::string& where) {
   DType dt = dtype_from_onnx(tp.data_type(), where);
   std::vector<int64_t> shape(tp.dims().begin(), tp.dims().end());
-  for (auto d : shape)
-    if (d < 0) bad(where, fmt::format("negative dimension {}", d));
+  const bool four_bit = dt == DType::u4 || dt == DType::i4;
+  const int64_t numel = checked_numel(shape, four_bit ? 1 : dtype_size(dt), where);
   if (tp.has_segment()) fail(ErrorCode::unsupported, "{}: segmented tensors are not supported", where);
+  // Every size check comes before the Tensor is allocated: a model that
+  // declares huge dims with little data must be refused, not allocated.
+  const size_t nbytes = four_bit ? static_cast<size_t>((numel + 1) / 2) : static_cast<size_t>(numel) * dtype_size(dt);
+  std::optional<ExternalExtent> ext;
+  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
+    ext = locate_external(tp, base_dir, where, nbytes);
+  } else if (tp.has_raw_data()) {
+    if (tp.raw_data().size() != nbytes)
+      bad(where, fmt::format("raw_data has {} bytes, shape [{}] of {} needs {}", tp.raw_data().size(),
+                             fmt::join(shape, ","), dtype_name(dt), nbytes));
+  } else {
+    const int64_t have = typed_field_size(tp, dt);
+    const int64_t need = four_bit ? static_cast<int64_t>(nbytes) : numel;
+    if (have != need)
+      bad(where, fmt::format("has {} values for shape [{}] ({} {})", have, fmt::join(shape, ","), need,
+                             four_bit ? "packed bytes" : "elements"));
+  }
   Tensor t(dt, shape);
-  if (dt == DType::u4 || dt == DType::i4) {
+  if (four_bit) {
     read_4bit(tp, base_dir, where, t);
     return t;
   }
-  size_t nbytes = t.nbytes();
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    read_external(tp, base_dir, where, t.raw(), nbytes);
+  if (ext) {
+    read_external(*ext, where, t.raw(), nbytes);
     return t;
   }
   if (tp.has_raw_data()) {

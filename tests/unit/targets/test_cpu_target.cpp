@@ -4,8 +4,10 @@
 // computed by the ref target (the plain reference kernels) on the same model.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <memory>
+#include <thread>
 
 #include "../onnx/model_builder.h"
 #include "artifact/artifact.h"
@@ -251,6 +253,26 @@ TEST(CpuTarget, ThreadCountChangesOnlyRounding) {
   const Tensor &a = one.at("y"), &b = two.at("y");
   for (int64_t i = 0; i < a.numel(); ++i)
     EXPECT_NEAR(a.data<float>()[i], b.data<float>()[i], 1e-5 + 1e-5 * std::fabs(a.data<float>()[i]));
+}
+
+TEST(CpuTarget, ConcurrentRunsOfOneProgramAgree) {
+  // Session::run is thread-safe: each call has its own arena, oneDNN stream,
+  // scratchpad and memory objects.
+  Program p(compile_for(split_concat(), Target::cpu()));
+  Tensor x = filled({1, 3, 8, 8}, 27);
+  Tensor want = p.run({{"x", x}}, 0).at("y");
+  std::vector<std::thread> threads;
+  std::atomic<int> bad{0};
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int i = 0; i < 20; ++i) {
+        Tensor got = p.run({{"x", x}}, 0).at("y");
+        for (int64_t k = 0; k < got.numel(); ++k)
+          if (got.data<float>()[k] != want.data<float>()[k]) ++bad;
+      }
+    });
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(bad.load(), 0);
 }
 
 TEST(CpuTarget, BatchNormalizationIsFoldedBeforeLowering) {
