@@ -8,7 +8,7 @@
 
 namespace kiln {
 
-std::shared_ptr<const Program> load_program(const std::filesystem::path& path, const SessionOptions& opt) {
+std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path, const SessionOptions& opt) {
   artifact::CompatInfo compat = artifact::read_compat(path);
   auto mismatches = targets::check_runnable(compat, opt.target);
   if (!mismatches.empty()) {
@@ -16,7 +16,7 @@ std::shared_ptr<const Program> load_program(const std::filesystem::path& path, c
     for (auto& m : mismatches) why += (why.empty() ? "" : "; ") + m.str();
     fail(ErrorCode::incompatible_artifact, "artifact '{}' cannot run here: {}", path.string(), why);
   }
-  return std::make_shared<const Program>(artifact::read_file(path));
+  return std::make_shared<const ProgramSet>(artifact::read_file(path), nullptr, opt.out_of_bucket);
 }
 
 Session Session::load(const std::filesystem::path& artifact_path, const SessionOptions& opt) {
@@ -40,6 +40,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
 }
 
 std::vector<TensorInfo> Session::inputs() const { return program_->inputs(); }
+BucketStats Session::buckets() const { return program_->stats(); }
 std::vector<TensorInfo> Session::outputs() const { return program_->outputs(); }
 
 }  // namespace kiln
