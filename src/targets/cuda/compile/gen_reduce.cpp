@@ -13,9 +13,10 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-void need_f32(const Lowering& L, const ir::Node& n) {
-  for (auto v : n.inputs)
-    if (v != ir::kNoValue && L.model.value(v).dtype != DType::f32)
+/// Refuses the node unless its data inputs (the first `count`) are float32.
+void need_f32(const Lowering& L, const ir::Node& n, size_t count = 1) {
+  for (size_t i = 0; i < count && i < n.inputs.size(); ++i)
+    if (ir::ValueId v = n.inputs[i]; v != ir::kNoValue && L.model.value(v).dtype != DType::f32)
       refuse(n, fmt::format("input '{}' is {}; this version computes it on float32 only", L.model.value(v).name,
                             dtype_name(L.model.value(v).dtype)));
 }
@@ -70,7 +71,7 @@ ir::Node softmax(Lowering& L, const ir::Node& n) {
 
 /// LayerNormalization over dims [axis, rank): one block per row, two passes.
 ir::Node layer_norm(Lowering& L, const ir::Node& n) {
-  need_f32(L, n);
+  need_f32(L, n, 3);
   auto x = L.dims(n, n.inputs[0]);
   int64_t r = static_cast<int64_t>(x.size());
   int64_t axis = norm_axis(n, n.i("axis", -1), r);

@@ -40,6 +40,13 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   const auto nodes = m.main.nodes;  // a copy: lowering adds values, the graph is rebuilt below
   const int count = static_cast<int>(nodes.size());
   Uses uses = uses_of(m);
+  for (auto& n : nodes) {
+    // Static shapes everywhere (a dim left symbolic is named with its node).
+    for (auto v : n.inputs)
+      if (v != ir::kNoValue) L.dims(n, v);
+    for (auto v : n.outputs)
+      if (v != ir::kNoValue) L.dims(n, v);
+  }
   for (auto& n : nodes)
     for (auto& [k, a] : n.attrs)
       if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a))
