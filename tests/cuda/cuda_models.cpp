@@ -85,4 +85,62 @@ ModelBuilder matmul_model() {
   return b;
 }
 
+ModelBuilder pool_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 4, 9, 9});
+  auto& mp = b.node("MaxPool", {"x"}, {"mp"});
+  ModelBuilder::attr_ints(mp, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(mp, "strides", {2, 2});
+  ModelBuilder::attr_ints(mp, "pads", {1, 1, 1, 1});
+  auto& ap = b.node("AveragePool", {"x"}, {"ap"});
+  ModelBuilder::attr_ints(ap, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(ap, "strides", {2, 2});
+  ModelBuilder::attr_ints(ap, "pads", {1, 1, 1, 1});
+  auto& ai = b.node("AveragePool", {"x"}, {"ai"});
+  ModelBuilder::attr_ints(ai, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(ai, "strides", {2, 2});
+  ModelBuilder::attr_int(ai, "ceil_mode", 1);
+  ModelBuilder::attr_int(ai, "count_include_pad", 1);
+  b.output("mp", 1, {1, 4, 5, 5}).output("ap", 1, {1, 4, 5, 5}).output("ai", 1, {1, 4, 5, 5});
+  return b;
+}
+
+ModelBuilder conv_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 3, 16, 16});
+  b.initializer("W1", {8, 3, 3, 3}, ramp(8 * 27, 0.3f, 0.1f));
+  b.initializer("B1", {8}, ramp(8, 0.2f, 0.5f));
+  b.initializer("W2", {8, 8, 3, 3}, ramp(8 * 72, 0.15f, 0.7f));
+  b.initializer("B2", {8}, ramp(8, 0.1f, 1.5f));
+  b.initializer("W3", {8, 1, 3, 3}, ramp(72, 0.4f, 0.2f));
+  b.initializer("Wf", {10, 8}, ramp(80, 0.5f, 0.3f));
+  b.initializer("Cf", {10}, ramp(10, 0.1f, 0.9f));
+  auto conv = [&](const std::string& x, const std::string& w, const std::string& bias, const std::string& y,
+                  int64_t stride, int64_t group) {
+    std::vector<std::string> ins = {x, w};
+    if (!bias.empty()) ins.push_back(bias);
+    auto& c = b.node("Conv", ins, {y});
+    ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_ints(c, "strides", {stride, stride});
+    ModelBuilder::attr_ints(c, "kernel_shape", {3, 3});
+    ModelBuilder::attr_int(c, "group", group);
+  };
+  conv("x", "W1", "B1", "c1", 1, 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  auto& mp = b.node("MaxPool", {"r1"}, {"p1"});
+  ModelBuilder::attr_ints(mp, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(mp, "strides", {2, 2});
+  ModelBuilder::attr_ints(mp, "pads", {1, 1, 1, 1});
+  conv("p1", "W2", "B2", "c2", 1, 1);
+  b.node("Add", {"c2", "p1"}, {"s2"});
+  b.node("Relu", {"s2"}, {"r2"});
+  conv("r2", "W3", "", "c3", 2, 8);
+  b.node("GlobalAveragePool", {"c3"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  auto& gm = b.node("Gemm", {"f", "Wf", "Cf"}, {"y"});
+  ModelBuilder::attr_int(gm, "transB", 1);
+  b.output("y", 1, {2, 10});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -22,4 +22,16 @@ ModelBuilder kernels_model();
 /// gm = Gemm(Reshape(x,[8,8]), W2[5,8], C[5], transB=1, alpha 0.5) [8,5].
 ModelBuilder matmul_model();
 
+/// Pooling windows only (no GPU needed to compile): x float32[1,4,9,9] ->
+///   mp = MaxPool(x, kernel 3, strides 2, pads 1)                         [1,4,5,5]
+///   ap = AveragePool(x, kernel 3, strides 2, pads 1, count_include_pad 0)  [1,4,5,5]
+///   ai = AveragePool(x, kernel 2, strides 2, ceil_mode 1, count_include_pad 1) [1,4,5,5]
+ModelBuilder pool_model();
+
+/// A small ResNet-like network (cuDNN convolutions, GPU only): x float32[2,3,16,16] ->
+/// Relu(Conv 3x3 + bias) -> MaxPool 3/2 -> residual block (Conv + bias, Add, Relu)
+/// -> depthwise Conv stride 2 (group 8) -> GlobalAveragePool -> Flatten ->
+/// Gemm(transB) -> y [2,10].
+ModelBuilder conv_model();
+
 }  // namespace kiln::testing

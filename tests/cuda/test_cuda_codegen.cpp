@@ -60,6 +60,27 @@ TEST(CudaCodegen, EveryKernelFamilyCompilesToSm90CubinAndPtx) {
   EXPECT_GT(cp.plan.arena_bytes, 0u);
 }
 
+TEST(CudaCodegen, PoolingWindowsCompile) {
+  targets::cuda::LowerStats st;
+  auto cp = lower(pool_model(), &st);
+  EXPECT_EQ(st.kernels, 3);
+  auto b = targets::cuda::decode_bundle(cp.kernels, "test");
+  EXPECT_NE(b.source.find("k0_maxpool("), std::string::npos);
+}
+
+TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
+  // Without a device the convolution itself is refused, after the split.
+  auto bytes = conv_model().bytes();
+  ir::Model m = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(m, {});
+  passes::infer_and_fold(m);
+  EXPECT_EQ(targets::cuda::split_conv_bias(m), 2);
+  int adds = 0;
+  for (auto& n : m.main.nodes) adds += n.op_type == "Add";
+  EXPECT_EQ(adds, 3);  // two biases and the residual
+  ir::verify(m);
+}
+
 TEST(CudaCodegen, ArtifactRoundTripKeepsKernelsAndPlan) {
   auto cp = lower(kernels_model());
   auto bytes = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(cp));
@@ -92,18 +113,17 @@ TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {
 
 TEST(CudaCodegen, UnsupportedNodeNamesNodeOpAndCuda) {
   ModelBuilder b(17);
-  b.input("x", 1, {1, 1, 4, 4});
-  auto& p = b.node("MaxPool", {"x"}, {"y"}, "pool1");
-  ModelBuilder::attr_ints(p, "kernel_shape", {2, 2});
-  b.output("y", 1, {1, 1, 3, 3});
+  b.input("x", 1, {2, 3});
+  b.node("Hardmax", {"x"}, {"y"}, "hardmax1");
+  b.output("y", 1, {2, 3});
   try {
     lower(b);
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string m = e.what();
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_NE(m.find("pool1"), std::string::npos) << m;
-    EXPECT_NE(m.find("MaxPool"), std::string::npos) << m;
+    EXPECT_NE(m.find("hardmax1"), std::string::npos) << m;
+    EXPECT_NE(m.find("Hardmax"), std::string::npos) << m;
     EXPECT_NE(m.find("cuda"), std::string::npos) << m;
   }
 }

@@ -90,6 +90,18 @@ TEST(CudaGpu, MatmulsAndEpiloguesMatchRef) {
   compare_with_ref(dir / "m.onnx", kernel_inputs(0.2f));
 }
 
+TEST(CudaGpu, PoolingMatchesRef) {
+  TempDir dir;
+  pool_model().save(dir / "p.onnx");
+  compare_with_ref(dir / "p.onnx", {{"x", filled(DType::f32, {1, 4, 9, 9}, 3.f, 0.4f)}});
+}
+
+TEST(CudaGpu, ConvNetMatchesRef) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  compare_with_ref(dir / "c.onnx", {{"x", filled(DType::f32, {2, 3, 16, 16}, 1.f, 0.9f)}});
+}
+
 TEST(CudaGpu, GraphReplayWithNewInputs) {
   TempDir dir;
   matmul_model().save(dir / "m.onnx");
@@ -147,16 +159,16 @@ TEST(CudaGpu, MismatchingArtifactIsRefusedNamingTheField) {
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   TempDir dir;
   ModelBuilder b(17);
-  b.input("x", 1, {1, 1, 4, 4});
-  ModelBuilder::attr_ints(b.node("MaxPool", {"x"}, {"y"}, "pool1"), "kernel_shape", {2, 2});
-  b.output("y", 1, {1, 1, 3, 3});
+  b.input("x", 1, {2, 3});
+  b.node("Hardmax", {"x"}, {"y"}, "hardmax1");
+  b.output("y", 1, {2, 3});
   b.save(dir / "p.onnx");
   try {
     Session s(dir / "p.onnx", options(Target::cuda()));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_NE(std::string(e.what()).find("MaxPool"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Hardmax"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
   }
 }

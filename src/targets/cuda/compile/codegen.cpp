@@ -139,6 +139,30 @@ std::optional<std::vector<int64_t>> const_ints(const ir::Model& m, const ir::Nod
   return out;
 }
 
+std::pair<std::vector<int64_t>, std::vector<int64_t>> window_pads(const ir::Node& n, const std::vector<int64_t>& in,
+                                                                    const std::vector<int64_t>& out,
+                                                                    const std::vector<int64_t>& kernel,
+                                                                    const std::vector<int64_t>& strides,
+                                                                    const std::vector<int64_t>& dilations) {
+  size_t k = in.size();
+  std::vector<int64_t> b(k, 0), e(k, 0);
+  std::string ap = n.s("auto_pad", "NOTSET");
+  if (ap == "NOTSET") {
+    auto p = n.ints("pads");
+    if (!p.empty() && p.size() != 2 * k) refuse(n, "pads must have 2 entries per spatial dim");
+    for (size_t i = 0; i < k && !p.empty(); ++i) b[i] = p[i], e[i] = p[i + k];
+  } else if (ap == "SAME_UPPER" || ap == "SAME_LOWER") {
+    for (size_t i = 0; i < k; ++i) {
+      int64_t total = std::max<int64_t>(0, (out[i] - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - in[i]);
+      b[i] = ap == "SAME_UPPER" ? total / 2 : total - total / 2;
+      e[i] = total - b[i];
+    }
+  } else if (ap != "VALID") {
+    refuse(n, "auto_pad '" + ap + "'");
+  }
+  return {b, e};
+}
+
 const char* kernel_prelude() {
   return R"(// kiln cuda target: generated kernels (NVRTC). Shapes are baked in.
 #define KL_D __device__ __forceinline__

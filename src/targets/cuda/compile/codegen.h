@@ -69,6 +69,15 @@ int64_t norm_axis(const ir::Node& n, int64_t axis, int64_t rank);
 /// absent; refuses the node when it is present but not a constant.
 std::optional<std::vector<int64_t>> const_ints(const ir::Model& m, const ir::Node& n, size_t i);
 
+/// Begin and end pads of a sliding window (Conv, MaxPool, AveragePool) per
+/// spatial dim, from `pads` or `auto_pad` (SAME_UPPER / SAME_LOWER / VALID)
+/// and the input / output spatial dims. Refuses an unknown auto_pad.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> window_pads(const ir::Node& n, const std::vector<int64_t>& in,
+                                                                    const std::vector<int64_t>& out,
+                                                                    const std::vector<int64_t>& kernel,
+                                                                    const std::vector<int64_t>& strides,
+                                                                    const std::vector<int64_t>& dilations);
+
 /// The device helpers every program's source starts with (math overloads,
 /// warp and block reductions).
 const char* kernel_prelude();
@@ -91,6 +100,8 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
 /// Transpose, Gather, Concat, Slice, Split; Reshape / Flatten / Squeeze /
 /// Unsqueeze / Dropout (inference) become kiln.cuda.Copy.
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
+/// MaxPool (one output) and AveragePool, any number of spatial dims.
+std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
 /// Softmax, LogSoftmax, LayerNormalization, Reduce* (Sum, Mean, Max, Min,
 /// Prod, SumSquare, L1, L2, LogSum, LogSumExp), GlobalAveragePool, GlobalMaxPool.
 std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n);

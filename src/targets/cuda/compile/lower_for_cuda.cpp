@@ -37,6 +37,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   LowerStats st;
   Lowering L{m};
   L.sm_count = opt.sm_count;
+  int conv_bias = split_conv_bias(m);
   const auto nodes = m.main.nodes;  // a copy: lowering adds values, the graph is rebuilt below
   const int count = static_cast<int>(nodes.size());
   Uses uses = uses_of(m);
@@ -109,8 +110,14 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
       ++st.kernels;
       continue;
     }
+    if (n.domain.empty() && n.op_type == "Conv") {
+      lowered.push_back(lower_conv(L, n, opt));
+      ++st.convs;
+      continue;
+    }
     auto out = gen_data(L, n);
     if (out.empty()) out = gen_reduce(L, n);
+    if (out.empty()) out = gen_pool(L, n);
     if (out.empty())
       refuse(n, n.domain.empty() ? "the cuda target has no kernel for this operator yet"
                                  : fmt::format("domain '{}' is not supported", n.domain));
@@ -130,9 +137,10 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   st.ptx_bytes = bundle.ptx.size();
   cp.kernels = encode_bundle(bundle);
   cp.plan = passes::plan_memory(m);
-  log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} copies, {} nodes fused; cubin {} bytes, "
-             "PTX {} bytes ({:.0f} ms)",
-             opt.arch, st.kernels, st.gemms, st.copies, st.fused, st.cubin_bytes, st.ptx_bytes, sw.ms());
+  log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off), {} "
+             "copies, {} nodes fused; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
+             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.fused, st.cubin_bytes, st.ptx_bytes,
+             sw.ms());
   return st;
 }
 

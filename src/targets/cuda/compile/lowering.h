@@ -24,6 +24,7 @@ struct LowerStats {
   int kernels = 0;       ///< kiln.cuda.Kernel nodes (generated kernels)
   int fused = 0;         ///< ONNX nodes folded into another node's kernel or matmul epilogue
   int gemms = 0;         ///< kiln.cuda.Gemm nodes
+  int convs = 0;         ///< kiln.cuda.Conv nodes
   int copies = 0;        ///< kiln.cuda.Copy nodes
   size_t cubin_bytes = 0;
   size_t ptx_bytes = 0;
@@ -58,5 +59,18 @@ struct GemmLowered {
 /// that device (32 MiB workspace at most) and is stored in the node (algo,
 /// workspace); the runtime replays it without asking again.
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt);
+
+/// Rewrites every main-graph Conv with a constant bias B [K] into Conv(x, w)
+/// followed by an ONNX Add of B as [K, 1, .., 1], so that the bias, and
+/// whatever element-wise work follows (Relu, a residual Add), fuse into one
+/// generated kernel after the cuDNN convolution. Returns the number split.
+int split_conv_bias(ir::Model& m);
+
+/// Lowers a Conv (float32, no bias left, symmetric pads, 1-3 spatial dims,
+/// any group) to kiln.cuda.Conv. With opt.device >= 0 the algorithm is the
+/// fastest cudnnFindConvolutionForwardAlgorithm measures on that device
+/// (strict fp32, at most 256 MiB workspace), stored in the node (algo,
+/// workspace); refused without a device.
+ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt);
 
 }  // namespace kiln::targets::cuda

@@ -15,6 +15,11 @@
 //    the attributes: m, n, k, batch, trans_a, trans_b, stride_a, stride_b,
 //    alpha, beta, epilogue, algo (ints[8], the cublasLtMatmulAlgo_t words),
 //    workspace (bytes)). Inputs (A, B, [bias [n]], [C [.., m, n]]).
+//  - kiln.cuda.Conv: a cuDNN float32 convolution without bias (cudnn_conv.h:
+//    x_dims, w_dims, y_dims, pads (symmetric), strides, dilations, group, and
+//    the tuning decision algo (cudnnConvolutionFwdAlgo_t) and workspace
+//    (bytes)). Inputs (x, w); the bias of an ONNX Conv becomes a following
+//    element-wise Add (fused with what follows it).
 //  - kiln.cuda.Copy: output 0 = input 0 byte for byte (Reshape, Flatten,
 //    Squeeze, Unsqueeze, Identity after lowering).
 #pragma once

@@ -11,10 +11,10 @@ constexpr char kMagic[8] = {'K', 'L', 'N', 'C', 'U', 'D', 'A', '1'};
 
 void put(std::vector<uint8_t>& out, const void* p, size_t n) {
   uint64_t len = n;
-  auto* l = reinterpret_cast<const uint8_t*>(&len);
-  out.insert(out.end(), l, l + 8);
-  auto* b = static_cast<const uint8_t*>(p);
-  out.insert(out.end(), b, b + n);
+  size_t at = out.size();
+  out.resize(at + 8 + n);
+  std::memcpy(out.data() + at, &len, 8);
+  if (n) std::memcpy(out.data() + at + 8, p, n);
 }
 }  // namespace
 

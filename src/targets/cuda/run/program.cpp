@@ -12,6 +12,7 @@
 #include "support/log.h"
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/cudnn_conv.h"
 #include "targets/cuda/run/driver.h"
 
 namespace kiln::targets::cuda {
@@ -91,7 +92,8 @@ class CudaProgram final : public DeviceProgram {
 
     size_t workspace = 0;
     for (auto& n : m.main.nodes)
-      if (n.domain == kCudaDomain && n.op_type == "Gemm") workspace = std::max<size_t>(workspace, n.i("workspace", 0));
+      if (n.domain == kCudaDomain && (n.op_type == "Gemm" || n.op_type == "Conv"))
+        workspace = std::max<size_t>(workspace, n.i("workspace", 0));
     if (workspace) workspace_ = DeviceBuffer(workspace, "the cuBLASLt workspace");
     for (auto& n : m.main.nodes) bind(m, n);
 
@@ -211,6 +213,15 @@ class CudaProgram final : public DeviceProgram {
       CUdeviceptr ws = workspace_.get();
       size_t wsb = workspace_.bytes();
       steps_.push_back([plan, a, b, c, dd, ws, wsb](CUstream s) { plan->run(s, a, b, c, dd, ws, wsb); });
+    } else if (n.op_type == "Conv") {
+      ConvSpec spec = conv_spec_from(n);
+      convs_.push_back(std::make_unique<ConvPlan>(spec, static_cast<int>(n.i("algo")), static_cast<size_t>(n.i("workspace", 0)),
+                                                  n.label()));
+      const ConvPlan* plan = convs_.back().get();
+      CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
+      CUdeviceptr ws = workspace_.get();
+      size_t wsb = workspace_.bytes();
+      steps_.push_back([plan, x, w, y, ws, wsb](CUstream s) { plan->run(s, x, w, y, ws, wsb); });
     } else {
       fail(ErrorCode::unsupported, "{}: kiln.cuda.{} is not an operator of this kiln's cuda runtime", n.label(), n.op_type);
     }
@@ -225,6 +236,7 @@ class CudaProgram final : public DeviceProgram {
   std::vector<Input> inputs_;
   std::vector<Output> outputs_;
   std::vector<std::unique_ptr<GemmPlan>> gemms_;
+  std::vector<std::unique_ptr<ConvPlan>> convs_;
   std::vector<std::function<void(CUstream)>> steps_;
   CUgraphExec exec_ = nullptr;
   bool use_graph_ = true;
