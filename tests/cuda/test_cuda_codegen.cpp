@@ -68,6 +68,24 @@ TEST(CudaCodegen, PoolingWindowsCompile) {
   EXPECT_NE(b.source.find("k0_maxpool("), std::string::npos);
 }
 
+TEST(CudaCodegen, MiscOperatorsCompile) {
+  ModelBuilder b(17);
+  b.input("x", 1, {3, 4});
+  b.input("ind", 7, {2, 4});
+  b.input("like", 7, {1});
+  b.node("Tan", {"x"}, {"t"});
+  b.node("Acosh", {"t"}, {"a"});
+  b.node("IsInf", {"a"}, {"inf"});
+  b.node("CastLike", {"x", "like"}, {"cl"});
+  ModelBuilder::attr_int(b.node("ArgMax", {"x"}, {"am"}), "axis", 1);
+  ModelBuilder::attr_int(b.node("GatherElements", {"x", "ind"}, {"ge"}), "axis", 0);
+  b.node("Trilu", {"x"}, {"tu"});
+  b.output("inf", 9, {3, 4}).output("cl", 7, {3, 4}).output("am", 7, {3, 1}).output("ge", 1, {2, 4}).output("tu", 1, {3, 4});
+  targets::cuda::LowerStats st;
+  lower(b, &st);
+  EXPECT_EQ(st.kernels, 5);
+}
+
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
   // Without a device the convolution itself is refused, after the split.
   auto bytes = conv_model().bytes();

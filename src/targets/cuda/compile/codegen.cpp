@@ -190,6 +190,10 @@ KL_D float kl_pow(float x, float y) { return powf(x, y); }
 KL_D double kl_pow(double x, double y) { return pow(x, y); }
 KL_D float kl_log1p(float x) { return log1pf(x); }
 KL_D double kl_log1p(double x) { return log1p(x); }
+#define KL_MATH1(NAME, F, D) KL_D float NAME(float x) { return F(x); } KL_D double NAME(double x) { return D(x); }
+KL_MATH1(kl_tan, tanf, tan) KL_MATH1(kl_asin, asinf, asin) KL_MATH1(kl_acos, acosf, acos) KL_MATH1(kl_atan, atanf, atan)
+KL_MATH1(kl_sinh, sinhf, sinh) KL_MATH1(kl_cosh, coshf, cosh) KL_MATH1(kl_asinh, asinhf, asinh)
+KL_MATH1(kl_acosh, acoshf, acosh) KL_MATH1(kl_atanh, atanhf, atanh)
 KL_D bool kl_isnan(float x) { return isnan(x); }
 KL_D bool kl_isnan(double x) { return isnan(x); }
 template <class T> KL_D T kl_abs(T x) { return x < T(0) ? T(-x) : x; }

@@ -179,6 +179,43 @@ ir::Node split(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, {n.inputs[0]}, outs, L.grid_for(N, 256), 256);
 }
 
+ir::Node gather_elements(Lowering& L, const ir::Node& n) {
+  auto data = L.dims(n, n.inputs[0]), ind = L.dims(n, n.inputs[1]);
+  int64_t r = static_cast<int64_t>(data.size());
+  int64_t axis = norm_axis(n, n.i("axis", 0), r);
+  DType it = L.model.value(n.inputs[1]).dtype;
+  if (it != DType::i64 && it != DType::i32) refuse(n, "indices must be int64 or int32");
+  auto ds = strides_of(data);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string idx = fmt::format("long long k = (long long)idx[i]; if (k < 0) k += {0}; if (k < 0) k = 0; if (k >= {0}) k = {0} - 1; "
+                                "unsigned long long j = 0",
+                                data[axis]);
+  for (int64_t d = 0; d < r; ++d) idx += d == axis ? fmt::format(" + (unsigned long long)k * {}ull", ds[d]) : fmt::format(" + (unsigned long long)c{} * {}ull", d, ds[d]);
+  std::string name = L.kernel_name("gatherelements");
+  int64_t N = numel(ind);
+  L.source += loop_kernel(n.label(), name,
+                          fmt::format("const {0}* __restrict__ x, const {1}* __restrict__ idx, {0}* __restrict__ y", T,
+                                      it == DType::i64 ? "long long" : "int"),
+                          N, coords(ind) + " " + idx + "; y[i] = x[j];");
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+ir::Node trilu(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]);
+  if (x.size() < 2) refuse(n, "input rank below 2");
+  auto k = const_ints(L.model, n, 1);
+  int64_t kk = k && !k->empty() ? (*k)[0] : 0;
+  bool upper = n.i("upper", 1) != 0;
+  int64_t M = x[x.size() - 2], N2 = x.back(), N = numel(x);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("trilu");
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+                          fmt::format("long long c = (long long)(i % {0}u), rr = (long long)((i / {0}u) % {1}u); "
+                                      "y[i] = (c - rr {2} {3}LL) ? x[i] : ({4})0;",
+                                      N2, M, upper ? ">=" : "<=", kk, T));
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
 }  // namespace
 
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
@@ -194,6 +231,8 @@ std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
   if (op == "Concat") return {concat(L, n)};
   if (op == "Slice") return {slice(L, n)};
   if (op == "Split") return {split(L, n)};
+  if (op == "GatherElements") return {gather_elements(L, n)};
+  if (op == "Trilu") return {trilu(L, n)};
   return {};
 }
 

@@ -19,7 +19,7 @@ bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
 /// Dropout's ratio / training_mode inputs are not).
 std::vector<size_t> data_inputs(const ir::Node& n) {
   std::vector<size_t> out;
-  size_t count = n.op_type == "Expand" || n.op_type == "Dropout" ? 1 : n.inputs.size();
+  size_t count = n.op_type == "Expand" || n.op_type == "Dropout" || n.op_type == "CastLike" ? 1 : n.inputs.size();
   for (size_t i = 0; i < count && i < n.inputs.size(); ++i)
     if (n.inputs[i] != ir::kNoValue) out.push_back(i);
   return out;
@@ -62,7 +62,7 @@ std::optional<std::string> expr(const ir::Node& n, const std::vector<std::string
   if (op == "Xor" && need(2)) return fmt::format("({} != {})", a[0], a[1]);
   if (op == "Where" && need(3)) return fmt::format("({} ? {} : {})", a[0], a[1], a[2]);
   if (op == "Not") return fmt::format("(!{})", x);
-  if (op == "Cast") return fmt::format("(({}){})", tout, x);
+  if (op == "Cast" || op == "CastLike") return fmt::format("(({}){})", tout, x);
   if (op == "Identity" || op == "Expand" || op == "Dropout") return x;
   if (op == "Abs") return fmt::format("kl_abs({})", x);
   if (op == "Neg") return fmt::format("(-{})", x);
@@ -80,9 +80,15 @@ std::optional<std::string> expr(const ir::Node& n, const std::vector<std::string
       {"Exp", "kl_exp"},     {"Log", "kl_log"},   {"Sqrt", "kl_sqrt"},   {"Tanh", "kl_tanh"},
       {"Erf", "kl_erf"},     {"Floor", "kl_floor"}, {"Ceil", "kl_ceil"}, {"Round", "kl_round"},
       {"Sin", "kl_sin"},     {"Cos", "kl_cos"},   {"Sigmoid", "kl_sigmoid"}, {"Softplus", "kl_softplus"},
-      {"IsNaN", "kl_isnan"},
+      {"IsNaN", "kl_isnan"}, {"Tan", "kl_tan"}, {"Asin", "kl_asin"}, {"Acos", "kl_acos"}, {"Atan", "kl_atan"},
+      {"Sinh", "kl_sinh"},  {"Cosh", "kl_cosh"}, {"Asinh", "kl_asinh"}, {"Acosh", "kl_acosh"}, {"Atanh", "kl_atanh"},
   };
   if (auto it = unary.find(op); it != unary.end()) return fmt::format("{}({})", it->second, x);
+  if (op == "IsInf") {
+    bool pos = n.i("detect_positive", 1) != 0, neg = n.i("detect_negative", 1) != 0;
+    return fmt::format("(({0} == ({1})__int_as_float(0x7f800000) && {2}) || ({0} == -({1})__int_as_float(0x7f800000) && {3}))",
+                       x, tin, pos ? "true" : "false", neg ? "true" : "false");
+  }
   if (op == "Reciprocal") return fmt::format("(({})1 / {})", tin, x);
   if (op == "Softsign") return fmt::format("({0} / (({1})1 + kl_abs({0})))", x, tin);
   if (op == "LeakyRelu") return fmt::format("({0} < ({1})0 ? {0} * {2} : {0})", x, tin, lit(n.f("alpha", 0.01f)));

@@ -29,24 +29,26 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
   std::string body = "I r = i;";
   for (int64_t d = static_cast<int64_t>(k) - 1; d >= 0; --d) body += fmt::format(" long long o{0} = r % {1}u; r /= {1}u;", d, out[d]);
   body += fmt::format(" const float* xp = x + (unsigned long long)r * {}ull;", numel(in));
-  body += is_max ? " float acc = -__int_as_float(0x7f800000);" : " float acc = 0.f; int cnt = 0, cntp = 0;";
+  body += is_max ? " float acc = -__int_as_float(0x7f800000);" : " float acc = 0.f; int cnt = 0;";
   std::string idx = "0";
   auto ist = strides_of(in);
   for (size_t d = 0; d < k; ++d) {
     body += fmt::format(" for (int w{0} = 0; w{0} < {1}; ++w{0}) {{ long long p{0} = o{0} * {2} - {3} + (long long)w{0} * {4};", d,
                         kernel[d], strides[d], pb[d], dil[d]);
-    if (!is_max) body += fmt::format(" bool pad{0} = p{0} < -{1} || p{0} >= {2};", d, pb[d], in[d] + pe[d]);
     body += fmt::format(" bool in{0} = p{0} >= 0 && p{0} < {1};", d, in[d]);
     idx += fmt::format(" + p{} * {}", d, ist[d]);
   }
-  std::string inside = "in0", padded = "!pad0";
-  for (size_t d = 1; d < k; ++d) inside += fmt::format(" && in{}", d), padded += fmt::format(" && !pad{}", d);
+  std::string inside = "in0";
+  for (size_t d = 1; d < k; ++d) inside += fmt::format(" && in{}", d);
   if (is_max)
     body += fmt::format(" if ({}) acc = kl_max(acc, xp[{}]);", inside, idx);
   else
-    body += fmt::format(" if ({}) {{ acc += xp[{}]; ++cnt; }} if ({}) ++cntp;", inside, idx, padded);
+    body += fmt::format(" if ({}) {{ acc += xp[{}]; ++cnt; }}", inside, idx);
   for (size_t d = 0; d < k; ++d) body += " }";
-  body += is_max ? " y[i] = acc;" : fmt::format(" y[i] = acc / (float)({});", include_pad ? "cntp" : "cnt");
+  // count_include_pad divides by the whole kernel, even where a ceil-mode
+  // window hangs past the end padding (as the reference kernel, onnxruntime
+  // and the ONNX reference do).
+  body += is_max ? " y[i] = acc;" : fmt::format(" y[i] = acc / (float)({});", include_pad ? std::to_string(numel(kernel)) : "cnt");
   std::string name = L.kernel_name(n.op_type);
   L.source += fmt::format(
       "\n// {} kernel [{}] strides [{}] pads [{}|{}]\nextern \"C\" __global__ void __launch_bounds__(256) {}(const float* __restrict__ x, float* __restrict__ y) {{\n"

@@ -184,6 +184,30 @@ ir::Node reduce(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
+/// ArgMax / ArgMin along one axis: one thread per output, int64 indices.
+ir::Node arg_reduce(Lowering& L, const ir::Node& n) {
+  need_f32(L, n);
+  auto x = L.dims(n, n.inputs[0]);
+  int64_t r = static_cast<int64_t>(x.size());
+  int64_t axis = norm_axis(n, n.i("axis", 0), r);
+  int64_t outer = 1, len = x[axis], inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x[d];
+  for (int64_t d = axis + 1; d < r; ++d) inner *= x[d];
+  bool last = n.i("select_last_index", 0) != 0, mx = n.op_type == "ArgMax";
+  std::string cmp = std::string(mx ? ">" : "<") + (last ? "=" : "");
+  int64_t N = outer * inner;
+  std::string name = L.kernel_name(n.op_type);
+  L.source += fmt::format(
+      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, long long* __restrict__ y) {{\n"
+      "  for (unsigned long long t = (unsigned long long)blockIdx.x * 256 + threadIdx.x; t < {2}ull; t += (unsigned long long)gridDim.x * 256) {{\n"
+      "    unsigned long long b = (t / {3}ull) * {4}ull + t % {3}ull;\n"
+      "    float best = x[b]; long long k = 0;\n"
+      "    for (long long j = 1; j < {5}; ++j) {{ float v = x[b + j * {3}ull]; if (v {6} best) {{ best = v; k = j; }} }}\n"
+      "    y[t] = k;\n  }}\n}}\n",
+      n.label(), name, N, inner, len * inner, len, cmp);
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
 }  // namespace
 
 std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n) {
@@ -191,6 +215,7 @@ std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n) {
   const std::string& op = n.op_type;
   if (op == "Softmax" || op == "LogSoftmax") return {softmax(L, n)};
   if (op == "LayerNormalization") return {layer_norm(L, n)};
+  if (op == "ArgMax" || op == "ArgMin") return {arg_reduce(L, n)};
   static const std::set<std::string> reductions = {"ReduceSum",    "ReduceMean",      "ReduceMax",      "ReduceMin",
                                                    "ReduceProd",   "ReduceSumSquare", "ReduceL1",       "ReduceL2",
                                                    "ReduceLogSum", "ReduceLogSumExp", "GlobalAveragePool", "GlobalMaxPool"};
