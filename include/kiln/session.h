@@ -43,6 +43,23 @@ struct BucketStats {
 
 class ProgramSet;  // opaque; defined in src/runtime
 
+/// Wall time of one main-graph node during a profiled run (milliseconds).
+/// `op` is "domain::op_type" for target-private operators (e.g.
+/// "kiln.cpu::Conv", a oneDNN primitive) and the bare op_type for the default
+/// ONNX domain (run by the reference kernels).
+struct NodeTime {
+  std::string node;  ///< the node's name, or "op_type #index" when it has none
+  std::string op;
+  double ms = 0;
+};
+
+/// Per-node wall times of one run(), in execution order. Subgraph nodes
+/// (If/Loop/Scan bodies) count in their parent node's time.
+struct RunProfile {
+  std::vector<NodeTime> nodes;
+  double total_ms = 0;  ///< the whole run, validation and output copies included
+};
+
 /// A compiled model ready to run.
 ///
 /// Thread safety: run() may be called from several threads at once on one
@@ -85,6 +102,10 @@ class Session {
   /// (OutOfBucket::compile) or throws Error(invalid_input) naming the dim
   /// (OutOfBucket::error, and always for Session::load, which cannot compile).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const;
+
+  /// run(), timing every main-graph node into `*profile` (replaced). Timing
+  /// costs two clock reads per node; results are the same as run().
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const;
 
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;

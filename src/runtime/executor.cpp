@@ -2,6 +2,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <set>
@@ -34,6 +35,9 @@ TensorInfo tensor_info(const ir::Value& v) {
 
 Program::Program(artifact::CompiledProgram cp) : cp_(std::move(cp)) {
   build_threads_ = std::max(1, omp_get_max_threads());
+  // Device targets run the whole program themselves (device memory, modules).
+  device_ = targets::make_device_program(cp_, 0);
+  if (device_) return;
   for_each_graph(cp_.model.main, [&](ir::Graph& g) {
     for (auto& n : g.nodes) kernels_[&n] = targets::bind_kernel(cp_.compat.target, n, cp_.model);
   });
@@ -135,11 +139,20 @@ class Program::Run {
   void bind(ir::ValueId id, Tensor t) { env_[id] = std::move(t); }
   Tensor& at(ir::ValueId id) { return env_[id]; }
 
-  void main_graph() {
+  void main_graph(RunProfile* profile) {
+    using clock = std::chrono::steady_clock;
     const auto& nodes = p_.cp_.model.main.nodes;
     for (size_t i = 0; i < nodes.size(); ++i) {
+      const auto t0 = profile ? clock::now() : clock::time_point();
       node(nodes[i], /*planned=*/true);
       for (auto id : p_.free_after_[i]) env_[id] = Tensor();
+      if (profile) {
+        const ir::Node& n = nodes[i];
+        profile->nodes.push_back(
+            {n.name.empty() ? fmt::format("{} #{}", n.op_type, i) : n.name,
+             n.domain.empty() ? n.op_type : n.domain + "::" + n.op_type,
+             std::chrono::duration<double, std::milli>(clock::now() - t0).count()});
+      }
     }
   }
 
@@ -193,15 +206,19 @@ class Program::Run {
   std::vector<Tensor> env_;
 };
 
-std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& inputs, int threads) const {
+std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& inputs, int threads,
+                                           RunProfile* profile) const {
+  const auto start = std::chrono::steady_clock::now();
+  if (profile) *profile = RunProfile{};
   validate_inputs(inputs);
+  if (device_) return device_->run(inputs);
   omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
   auto arena = take_arena();
   std::map<std::string, Tensor> out;
   try {
     Run r(*this, arena->data.get());
     for (auto id : cp_.model.main.inputs) r.bind(id, inputs.at(cp_.model.value(id).name));
-    r.main_graph();
+    r.main_graph(profile);
     for (auto id : cp_.model.main.outputs) {
       Tensor& t = r.at(id);
       // Outputs that are constants or inputs are copied: the caller may write to them.
@@ -214,6 +231,8 @@ std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& 
     throw;
   }
   give_back(std::move(arena));
+  if (profile)
+    profile->total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
 }
 

@@ -32,7 +32,9 @@ class Program {
   /// See Session::run. `threads` > 0 limits the OpenMP threads of this call;
   /// a run never uses more threads than OpenMP offered when the Program was
   /// built (oneDNN sizes per-thread scratch space when a primitive is made).
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads) const;
+  /// With `profile` non-null, every main-graph node's wall time is recorded.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
+                                    RunProfile* profile = nullptr) const;
 
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
@@ -47,6 +49,7 @@ class Program {
 
   artifact::CompiledProgram cp_;
   std::unordered_map<const ir::Node*, targets::BoundKernel> kernels_;
+  std::unique_ptr<targets::DeviceProgram> device_;  ///< the whole program, for device targets (cuda)
   std::vector<std::vector<ir::ValueId>> free_after_;  ///< per main node: heap values dead after it
   std::vector<Tensor> base_env_;                      ///< constants bound by value id
   int build_threads_ = 1;                             ///< omp_get_max_threads() when the kernels were bound

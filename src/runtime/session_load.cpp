@@ -39,6 +39,11 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   return program_->run(inputs, 0);
 }
 
+std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const {
+  if (!program_) fail(ErrorCode::internal, "run() on a moved-from Session");
+  return program_->run(inputs, 0, profile);
+}
+
 std::vector<TensorInfo> Session::inputs() const { return program_->inputs(); }
 BucketStats Session::buckets() const { return program_->stats(); }
 std::vector<TensorInfo> Session::outputs() const { return program_->outputs(); }

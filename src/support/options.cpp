@@ -129,9 +129,12 @@ void DimSpec::validate(const std::string& option) const {
 }
 
 void SessionOptions::validate() const {
+#ifndef KILN_WITH_CUDA
   if (target.kind == Target::Kind::cuda)
-    fail(ErrorCode::invalid_option,
-         "target: the cuda target is not built in this version of kiln (available: cpu, ref)");
+    fail(ErrorCode::unsupported,
+         "target: this kiln was built without CUDA support (the CUDA toolkit was not found when it was built; "
+         "available targets: cpu, ref)");
+#endif
   if (precision != Precision::fp32)
     fail(ErrorCode::invalid_option, "precision: target {} supports only fp32, not {}", target.name(),
          precision_name(precision));

@@ -3,9 +3,12 @@
 // (e.g. domain "kiln.cpu").
 #pragma once
 #include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <string_view>
 
+#include "artifact/artifact.h"
 #include "ir/graph.h"
 #include "ops/registry.h"
 
@@ -20,6 +23,23 @@ using BoundKernel = std::function<void(ops::KernelContext&)>;
 /// private domain). Throws Error naming the node when its attributes are
 /// inconsistent or this machine cannot build it.
 using KernelFactory = BoundKernel (*)(const ir::Node& node, const ir::Model& model);
+
+/// A whole program run on a device (the cuda target): the host executor
+/// hands it the inputs and gets the outputs; it owns device memory, loaded
+/// modules and library handles. run() is thread-safe.
+class DeviceProgram {
+ public:
+  virtual ~DeviceProgram() = default;
+  /// Runs once. Inputs are validated by the caller (names, dtypes, shapes).
+  virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const = 0;
+};
+
+/// The DeviceProgram of a compiled program whose target runs on a device
+/// ("cuda"), or null for host targets (ref, cpu). Throws Error(unsupported)
+/// "this kiln was built without CUDA support" for a cuda program in a build
+/// without CUDA, and the device errors of loading (no device, a module or
+/// matmul algorithm this machine refuses) otherwise.
+std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgram& cp, int device);
 
 /// Domain of the cpu target's lowered operators.
 inline constexpr std::string_view kCpuDomain = "kiln.cpu";

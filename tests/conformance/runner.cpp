@@ -34,6 +34,12 @@
 #include "support/file.h"
 #include "support/float8.h"
 #include "support/half.h"
+#ifdef KILN_WITH_CUDA
+#include "targets/cuda/run/driver.h"
+#endif
+#include <atomic>
+#include <mutex>
+#include <thread>
 
 namespace fs = std::filesystem;
 using namespace kiln;
@@ -45,6 +51,7 @@ struct Options {
   std::string target = "ref", filter, onnx_version;
   bool update_baseline = false;
   int timeout_s = 120;
+  int jobs = 1;  ///< tests run at once (each in its own forked child)
 };
 
 struct Result {
@@ -287,11 +294,12 @@ int main(int argc, char** argv) {
     else if (a == "--filter") o.filter = next();
     else if (a == "--onnx-version") o.onnx_version = next();
     else if (a == "--timeout") o.timeout_s = std::stoi(next());
+    else if (a == "--jobs") o.jobs = std::max(1, std::stoi(next()));
     else if (a == "--update-baseline") o.update_baseline = true;
     else {
       std::fprintf(stderr,
-                   "usage: %s --data DIR [--target ref|cpu] [--markdown OUT.md] [--baseline FILE] "
-                   "[--tolerances FILE] [--filter SUBSTR] [--onnx-version V] [--timeout S] [--update-baseline]\n",
+                   "usage: %s --data DIR [--target ref|cpu|cuda] [--markdown OUT.md] [--baseline FILE] "
+                   "[--tolerances FILE] [--filter SUBSTR] [--onnx-version V] [--timeout S] [--jobs N] [--update-baseline]\n",
                    argv[0]);
       return 2;
     }
@@ -299,6 +307,23 @@ int main(int argc, char** argv) {
   if (o.data_dir.empty() || !fs::is_directory(o.data_dir)) {
     std::fprintf(stderr, "conformance: --data '%s' is not a directory of ONNX node tests\n", o.data_dir.c_str());
     return 2;
+  }
+  if (o.target.rfind("cuda", 0) == 0) {
+#ifdef KILN_WITH_CUDA
+    // Asked in a child: CUDA initialised in this process would not work in
+    // the forked children that run the tests.
+    pid_t pid = fork();
+    if (pid == 0) _exit(targets::cuda::device_present() ? 0 : 1);
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+      std::printf("SKIPPED: conformance on cuda needs a CUDA device; this machine has none\n");
+      return 77;
+    }
+#else
+    std::printf("SKIPPED: this kiln was built without CUDA support\n");
+    return 77;
+#endif
   }
   auto tols = load_tolerances(o.tolerances);
   std::vector<fs::path> dirs;
@@ -312,6 +337,7 @@ int main(int argc, char** argv) {
   std::map<std::string, std::map<std::string, int>> per_op;
   std::map<std::string, int> totals;
   int skipped_domain = 0;
+  std::vector<std::pair<fs::path, std::string>> todo;  // (test dir, operator)
   for (auto& d : dirs) {
     bool default_domain = true;
     std::string op = node_op(d / "model.onnx", &default_domain);
@@ -319,13 +345,32 @@ int main(int argc, char** argv) {
       ++skipped_domain;
       continue;
     }
-    auto it = tols.find(d.filename().string());
-    Result r = run_forked(d, o, it == tols.end() ? Tolerance{} : it->second);
-    r.op = op;
-    ++per_op[op][r.status];
+    todo.emplace_back(d, op);
+  }
+  // --jobs N: N threads, each forking one child per test (results in test order).
+  std::vector<Result> slots(todo.size());
+  std::atomic<size_t> next{0};
+  std::mutex print_mu;
+  auto worker = [&] {
+    for (size_t k; (k = next++) < todo.size();) {
+      auto it = tols.find(todo[k].first.filename().string());
+      Result r = run_forked(todo[k].first, o, it == tols.end() ? Tolerance{} : it->second);
+      r.op = todo[k].second;
+      if (r.status != "pass") {
+        std::lock_guard<std::mutex> lock(print_mu);
+        std::printf("%-60s %-11s %s\n", r.test.c_str(), r.status.c_str(), r.message.c_str());
+      }
+      slots[k] = std::move(r);
+    }
+  };
+  std::vector<std::thread> threads;
+  for (int j = 1; j < o.jobs; ++j) threads.emplace_back(worker);
+  worker();
+  for (auto& t : threads) t.join();
+  for (auto& r : slots) {
+    ++per_op[r.op][r.status];
     ++totals[r.status];
     results.push_back(r);
-    if (r.status != "pass") std::printf("%-60s %-11s %s\n", r.test.c_str(), r.status.c_str(), r.message.c_str());
   }
   int total = static_cast<int>(results.size());
   double rate = total ? 100.0 * totals["pass"] / total : 0;

@@ -8,6 +8,13 @@ trap 'rm -rf "$tmp"' EXIT
 if ldd "$bin" | grep -E 'protobuf|libonnx'; then
   echo "FAIL: $bin links protobuf/onnx (above)"; exit 1
 fi
+# NVRTC is compile-side only (the cuda target compiles kernels ahead of time).
+if ldd "$bin" | grep -E 'nvrtc'; then
+  echo "FAIL: $bin links NVRTC (above)"; exit 1
+fi
+if nm -C "$bin" | grep -E 'kiln::targets::cuda::nvrtc_|kiln::targets::cuda::lower_' | head -3 | grep .; then
+  echo "FAIL: $bin contains cuda compile-side code (above)"; exit 1
+fi
 if nm -C "$bin" | grep -E 'kiln::onnx_import::|kiln::passes::' | head -3 | grep .; then
   echo "FAIL: $bin contains importer or pass code (above)"; exit 1
 fi

@@ -44,7 +44,41 @@ struct PerfArgs {
   int threads = 0, runs = 20, warmup = 3;
   uint64_t seed = 0;
   bool child = false;
+  bool profile = false;
 };
+
+/// Mean per-node times over `runs` profiled runs, grouped by operator
+/// (JSON: by_op sorted by time, top_nodes the 15 slowest nodes).
+json profile_runs(const Session& s, const std::map<std::string, Tensor>& in, int runs) {
+  std::vector<NodeTime> sum;
+  double total = 0;
+  for (int r = 0; r < runs; ++r) {
+    RunProfile p;
+    s.run(in, &p);
+    if (sum.empty()) sum = p.nodes;
+    else
+      for (size_t i = 0; i < sum.size() && i < p.nodes.size(); ++i) sum[i].ms += p.nodes[i].ms;
+    total += p.total_ms;
+  }
+  for (auto& n : sum) n.ms /= runs;
+  total /= runs;
+  std::map<std::string, std::pair<int, double>> by_op;
+  for (auto& n : sum) {
+    by_op[n.op].first++;
+    by_op[n.op].second += n.ms;
+  }
+  std::vector<std::pair<std::string, std::pair<int, double>>> ops(by_op.begin(), by_op.end());
+  std::sort(ops.begin(), ops.end(), [](auto& a, auto& b) { return a.second.second > b.second.second; });
+  json j_ops = json::array();
+  for (auto& [op, cm] : ops)
+    j_ops.push_back({{"op", op}, {"nodes", cm.first}, {"ms", cm.second},
+                     {"percent", total > 0 ? 100.0 * cm.second / total : 0.0}});
+  std::sort(sum.begin(), sum.end(), [](auto& a, auto& b) { return a.ms > b.ms; });
+  json j_nodes = json::array();
+  for (size_t i = 0; i < sum.size() && i < 15; ++i)
+    j_nodes.push_back({{"node", sum[i].node}, {"op", sum[i].op}, {"ms", sum[i].ms}});
+  return {{"runs", runs}, {"total_ms", total}, {"by_op", j_ops}, {"top_nodes", j_nodes}};
+}
 
 /// Random data for one input (floats in [0,1), integers in [0,9]); symbolic dims become 1.
 Tensor perf_input(const TensorInfo& info, std::mt19937_64& rng) {
@@ -119,7 +153,8 @@ void child_main(const PerfArgs& a) {
     lat.push_back(sw.ms());
   }
   double med = percentile(lat, 0.5);
-  print_json({{"load_ms", load_ms},
+  json prof = a.profile ? profile_runs(s, in, std::max(1, a.runs)) : json();
+  print_json({{"profile", prof},{"load_ms", load_ms},
               {"first_run_ms", first_ms},
               {"latency_ms_median", med},
               {"latency_ms_p90", percentile(lat, 0.9)},
@@ -178,6 +213,19 @@ std::string run_child(const std::vector<std::string>& argv) {
   return out;
 }
 
+/// The --profile tables: time per operator, then the slowest nodes.
+void print_profile(const json& p) {
+  std::printf("  profile (mean of %d runs, %.2f ms per run)\n", p["runs"].get<int>(), p["total_ms"].get<double>());
+  std::printf("    %-28s %6s %10s %7s\n", "operator", "nodes", "ms", "%");
+  for (auto& o : p["by_op"])
+    std::printf("    %-28s %6d %10.3f %6.1f%%\n", o["op"].get<std::string>().c_str(), o["nodes"].get<int>(),
+                o["ms"].get<double>(), o["percent"].get<double>());
+  std::printf("    slowest nodes:\n");
+  for (auto& n : p["top_nodes"])
+    std::printf("    %-40s %-22s %9.3f ms\n", n["node"].get<std::string>().c_str(), n["op"].get<std::string>().c_str(),
+                n["ms"].get<double>());
+}
+
 void perf_main(const PerfArgs& a, bool as_json) {
   if (a.child) return child_main(a);
   SessionOptions opt;
@@ -191,6 +239,7 @@ void perf_main(const PerfArgs& a, bool as_json) {
                                 std::to_string(a.threads), "--runs", std::to_string(a.runs), "--warmup",
                                 std::to_string(a.warmup), "--seed", std::to_string(a.seed)};
   for (auto& i : a.inputs) argv.insert(argv.end(), {"--input", i});
+  if (a.profile) argv.push_back("--profile");
   std::string out;
   Stopwatch proc_sw;
   try {
@@ -206,7 +255,8 @@ void perf_main(const PerfArgs& a, bool as_json) {
   json r = {{"model", a.model}, {"target", opt.target.name()}, {"compile_ms", cr.compile_ms},
             {"write_ms", cr.write_ms}, {"artifact_bytes", cr.artifact_bytes}, {"arena_bytes", cr.arena_bytes},
             {"naive_bytes", cr.naive_bytes}};
-  for (auto& [k, v] : c.items()) r[k] = v;
+  for (auto& [k, v] : c.items())
+    if (k != "profile" || !v.is_null()) r[k] = v;
   r["child_process_ms"] = proc_ms;
   if (as_json) return print_json(r);
   std::printf("%s on %s, %d thread(s)\n", a.model.c_str(), opt.target.name().c_str(), r["threads"].get<int>());
@@ -221,6 +271,7 @@ void perf_main(const PerfArgs& a, bool as_json) {
               static_cast<long long>(r["batch"].get<int64_t>()));
   std::printf("  peak memory    %10.1f MiB (arena %.2f MiB, %.2f MiB without reuse)\n",
               r["peak_bytes"].get<double>() / 1048576.0, cr.arena_bytes / 1048576.0, cr.naive_bytes / 1048576.0);
+  if (r.contains("profile")) print_profile(r["profile"]);
 }
 
 }  // namespace
@@ -244,6 +295,9 @@ void add_perf(CLI::App& app, Common& common) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
   sub->add_option("--keep", a->keep, "Write the artifact here and keep it (default: a temporary file)");
+  sub->add_flag("--profile", a->profile,
+                "After the timed runs, as many profiled runs: time per operator (kiln.cpu::* are oneDNN primitives, "
+                "bare ONNX names run on reference kernels) and the 15 slowest nodes");
   sub->add_flag("--child", a->child, "(internal) load MODEL as an artifact, run and report as JSON")->group("");
   sub->add_flag("--json", common.json,
                 "Print one JSON object: compile_ms, load_ms, first_run_ms, latency_ms_median, latency_ms_p90, "

@@ -4,8 +4,13 @@
 #include <fstream>
 
 #include "passes/passes.h"
+#include "support/error.h"
 #include "support/log.h"
 #include "targets/cpu/compile/lowering.h"
+#ifdef KILN_WITH_CUDA
+#include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/run/driver.h"
+#endif
 
 namespace kiln::targets {
 
@@ -33,6 +38,27 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, 
     cp.plan = passes::plan_memory(cp.model);
     // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
+  }
+  if (target.kind == Target::Kind::cuda) {
+#ifdef KILN_WITH_CUDA
+    int simplified = passes::simplify_algebra(cp.model);
+    int merged = passes::eliminate_common_subexpressions(cp.model);
+    int bn = passes::fold_batch_norm(cp.model);
+    int gelu = passes::recognize_gelu(cp.model);
+    st.dead += passes::eliminate_dead_code(cp.model);
+    log().info("cuda graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
+               "{} Gelus recognised",
+               simplified, merged, bn, gelu);
+    auto facts = cuda::device_facts(target.device);
+    cuda::LowerOptions lo;
+    lo.arch = facts.arch;
+    lo.sm_count = facts.sm_count;
+    lo.device = target.device;
+    cuda::lower_for_cuda(cp, lo);
+    if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
+#else
+    fail(ErrorCode::unsupported, "target: this kiln was built without CUDA support");
+#endif
   }
   return st;
 }

@@ -8,6 +8,9 @@
 
 #include "support/version.h"
 #include "targets/cpu/run/dnnl_util.h"
+#ifdef KILN_WITH_CUDA
+#include "targets/cuda/run/driver.h"
+#endif
 
 namespace kiln::targets {
 
@@ -39,12 +42,32 @@ std::string Mismatch::str() const {
   return fmt::format("{}: the artifact has '{}', here it must be '{}'", field, artifact, here);
 }
 
-std::vector<std::string> required_isa(const Target&) { return {"sse2"}; }
+std::vector<std::string> required_isa(const Target& t) {
+  // The cuda target's host code is baseline x86-64 too; its device needs are device_arch.
+  (void)t;
+  return {"sse2"};
+}
 
 artifact::CompatInfo host_facts(const Target& target) {
   artifact::CompatInfo c;
   c.kiln_version = KILN_VERSION_STRING;
   c.target = target.name();
+  if (target.kind == Target::Kind::cuda) {
+    // The GPU's architecture and name, and the exact driver / runtime /
+    // cuBLASLt / cuDNN versions: cubins and stored matmul algorithms are
+    // only valid where all of them are the same.
+    c.cpu_isa = host_isa();
+#ifdef KILN_WITH_CUDA
+    auto f = cuda::device_facts(target.device);
+    c.device_arch = f.arch;
+    c.device_name = f.name;
+    c.library_versions = f.libraries;
+#else
+    c.device_arch = "none (this kiln was built without CUDA support)";
+    c.device_name = "none";
+#endif
+    return c;
+  }
   c.device_arch = "x86-64";
   c.device_name = cpu_model_name();
   c.cpu_isa = host_isa();

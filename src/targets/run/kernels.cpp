@@ -4,8 +4,21 @@
 
 #include "support/error.h"
 #include "targets/cpu/run/cpu_kernels.h"
+#ifdef KILN_WITH_CUDA
+#include "targets/cuda/run/program.h"
+#endif
 
 namespace kiln::targets {
+
+std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgram& cp, int device) {
+  if (cp.compat.target != "cuda") return nullptr;
+#ifdef KILN_WITH_CUDA
+  return cuda::load_program(cp, device);
+#else
+  (void)device;
+  fail(ErrorCode::unsupported, "the artifact is for target cuda, but this kiln was built without CUDA support");
+#endif
+}
 
 KernelFactory find_factory(std::string_view target, std::string_view domain, std::string_view op_type) {
   if (target == "cpu" && domain == kCpuDomain) return cpu::find_factory(op_type);

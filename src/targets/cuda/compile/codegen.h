@@ -1,0 +1,109 @@
+// Shared pieces of the cuda target's lowering (compile side): the lowering
+// state, kernel-node construction, C types and index arithmetic for the
+// generated CUDA C++ (one kernel family per gen_*.cpp file).
+//
+// Every generated kernel is `extern "C" __global__`, named uniquely in the
+// program's single translation unit, takes one pointer per input then one
+// per output, and has every shape baked in as a constant (a cuda program has
+// static shapes only).
+#pragma once
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::targets::cuda {
+
+/// The state of one lowering: the model being rewritten, the CUDA C++ source
+/// of every generated kernel so far, and the device facts codegen uses.
+struct Lowering {
+  ir::Model& model;
+  std::string source;   ///< the program's kernels (after the prelude), appended to by the gen_* functions
+  int sm_count = 132;   ///< multiprocessors of the target GPU (grid sizing)
+  int next_kernel = 0;
+
+  /// A fresh kernel name "k<N>_<op>" (op lower-cased, letters and digits only).
+  std::string kernel_name(const std::string& op);
+  /// The static dims of a value. Throws Error(unsupported) naming `n` and
+  /// "cuda" when the value has an unknown rank or a symbolic dim.
+  std::vector<int64_t> dims(const ir::Node& n, ir::ValueId v) const;
+  /// A kiln.cuda.Kernel node named like `from`, launching `fn` on grid x
+  /// block threads with `smem` dynamic shared bytes, reading `inputs` and
+  /// writing `outputs` (kernel parameters in that order).
+  ir::Node kernel_node(const ir::Node& from, const std::string& fn, std::vector<ir::ValueId> inputs,
+                       std::vector<ir::ValueId> outputs, int64_t grid, int64_t block, int64_t smem = 0) const;
+  /// Grid size for a grid-stride loop over `n` items with `block` threads.
+  int64_t grid_for(int64_t n, int64_t block) const;
+};
+
+/// Throws Error(unsupported) "<node label> (op_type X) cannot be compiled for
+/// target cuda: <why>" — the one way the cuda lowering refuses a node.
+[[noreturn]] void refuse(const ir::Node& n, const std::string& why);
+
+/// The CUDA C++ type of a dtype ("float", "long long", "bool", ...), or
+/// nullopt for a dtype the cuda target does not compute on (f16, bf16,
+/// strings, complex, 4/8-bit floats in this version).
+std::optional<std::string> c_type(DType t);
+/// The unsigned CUDA type of an element of `bytes` bytes (1, 2, 4, 8), for
+/// kernels that only move data.
+std::string raw_type(size_t bytes);
+/// Element count of dims (1 for rank 0).
+int64_t numel(const std::vector<int64_t>& dims);
+/// Row-major strides (elements) of dims.
+std::vector<int64_t> strides_of(const std::vector<int64_t>& dims);
+/// "unsigned" when every index below `n` fits in 31 bits (a grid-stride
+/// loop cannot wrap), else "unsigned long long".
+std::string index_type(int64_t n);
+/// C++ statements computing `var` = the flat index into an input of shape
+/// `in` broadcast (numpy rules, right-aligned) to `out`, from the flat output
+/// index `i` (an expression of index type). `in` may have a lower rank.
+std::string broadcast_index(const std::string& var, const std::string& i, const std::vector<int64_t>& in,
+                            const std::vector<int64_t>& out);
+/// An exact float literal for CUDA C++ (via __int_as_float), NaN and inf included.
+std::string float_literal(float f);
+/// The normalised axis (0..rank-1) of `axis`; refuses the node when out of range.
+int64_t norm_axis(const ir::Node& n, int64_t axis, int64_t rank);
+/// The int64 values of constant input `i` of `n`, or nullopt when it is
+/// absent; refuses the node when it is present but not a constant.
+std::optional<std::vector<int64_t>> const_ints(const ir::Model& m, const ir::Node& n, size_t i);
+
+/// Begin and end pads of a sliding window (Conv, MaxPool, AveragePool) per
+/// spatial dim, from `pads` or `auto_pad` (SAME_UPPER / SAME_LOWER / VALID)
+/// and the input / output spatial dims. Refuses an unknown auto_pad.
+std::pair<std::vector<int64_t>, std::vector<int64_t>> window_pads(const ir::Node& n, const std::vector<int64_t>& in,
+                                                                    const std::vector<int64_t>& out,
+                                                                    const std::vector<int64_t>& kernel,
+                                                                    const std::vector<int64_t>& strides,
+                                                                    const std::vector<int64_t>& dilations);
+
+/// The device helpers every program's source starts with (math overloads,
+/// warp and block reductions).
+const char* kernel_prelude();
+
+// ---- kernel families (one per gen_*.cpp): each returns the lowered nodes, or
+// an empty vector when it does not handle the node's op_type; it refuses
+// (Error(unsupported)) a node it handles but cannot compile.
+
+/// True when `n` is an element-wise operator the cuda target generates code
+/// for, on dtypes it computes on, with static shapes (gen_elementwise.cpp):
+/// unary math and activations, binary arithmetic and comparisons with numpy
+/// broadcasting, Where, Clip, Cast, Expand, Identity, Sum/Mean/Max/Min.
+bool is_elementwise(const Lowering& L, const ir::Node& n);
+/// One kernel computing a fused chain of element-wise nodes: `members` in
+/// topological order, the last one the root whose output is written; every
+/// other member's output is read only by later members (and has the root's
+/// shape). Inputs not produced inside the chain are loaded with broadcasting.
+ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members);
+
+/// Transpose, Gather, Concat, Slice, Split; Reshape / Flatten / Squeeze /
+/// Unsqueeze / Dropout (inference) become kiln.cuda.Copy.
+std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
+/// MaxPool (one output) and AveragePool, any number of spatial dims.
+std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
+/// Softmax, LogSoftmax, LayerNormalization, Reduce* (Sum, Mean, Max, Min,
+/// Prod, SumSquare, L1, L2, LogSum, LogSumExp), GlobalAveragePool, GlobalMaxPool.
+std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n);
+
+}  // namespace kiln::targets::cuda

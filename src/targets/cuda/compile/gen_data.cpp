@@ -1,0 +1,239 @@
+// Data-movement kernels: Transpose, Gather, Concat, Slice, Split; copies for
+// Reshape-like operators (codegen.h: gen_data).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+
+#include "support/error.h"
+#include "targets/cuda/compile/codegen.h"
+#include "targets/cuda/run/cuda_ops.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+/// Statements decomposing flat output index `i` of dims `out` into
+/// coordinates c0..c{r-1} (of index type I).
+std::string coords(const std::vector<int64_t>& out) {
+  std::string s = "I r = i;";
+  for (int64_t d = static_cast<int64_t>(out.size()) - 1; d >= 0; --d) {
+    s += fmt::format(" I c{} = r % {}u;", d, out[d]);
+    if (d > 0) s += fmt::format(" r /= {}u;", out[d]);
+  }
+  return s;
+}
+
+/// A grid-stride kernel over `n` output items with body `body` (may use i and I).
+std::string loop_kernel(const std::string& comment, const std::string& name, const std::string& params, int64_t n,
+                        const std::string& body) {
+  return fmt::format(
+      "\n// {}\nextern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n"
+      "  typedef {} I;\n"
+      "  for (I i = (I)blockIdx.x * 256u + threadIdx.x; i < (I){}ull; i += (I)gridDim.x * 256u) {{\n"
+      "    {}\n  }}\n}}\n",
+      comment, name, params, index_type(n), n, body);
+}
+
+size_t elem_size(const ir::Model& m, const ir::Node& n, ir::ValueId v) {
+  size_t s = dtype_size(m.value(v).dtype);
+  if (s != 1 && s != 2 && s != 4 && s != 8) refuse(n, fmt::format("dtype {} is not supported", dtype_name(m.value(v).dtype)));
+  return s;
+}
+
+ir::Node copy_node(const ir::Node& from) {
+  ir::Node c;
+  c.op_type = "Copy";
+  c.domain = std::string(kCudaDomain);
+  c.name = from.name;
+  c.opset = from.opset;
+  c.inputs = {from.inputs.at(0)};
+  c.outputs = {from.outputs.at(0)};
+  c.attrs["source_op"] = from.op_type;
+  return c;
+}
+
+ir::Node transpose(Lowering& L, const ir::Node& n) {
+  auto in = L.dims(n, n.inputs[0]), out = L.dims(n, n.outputs[0]);
+  int64_t r = static_cast<int64_t>(in.size());
+  std::vector<int64_t> perm = n.ints("perm");
+  if (perm.empty())
+    for (int64_t d = r - 1; d >= 0; --d) perm.push_back(d);
+  if (static_cast<int64_t>(perm.size()) != r) refuse(n, "perm does not match the rank");
+  auto st = strides_of(in);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string idx = "I j = 0";
+  for (int64_t d = 0; d < r; ++d) idx += fmt::format(" + c{} * {}u", d, st[perm[d]]);
+  std::string name = L.kernel_name("transpose");
+  int64_t N = numel(out);
+  L.source += loop_kernel(fmt::format("{} perm [{}]", n.label(), fmt::join(perm, ",")), name,
+                          fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+                          coords(out) + " " + idx + "; y[i] = x[j];");
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+ir::Node gather(Lowering& L, const ir::Node& n) {
+  auto data = L.dims(n, n.inputs[0]), ind = L.dims(n, n.inputs[1]), out = L.dims(n, n.outputs[0]);
+  int64_t axis = norm_axis(n, n.i("axis", 0), static_cast<int64_t>(data.size()));
+  DType it = L.model.value(n.inputs[1]).dtype;
+  if (it != DType::i64 && it != DType::i32) refuse(n, "indices must be int64 or int32");
+  int64_t outer = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= data[d];
+  for (size_t d = axis + 1; d < data.size(); ++d) inner *= data[d];
+  int64_t ni = numel(ind), D = data[axis], N = numel(out);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("gather");
+  // Out-of-range indices are clamped (the reference kernel reports them; a
+  // kernel cannot): the result is then unspecified but memory-safe.
+  std::string body = fmt::format(
+      "I o = i / {0}u, q = (i / {1}u) % {2}u, p = i % {1}u; long long k = (long long)idx[q]; if (k < 0) k += {3}; "
+      "if (k < 0) k = 0; if (k >= {3}) k = {3} - 1; y[i] = x[((unsigned long long)o * {3}u + (unsigned long long)k) * {1}u + p];",
+      ni * inner, inner, ni, D);
+  L.source += loop_kernel(fmt::format("{} axis {}", n.label(), axis), name,
+                          fmt::format("const {0}* __restrict__ x, const {1}* __restrict__ idx, {0}* __restrict__ y", T,
+                                      it == DType::i64 ? "long long" : "int"),
+                          N, body);
+  (void)outer;
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+ir::Node concat(Lowering& L, const ir::Node& n) {
+  auto out = L.dims(n, n.outputs[0]);
+  int64_t axis = norm_axis(n, n.i("axis"), static_cast<int64_t>(out.size()));
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < out.size(); ++d) inner *= out[d];
+  std::string T = raw_type(elem_size(L.model, n, n.outputs[0]));
+  std::string params, body = fmt::format("I o = i / {0}u, p = (i / {1}u) % {2}u, q = i % {1}u;", out[axis] * inner, inner, out[axis]);
+  std::vector<ir::ValueId> ins;
+  int64_t off = 0;
+  for (size_t k = 0; k < n.inputs.size(); ++k) {
+    if (n.inputs[k] == ir::kNoValue) continue;
+    int64_t len = L.dims(n, n.inputs[k])[axis];
+    if (len == 0) continue;
+    params += fmt::format("const {}* __restrict__ x{}, ", T, ins.size());
+    body += fmt::format(" {}if (p < {}u) y[i] = x{}[((unsigned long long)o * {} + (p - {})) * {} + q];",
+                        ins.empty() ? "" : "else ", off + len, ins.size(), len, off, inner);
+    ins.push_back(n.inputs[k]);
+    off += len;
+  }
+  params += fmt::format("{}* __restrict__ y", T);
+  std::string name = L.kernel_name("concat");
+  int64_t N = numel(out);
+  L.source += loop_kernel(fmt::format("{} axis {}", n.label(), axis), name, params, N, body);
+  return L.kernel_node(n, name, ins, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+ir::Node slice(Lowering& L, const ir::Node& n) {
+  auto in = L.dims(n, n.inputs[0]), out = L.dims(n, n.outputs[0]);
+  int64_t r = static_cast<int64_t>(in.size());
+  auto starts = const_ints(L.model, n, 1), ends = const_ints(L.model, n, 2);
+  auto axes = const_ints(L.model, n, 3), steps = const_ints(L.model, n, 4);
+  if (!starts || !ends) refuse(n, "starts and ends must be given");
+  std::vector<int64_t> start(r, 0), step(r, 1);
+  for (size_t k = 0; k < starts->size(); ++k) {
+    int64_t a = axes ? norm_axis(n, (*axes)[k], r) : static_cast<int64_t>(k);
+    int64_t st = steps ? (*steps)[k] : 1, s = (*starts)[k], D = in[a];
+    if (st == 0) refuse(n, "a step is 0");
+    if (s < 0) s += D;
+    s = st > 0 ? std::clamp<int64_t>(s, 0, D) : std::clamp<int64_t>(s, 0, D - 1);
+    start[a] = s;
+    step[a] = st;
+  }
+  auto ist = strides_of(in);
+  std::string idx = "long long j = 0";
+  for (int64_t d = 0; d < r; ++d) idx += fmt::format(" + ({}LL + (long long)c{} * {}LL) * {}LL", start[d], d, step[d], ist[d]);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("slice");
+  int64_t N = numel(out);
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+                          coords(out) + " " + idx + "; y[i] = x[j];");
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+ir::Node split(Lowering& L, const ir::Node& n) {
+  auto in = L.dims(n, n.inputs[0]);
+  int64_t axis = norm_axis(n, n.i("axis", 0), static_cast<int64_t>(in.size()));
+  int64_t inner = 1;
+  for (size_t d = axis + 1; d < in.size(); ++d) inner *= in[d];
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string params = fmt::format("const {}* __restrict__ x", T);
+  std::string body = fmt::format("I o = i / {0}u, p = (i / {1}u) % {2}u, q = i % {1}u;", in[axis] * inner, inner, in[axis]);
+  std::vector<ir::ValueId> outs;
+  int64_t off = 0;
+  bool first = true;
+  for (size_t k = 0; k < n.outputs.size(); ++k) {
+    if (n.outputs[k] == ir::kNoValue) refuse(n, "an omitted Split output");
+    int64_t len = L.dims(n, n.outputs[k])[axis];
+    params += fmt::format(", {}* __restrict__ y{}", T, k);
+    if (len > 0) {
+      body += fmt::format(" {}if (p < {}u) y{}[((unsigned long long)o * {} + (p - {})) * {} + q] = x[i];", first ? "" : "else ",
+                          off + len, k, len, off, inner);
+      first = false;
+    }
+    outs.push_back(n.outputs[k]);
+    off += len;
+  }
+  std::string name = L.kernel_name("split");
+  int64_t N = numel(in);
+  L.source += loop_kernel(n.label(), name, params, N, body);
+  return L.kernel_node(n, name, {n.inputs[0]}, outs, L.grid_for(N, 256), 256);
+}
+
+ir::Node gather_elements(Lowering& L, const ir::Node& n) {
+  auto data = L.dims(n, n.inputs[0]), ind = L.dims(n, n.inputs[1]);
+  int64_t r = static_cast<int64_t>(data.size());
+  int64_t axis = norm_axis(n, n.i("axis", 0), r);
+  DType it = L.model.value(n.inputs[1]).dtype;
+  if (it != DType::i64 && it != DType::i32) refuse(n, "indices must be int64 or int32");
+  auto ds = strides_of(data);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string idx = fmt::format("long long k = (long long)idx[i]; if (k < 0) k += {0}; if (k < 0) k = 0; if (k >= {0}) k = {0} - 1; "
+                                "unsigned long long j = 0",
+                                data[axis]);
+  for (int64_t d = 0; d < r; ++d) idx += d == axis ? fmt::format(" + (unsigned long long)k * {}ull", ds[d]) : fmt::format(" + (unsigned long long)c{} * {}ull", d, ds[d]);
+  std::string name = L.kernel_name("gatherelements");
+  int64_t N = numel(ind);
+  L.source += loop_kernel(n.label(), name,
+                          fmt::format("const {0}* __restrict__ x, const {1}* __restrict__ idx, {0}* __restrict__ y", T,
+                                      it == DType::i64 ? "long long" : "int"),
+                          N, coords(ind) + " " + idx + "; y[i] = x[j];");
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+ir::Node trilu(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]);
+  if (x.size() < 2) refuse(n, "input rank below 2");
+  auto k = const_ints(L.model, n, 1);
+  int64_t kk = k && !k->empty() ? (*k)[0] : 0;
+  bool upper = n.i("upper", 1) != 0;
+  int64_t M = x[x.size() - 2], N2 = x.back(), N = numel(x);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("trilu");
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+                          fmt::format("long long c = (long long)(i % {0}u), rr = (long long)((i / {0}u) % {1}u); "
+                                      "y[i] = (c - rr {2} {3}LL) ? x[i] : ({4})0;",
+                                      N2, M, upper ? ">=" : "<=", kk, T));
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+}  // namespace
+
+std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
+  const std::string& op = n.op_type;
+  if (!n.domain.empty()) return {};
+  if (op == "Reshape" || op == "Flatten" || op == "Squeeze" || op == "Unsqueeze" || op == "Identity") {
+    L.dims(n, n.inputs[0]);
+    L.dims(n, n.outputs[0]);
+    return {copy_node(n)};
+  }
+  if (op == "Transpose") return {transpose(L, n)};
+  if (op == "Gather") return {gather(L, n)};
+  if (op == "Concat") return {concat(L, n)};
+  if (op == "Slice") return {slice(L, n)};
+  if (op == "Split") return {split(L, n)};
+  if (op == "GatherElements") return {gather_elements(L, n)};
+  if (op == "Trilu") return {trilu(L, n)};
+  return {};
+}
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,189 @@
+// Element-wise kernels with numpy broadcasting, fused along single-consumer
+// chains (codegen.h: is_elementwise, gen_elementwise).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+#include <set>
+
+#include "support/error.h"
+#include "targets/cuda/compile/codegen.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+
+/// Indices of the inputs a node reads element-wise (Expand's shape and
+/// Dropout's ratio / training_mode inputs are not).
+std::vector<size_t> data_inputs(const ir::Node& n) {
+  std::vector<size_t> out;
+  size_t count = n.op_type == "Expand" || n.op_type == "Dropout" || n.op_type == "CastLike" ? 1 : n.inputs.size();
+  for (size_t i = 0; i < count && i < n.inputs.size(); ++i)
+    if (n.inputs[i] != ir::kNoValue) out.push_back(i);
+  return out;
+}
+
+/// The C++ expression of node `n` over its input variables `a` (indexed by
+/// input position, "" for absent ones). `tin`: C type of input 0, `in`:
+/// its dtype, `tout`: C type of the output. nullopt when unsupported.
+std::optional<std::string> expr(const ir::Node& n, const std::vector<std::string>& a, DType in, const std::string& tin,
+                                const std::string& tout) {
+  const std::string& op = n.op_type;
+  const bool F = is_float(in);
+  auto lit = [&](float f) { return fmt::format("(({}){})", tin, float_literal(f)); };
+  auto x = a.empty() ? std::string() : a[0];
+  auto need = [&](size_t k) { return a.size() >= k; };
+  // n-ary folds
+  if (op == "Add" && need(2)) return fmt::format("({} + {})", a[0], a[1]);
+  if (op == "Sub" && need(2)) return fmt::format("({} - {})", a[0], a[1]);
+  if (op == "Mul" && need(2)) return fmt::format("({} * {})", a[0], a[1]);
+  if (op == "Div" && need(2)) return fmt::format("({} / {})", a[0], a[1]);
+  if (op == "Sum" || op == "Mean" || op == "Max" || op == "Min") {
+    if (a.empty()) return std::nullopt;
+    std::string e = a[0];
+    for (size_t i = 1; i < a.size(); ++i)
+      e = op == "Max" ? fmt::format("kl_max({}, {})", e, a[i])
+          : op == "Min" ? fmt::format("kl_min({}, {})", e, a[i])
+                        : fmt::format("({} + {})", e, a[i]);
+    if (op == "Mean") return F ? std::optional(fmt::format("({} / ({}){})", e, tin, a.size())) : std::nullopt;
+    return e;
+  }
+  if (op == "Pow" && need(2)) return F ? std::optional(fmt::format("kl_pow({}, ({}){})", a[0], tin, a[1])) : std::nullopt;
+  if (op == "PRelu" && need(2)) return fmt::format("({0} < ({2})0 ? {0} * {1} : {0})", a[0], a[1], tin);
+  if (op == "Equal" && need(2)) return fmt::format("({} == {})", a[0], a[1]);
+  if (op == "Less" && need(2)) return fmt::format("({} < {})", a[0], a[1]);
+  if (op == "LessOrEqual" && need(2)) return fmt::format("({} <= {})", a[0], a[1]);
+  if (op == "Greater" && need(2)) return fmt::format("({} > {})", a[0], a[1]);
+  if (op == "GreaterOrEqual" && need(2)) return fmt::format("({} >= {})", a[0], a[1]);
+  if (op == "And" && need(2)) return fmt::format("({} && {})", a[0], a[1]);
+  if (op == "Or" && need(2)) return fmt::format("({} || {})", a[0], a[1]);
+  if (op == "Xor" && need(2)) return fmt::format("({} != {})", a[0], a[1]);
+  if (op == "Where" && need(3)) return fmt::format("({} ? {} : {})", a[0], a[1], a[2]);
+  if (op == "Not") return fmt::format("(!{})", x);
+  if (op == "Cast" || op == "CastLike") return fmt::format("(({}){})", tout, x);
+  if (op == "Identity" || op == "Expand" || op == "Dropout") return x;
+  if (op == "Abs") return fmt::format("kl_abs({})", x);
+  if (op == "Neg") return fmt::format("(-{})", x);
+  if (op == "Relu") return fmt::format("kl_relu({})", x);
+  if (op == "Sign") return fmt::format("kl_sign({})", x);
+  if (op == "Clip") {
+    std::string e = x;
+    if (a.size() > 1 && !a[1].empty()) e = fmt::format("({0} < {1} ? {1} : {0})", e, a[1]);
+    if (a.size() > 2 && !a[2].empty()) e = fmt::format("({0} > {1} ? {1} : {0})", e, a[2]);
+    return e;
+  }
+  if (!F) return std::nullopt;
+  // float-only
+  static const std::map<std::string, std::string> unary = {
+      {"Exp", "kl_exp"},     {"Log", "kl_log"},   {"Sqrt", "kl_sqrt"},   {"Tanh", "kl_tanh"},
+      {"Erf", "kl_erf"},     {"Floor", "kl_floor"}, {"Ceil", "kl_ceil"}, {"Round", "kl_round"},
+      {"Sin", "kl_sin"},     {"Cos", "kl_cos"},   {"Sigmoid", "kl_sigmoid"}, {"Softplus", "kl_softplus"},
+      {"IsNaN", "kl_isnan"}, {"Tan", "kl_tan"}, {"Asin", "kl_asin"}, {"Acos", "kl_acos"}, {"Atan", "kl_atan"},
+      {"Sinh", "kl_sinh"},  {"Cosh", "kl_cosh"}, {"Asinh", "kl_asinh"}, {"Acosh", "kl_acosh"}, {"Atanh", "kl_atanh"},
+  };
+  if (auto it = unary.find(op); it != unary.end()) return fmt::format("{}({})", it->second, x);
+  if (op == "IsInf") {
+    bool pos = n.i("detect_positive", 1) != 0, neg = n.i("detect_negative", 1) != 0;
+    return fmt::format("(({0} == ({1})__int_as_float(0x7f800000) && {2}) || ({0} == -({1})__int_as_float(0x7f800000) && {3}))",
+                       x, tin, pos ? "true" : "false", neg ? "true" : "false");
+  }
+  if (op == "Reciprocal") return fmt::format("(({})1 / {})", tin, x);
+  if (op == "Softsign") return fmt::format("({0} / (({1})1 + kl_abs({0})))", x, tin);
+  if (op == "LeakyRelu") return fmt::format("({0} < ({1})0 ? {0} * {2} : {0})", x, tin, lit(n.f("alpha", 0.01f)));
+  if (op == "Elu") return fmt::format("({0} < ({1})0 ? {2} * (kl_exp({0}) - ({1})1) : {0})", x, tin, lit(n.f("alpha", 1.f)));
+  if (op == "Celu") {
+    std::string al = lit(n.f("alpha", 1.f));
+    return fmt::format("(kl_max(({1})0, {0}) + kl_min(({1})0, {2} * (kl_exp({0} / {2}) - ({1})1)))", x, tin, al);
+  }
+  if (op == "Selu")
+    return fmt::format("({0} > ({1})0 ? {3} * {0} : {3} * ({2} * kl_exp({0}) - {2}))", x, tin,
+                       lit(n.f("alpha", 1.67326319217681884765625f)), lit(n.f("gamma", 1.05070102214813232421875f)));
+  if (op == "HardSigmoid")
+    return fmt::format("kl_max(({1})0, kl_min(({1})1, {2} * {0} + {3}))", x, tin, lit(n.f("alpha", 0.2f)), lit(n.f("beta", 0.5f)));
+  if (op == "HardSwish") return fmt::format("({0} * kl_max(({1})0, kl_min(({1})1, {0} / ({1})6 + ({1})0.5)))", x, tin);
+  if (op == "ThresholdedRelu") return fmt::format("({0} > {2} ? {0} : ({1})0)", x, tin, lit(n.f("alpha", 1.f)));
+  if (op == "Mish") return fmt::format("({0} * kl_tanh(kl_softplus({0})))", x);
+  if (op == "Gelu") {
+    std::string approx = n.s("approximate", "none");
+    if (approx == "tanh")
+      return fmt::format("(({1})0.5 * {0} * (({1})1 + kl_tanh(({1})0.7978845608028654 * ({0} + ({1})0.044715 * {0} * {0} * {0}))))", x, tin);
+    if (approx == "none") return fmt::format("(({1})0.5 * {0} * (({1})1 + kl_erf({0} * ({1})0.7071067811865476)))", x, tin);
+    return std::nullopt;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+bool is_elementwise(const Lowering& L, const ir::Node& n) {
+  if (!n.domain.empty() || n.outputs.empty() || n.outputs[0] == ir::kNoValue) return false;
+  if (n.op_type == "Dropout" && n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue) return false;
+  if (n.op_type == "Dropout" && n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue) {
+    const ir::Value& t = L.model.value(n.inputs[2]);
+    if (!t.constant || t.constant->numel() != 1 || t.constant->data<bool>()[0]) return false;  // training mode
+  }
+  if (n.outputs.size() > 1)
+    for (size_t k = 1; k < n.outputs.size(); ++k)
+      if (n.outputs[k] != ir::kNoValue && n.op_type != "Dropout") return false;
+  auto is_static = [&](ir::ValueId v) {
+    const ir::Value& val = L.model.value(v);
+    return val.shape && ir::is_static(*val.shape) && c_type(val.dtype);
+  };
+  if (!is_static(n.outputs[0])) return false;
+  auto ins = data_inputs(n);
+  if (ins.empty()) return false;
+  for (size_t i : ins)
+    if (!is_static(n.inputs[i])) return false;
+  DType in = L.model.value(n.inputs[ins[0]]).dtype;
+  std::vector<std::string> a(n.inputs.size());
+  for (size_t i : ins) a[i] = "x";
+  return expr(n, a, in, *c_type(in), *c_type(L.model.value(n.outputs[0]).dtype)).has_value();
+}
+
+ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members) {
+  const ir::Node& root = *members.back();
+  const ir::Model& m = L.model;
+  std::vector<int64_t> out = L.dims(root, root.outputs[0]);
+  const int64_t N = numel(out);
+  std::set<ir::ValueId> inside;
+  for (auto* n : members) inside.insert(n->outputs[0]);
+  std::vector<ir::ValueId> ext;  // external inputs, in first-use order
+  for (auto* n : members)
+    for (size_t i : data_inputs(*n))
+      if (!inside.count(n->inputs[i]) && std::find(ext.begin(), ext.end(), n->inputs[i]) == ext.end())
+        ext.push_back(n->inputs[i]);
+  std::string name = L.kernel_name(root.op_type);
+  std::string params, body;
+  for (size_t k = 0; k < ext.size(); ++k) {
+    const ir::Value& v = m.value(ext[k]);
+    params += fmt::format("const {}* __restrict__ in{}, ", *c_type(v.dtype), k);
+    body += fmt::format("    {}\n", broadcast_index(fmt::format("j{}", k), "i", L.dims(root, ext[k]), out));
+    body += fmt::format("    const {} v{} = in{}[j{}];\n", *c_type(v.dtype), ext[k], k, k);
+  }
+  for (auto* n : members) {
+    std::vector<std::string> a(n->inputs.size());
+    for (size_t i : data_inputs(*n)) a[i] = fmt::format("v{}", n->inputs[i]);
+    DType in = m.value(n->inputs[data_inputs(*n)[0]]).dtype;
+    std::string tout = *c_type(m.value(n->outputs[0]).dtype);
+    auto e = expr(*n, a, in, *c_type(in), tout);
+    if (!e) refuse(*n, "element-wise operator on this dtype is not generated");
+    body += fmt::format("    const {} v{} = ({}){};  // {}\n", tout, n->outputs[0], tout, *e, n->op_type);
+  }
+  std::string tout = *c_type(m.value(root.outputs[0]).dtype);
+  params += fmt::format("{}* __restrict__ out0", tout);
+  std::string ops;
+  for (auto* n : members) ops += (ops.empty() ? "" : ", ") + n->op_type;
+  L.source += fmt::format(
+      "\n// {}: {} -> [{}]\n"
+      "extern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n"
+      "  typedef {} I;\n"
+      "  for (I i = (I)blockIdx.x * 256u + threadIdx.x; i < (I){}ull; i += (I)gridDim.x * 256u) {{\n"
+      "{}    out0[i] = v{};\n"
+      "  }}\n}}\n",
+      root.label(), ops, fmt::join(out, ","), name, params, index_type(N), N, body, root.outputs[0]);
+  return L.kernel_node(root, name, ext, {root.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,226 @@
+// Reduction kernels: Softmax / LogSoftmax, LayerNormalization, Reduce*,
+// GlobalAveragePool / GlobalMaxPool (codegen.h: gen_reduce). fp32 in, fp32
+// accumulation.
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <set>
+
+#include "support/error.h"
+#include "targets/cuda/compile/codegen.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+/// Refuses the node unless its data inputs (the first `count`) are float32.
+void need_f32(const Lowering& L, const ir::Node& n, size_t count = 1) {
+  for (size_t i = 0; i < count && i < n.inputs.size(); ++i)
+    if (ir::ValueId v = n.inputs[i]; v != ir::kNoValue && L.model.value(v).dtype != DType::f32)
+      refuse(n, fmt::format("input '{}' is {}; this version computes it on float32 only", L.model.value(v).name,
+                            dtype_name(L.model.value(v).dtype)));
+}
+
+/// Softmax / LogSoftmax: rows of `len` elements `inner` apart.
+ir::Node softmax(Lowering& L, const ir::Node& n) {
+  need_f32(L, n);
+  auto x = L.dims(n, n.inputs[0]);
+  int64_t r = static_cast<int64_t>(x.size());
+  bool log = n.op_type == "LogSoftmax";
+  int64_t axis = norm_axis(n, n.i("axis", n.opset < 13 ? 1 : -1), r);
+  int64_t outer = 1, len = 1, inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x[d];
+  if (n.opset < 13) {
+    for (int64_t d = axis; d < r; ++d) len *= x[d];  // coerced to 2-D at axis
+  } else {
+    len = x[axis];
+    for (int64_t d = axis + 1; d < r; ++d) inner *= x[d];
+  }
+  std::string name = L.kernel_name(n.op_type);
+  std::string fin = log ? "y[b + (I)j * S] = v - m - logf(s);" : "y[b + (I)j * S] = expf(v - m) / s;";
+  if (inner == 1) {
+    // One block per row: block max, block sum of exp.
+    L.source += fmt::format(
+        "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+        "  typedef unsigned long long I; const I S = 1; I b = (I)blockIdx.x * {2}ull;\n"
+        "  float m = -__int_as_float(0x7f800000);\n"
+        "  for (int j = threadIdx.x; j < {2}; j += 256) m = kl_max(m, x[b + j]);\n"
+        "  m = kl_block_max(m);\n"
+        "  float s = 0.f;\n"
+        "  for (int j = threadIdx.x; j < {2}; j += 256) s += expf(x[b + j] - m);\n"
+        "  s = kl_block_sum(s);\n"
+        "  for (int j = threadIdx.x; j < {2}; j += 256) {{ float v = x[b + j]; {4} }}\n}}\n",
+        n.label(), outer, len, name, fin);
+    return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, outer, 256);
+  }
+  // One thread per (outer, inner) column.
+  int64_t N = outer * inner;
+  L.source += fmt::format(
+      "\n// {0} {1} columns of {2}, stride {3}\nextern \"C\" __global__ void __launch_bounds__(256) {4}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+      "  typedef unsigned long long I; const I S = {3}ull;\n"
+      "  for (I t = (I)blockIdx.x * 256 + threadIdx.x; t < {1}ull; t += (I)gridDim.x * 256) {{\n"
+      "    I b = (t / S) * S * {2}ull + t % S;\n"
+      "    float m = -__int_as_float(0x7f800000);\n"
+      "    for (int j = 0; j < {2}; ++j) m = kl_max(m, x[b + (I)j * S]);\n"
+      "    float s = 0.f;\n"
+      "    for (int j = 0; j < {2}; ++j) s += expf(x[b + (I)j * S] - m);\n"
+      "    for (int j = 0; j < {2}; ++j) {{ float v = x[b + (I)j * S]; {5} }}\n  }}\n}}\n",
+      n.label(), N, len, inner, name, fin);
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// LayerNormalization over dims [axis, rank): one block per row, two passes.
+ir::Node layer_norm(Lowering& L, const ir::Node& n) {
+  need_f32(L, n, 3);
+  auto x = L.dims(n, n.inputs[0]);
+  int64_t r = static_cast<int64_t>(x.size());
+  int64_t axis = norm_axis(n, n.i("axis", -1), r);
+  int64_t rows = 1, D = 1;
+  for (int64_t d = 0; d < axis; ++d) rows *= x[d];
+  for (int64_t d = axis; d < r; ++d) D *= x[d];
+  float eps = n.f("epsilon", 1e-5f);
+  auto per_elem = [&](size_t i, const char* what) {
+    if (i >= n.inputs.size() || n.inputs[i] == ir::kNoValue) return std::string();
+    int64_t c = numel(L.dims(n, n.inputs[i]));
+    if (c == D) return std::string("[j]");
+    if (c == 1) return std::string("[0]");
+    refuse(n, fmt::format("{} with {} elements broadcast over rows of {} is not supported", what, c, D));
+  };
+  std::string si = per_elem(1, "scale"), bi = per_elem(2, "bias");
+  bool has_bias = !bi.empty();
+  std::vector<ir::ValueId> ins = {n.inputs[0], n.inputs[1]};
+  if (has_bias) ins.push_back(n.inputs[2]);
+  std::vector<ir::ValueId> outs = {n.outputs[0]};
+  bool stats = n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue;
+  bool inv = n.outputs.size() > 2 && n.outputs[2] != ir::kNoValue;
+  std::string params = "const float* __restrict__ x, const float* __restrict__ g, ";
+  if (has_bias) params += "const float* __restrict__ bb, ";
+  params += "float* __restrict__ y";
+  if (stats) {
+    params += ", float* __restrict__ mean_out";
+    outs.push_back(n.outputs[1]);
+  }
+  if (inv) {
+    params += ", float* __restrict__ inv_out";
+    outs.push_back(n.outputs[2]);
+  }
+  std::string name = L.kernel_name("layernorm");
+  L.source += fmt::format(
+      "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}({4}) {{\n"
+      "  const unsigned long long b = (unsigned long long)blockIdx.x * {2}ull;\n"
+      "  float s = 0.f;\n"
+      "  for (int j = threadIdx.x; j < {2}; j += 256) s += x[b + j];\n"
+      "  const float mean = kl_block_sum(s) / (float){2};\n"
+      "  float q = 0.f;\n"
+      "  for (int j = threadIdx.x; j < {2}; j += 256) {{ float d = x[b + j] - mean; q += d * d; }}\n"
+      "  const float inv = 1.f / sqrtf(kl_block_sum(q) / (float){2} + {5});\n"
+      "  for (int j = threadIdx.x; j < {2}; j += 256) y[b + j] = (x[b + j] - mean) * inv * g{6}{7};\n"
+      "  {8}{9}\n}}\n",
+      n.label(), rows, D, name, params, float_literal(eps), si, has_bias ? " + bb" + bi : "",
+      stats ? "if (threadIdx.x == 0) mean_out[blockIdx.x] = mean; " : "",
+      inv ? "if (threadIdx.x == 0) inv_out[blockIdx.x] = inv;" : "");
+  return L.kernel_node(n, name, ins, outs, rows, 256);
+}
+
+/// Reduce* and global pools: the reduced axes of x, and the op's accumulate / finish code.
+ir::Node reduce(Lowering& L, const ir::Node& n) {
+  const std::string& op = n.op_type;
+  need_f32(L, n);
+  auto x = L.dims(n, n.inputs[0]);
+  int64_t r = static_cast<int64_t>(x.size());
+  std::vector<bool> red(r, false);
+  if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
+    for (int64_t d = 2; d < r; ++d) red[d] = true;
+  } else {
+    auto axes = const_ints(L.model, n, 1);
+    bool noop = n.i("noop_with_empty_axes", 0) != 0;
+    if (!axes || axes->empty()) {
+      if (!noop) red.assign(r, true);
+    } else {
+      for (auto a : *axes) red[norm_axis(n, a, r)] = true;
+    }
+  }
+  std::vector<int64_t> kept, reduced;
+  for (int64_t d = 0; d < r; ++d) (red[d] ? reduced : kept).push_back(x[d]);
+  int64_t N = numel(kept), R = numel(reduced);
+  auto st = strides_of(x);
+  // init, accumulate (acc, v), combine for the block reduction, finish (acc -> result)
+  std::string init = "0.f", acc = "a += v;", block = "kl_block_sum", fin = "a";
+  if (op == "ReduceMean" || op == "GlobalAveragePool") fin = fmt::format("a / (float){}", R);
+  else if (op == "ReduceMax" || op == "GlobalMaxPool") init = "-__int_as_float(0x7f800000)", acc = "a = kl_max(a, v);", block = "kl_block_max";
+  else if (op == "ReduceMin") init = "__int_as_float(0x7f800000)", acc = "a = kl_min(a, v);", block = "kl_block_min";
+  else if (op == "ReduceProd") init = "1.f", acc = "a *= v;", block = "kl_block_prod";
+  else if (op == "ReduceSumSquare") acc = "a += v * v;";
+  else if (op == "ReduceL1") acc = "a += fabsf(v);";
+  else if (op == "ReduceL2") acc = "a += v * v;", fin = "sqrtf(a)";
+  else if (op == "ReduceLogSum") fin = "logf(a)";
+  else if (op == "ReduceLogSumExp") acc = "a += expf(v);", fin = "logf(a)";  // see the note below
+  else if (op != "ReduceSum") refuse(n, "this reduction is not generated");
+  // Base offset of output element o (kept coords) and offset of reduced element t.
+  auto offset = [&](const std::string& var, const std::string& from, bool of_reduced) {
+    std::string s = fmt::format("unsigned long long {} = 0; {{ unsigned long long q = {};", var, from);
+    for (int64_t d = r - 1; d >= 0; --d)
+      if (red[d] == of_reduced && x[d] != 1) s += fmt::format(" {} += (q % {}ull) * {}ull; q /= {}ull;", var, x[d], st[d], x[d]);
+    return s + " }";
+  };
+  std::string name = L.kernel_name(op);
+  std::string comment = fmt::format("{} {} outputs x {} reduced", n.label(), N, R);
+  if (R >= 64) {
+    L.source += fmt::format(
+        "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+        "  {2}\n  float a = {3};\n"
+        "  for (unsigned long long t = threadIdx.x; t < {4}ull; t += 256) {{ {5} float v = x[base + off]; {6} }}\n"
+        "  a = {7}(a);\n  if (threadIdx.x == 0) y[blockIdx.x] = {8};\n}}\n",
+        comment, name, offset("base", "blockIdx.x", false), init, R, offset("off", "t", true), acc, block, fin);
+    return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, N, 256);
+  }
+  L.source += fmt::format(
+      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+      "  for (unsigned long long o = (unsigned long long)blockIdx.x * 256 + threadIdx.x; o < {2}ull; o += (unsigned long long)gridDim.x * 256) {{\n"
+      "    {3}\n    float a = {4};\n"
+      "    for (unsigned long long t = 0; t < {5}ull; ++t) {{ {6} float v = x[base + off]; {7} }}\n"
+      "    y[o] = {8};\n  }}\n}}\n",
+      comment, name, N, offset("base", "o", false), init, R, offset("off", "t", true), acc, fin);
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// ArgMax / ArgMin along one axis: one thread per output, int64 indices.
+ir::Node arg_reduce(Lowering& L, const ir::Node& n) {
+  need_f32(L, n);
+  auto x = L.dims(n, n.inputs[0]);
+  int64_t r = static_cast<int64_t>(x.size());
+  int64_t axis = norm_axis(n, n.i("axis", 0), r);
+  int64_t outer = 1, len = x[axis], inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x[d];
+  for (int64_t d = axis + 1; d < r; ++d) inner *= x[d];
+  bool last = n.i("select_last_index", 0) != 0, mx = n.op_type == "ArgMax";
+  std::string cmp = std::string(mx ? ">" : "<") + (last ? "=" : "");
+  int64_t N = outer * inner;
+  std::string name = L.kernel_name(n.op_type);
+  L.source += fmt::format(
+      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, long long* __restrict__ y) {{\n"
+      "  for (unsigned long long t = (unsigned long long)blockIdx.x * 256 + threadIdx.x; t < {2}ull; t += (unsigned long long)gridDim.x * 256) {{\n"
+      "    unsigned long long b = (t / {3}ull) * {4}ull + t % {3}ull;\n"
+      "    float best = x[b]; long long k = 0;\n"
+      "    for (long long j = 1; j < {5}; ++j) {{ float v = x[b + j * {3}ull]; if (v {6} best) {{ best = v; k = j; }} }}\n"
+      "    y[t] = k;\n  }}\n}}\n",
+      n.label(), name, N, inner, len * inner, len, cmp);
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+}  // namespace
+
+std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n) {
+  if (!n.domain.empty()) return {};
+  const std::string& op = n.op_type;
+  if (op == "Softmax" || op == "LogSoftmax") return {softmax(L, n)};
+  if (op == "LayerNormalization") return {layer_norm(L, n)};
+  if (op == "ArgMax" || op == "ArgMin") return {arg_reduce(L, n)};
+  static const std::set<std::string> reductions = {"ReduceSum",    "ReduceMean",      "ReduceMax",      "ReduceMin",
+                                                   "ReduceProd",   "ReduceSumSquare", "ReduceL1",       "ReduceL2",
+                                                   "ReduceLogSum", "ReduceLogSumExp", "GlobalAveragePool", "GlobalMaxPool"};
+  if (reductions.count(op)) return {reduce(L, n)};
+  return {};
+}
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,121 @@
+// Conv -> kiln.cuda.Conv (cuDNN) with the algorithm chosen on the device and
+// stored; the bias split off as an element-wise Add (lowering.h).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "support/error.h"
+#include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/cudnn_conv.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
+}
+
+int split_conv_bias(ir::Model& m) {
+  int split = 0;
+  std::vector<ir::Node> out;
+  for (auto& n : m.main.nodes) {
+    if (!n.domain.empty() || n.op_type != "Conv" || n.inputs.size() < 3 || n.inputs[2] == ir::kNoValue) {
+      out.push_back(n);
+      continue;
+    }
+    const ir::Value& y = m.value(n.outputs[0]);
+    const ir::Value& b = m.value(n.inputs[2]);
+    if (!y.shape || !ir::is_static(*y.shape) || !b.shape || !ir::is_static(*b.shape) || y.shape->size() < 3) {
+      out.push_back(n);  // lower_conv refuses it with the reason
+      continue;
+    }
+    // Bias [K] -> [K, 1, .., 1] so that it broadcasts over the spatial dims.
+    ir::Value bv = b;
+    bv.name = b.name + "_cuda_bias";
+    std::vector<int64_t> dims = {ir::to_sizes(*b.shape).at(0)};
+    dims.resize(y.shape->size() - 1, 1);
+    bv.shape = ir::Shape();
+    for (auto d : dims) bv.shape->push_back(ir::Dim{d, ""});
+    if (b.constant) bv.constant = b.constant->reshaped(dims);
+    ir::ValueId bias_id = ir::kNoValue;
+    if (b.constant) {
+      bias_id = m.add_value(bv);
+    } else {
+      out.push_back(n);  // a non-constant bias: refused by lower_conv
+      continue;
+    }
+    ir::Value raw = m.value(n.outputs[0]);
+    raw.name += "_nobias";
+    raw.constant.reset();
+    ir::ValueId raw_id = m.add_value(raw);
+    ir::Node conv = n;
+    conv.inputs.resize(2);
+    ir::ValueId y_id = conv.outputs[0];
+    conv.outputs[0] = raw_id;
+    ir::Node add;
+    add.op_type = "Add";
+    add.name = n.name + "_bias";
+    add.opset = n.opset;
+    add.inputs = {raw_id, bias_id};
+    add.outputs = {y_id};
+    out.push_back(std::move(conv));
+    out.push_back(std::move(add));
+    ++split;
+  }
+  m.main.nodes = std::move(out);
+  return split;
+}
+
+ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
+  ir::Model& m = L.model;
+  for (size_t i = 0; i < n.inputs.size(); ++i)
+    if (n.inputs[i] != ir::kNoValue && m.value(n.inputs[i]).dtype != DType::f32)
+      refuse(n, fmt::format("input '{}' is {}; convolutions are float32 only in this version", m.value(n.inputs[i]).name,
+                            dtype_name(m.value(n.inputs[i]).dtype)));
+  if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue) refuse(n, "a bias that is not a constant");
+  ConvSpec s;
+  s.x = L.dims(n, n.inputs[0]);
+  s.w = L.dims(n, n.inputs[1]);
+  s.y = L.dims(n, n.outputs[0]);
+  if (s.x.size() < 3 || s.x.size() > 5) refuse(n, "only 1-D, 2-D and 3-D convolutions");
+  size_t k = s.x.size() - 2;
+  std::vector<int64_t> in(s.x.begin() + 2, s.x.end()), out(s.y.begin() + 2, s.y.end());
+  std::vector<int64_t> kernel(s.w.begin() + 2, s.w.end());
+  s.strides = n.ints("strides", std::vector<int64_t>(k, 1));
+  s.dilations = n.ints("dilations", std::vector<int64_t>(k, 1));
+  s.group = n.i("group", 1);
+  auto [pb, pe] = window_pads(n, in, out, kernel, s.strides, s.dilations);
+  if (pb != pe) refuse(n, fmt::format("asymmetric pads [{}] / [{}]", fmt::join(pb, ","), fmt::join(pe, ",")));
+  s.pads = pb;
+  if (k == 1) {  // cuDNN wants at least 2 spatial dims: add a unit one
+    for (auto* v : {&s.x, &s.w, &s.y}) v->push_back(1);
+    s.pads.push_back(0), s.strides.push_back(1), s.dilations.push_back(1);
+  }
+  ir::Node c;
+  c.op_type = "Conv";
+  c.domain = std::string(kCudaDomain);
+  c.name = n.name;
+  c.opset = n.opset;
+  c.inputs = {n.inputs[0], n.inputs[1]};
+  c.outputs = {n.outputs[0]};
+  c.attrs["source_op"] = n.op_type;
+  set_conv_attrs(c, s);
+  if (opt.device < 0) refuse(n, "convolutions need a CUDA device at compile time (cuDNN chooses their algorithm)");
+  use_device(opt.device);
+  ConvDescs d(s);
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int count = 0;
+  check_cudnn(cudnnFindConvolutionForwardAlgorithm(cudnn_handle(), d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                   &count, perf),
+              n.label() + ": cudnnFindConvolutionForwardAlgorithm");
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxConvWorkspace) {
+      c.attrs["algo"] = static_cast<int64_t>(perf[i].algo);
+      c.attrs["workspace"] = static_cast<int64_t>(perf[i].memory);
+      return c;
+    }
+  refuse(n, fmt::format("cuDNN {} has no algorithm for this convolution (x [{}], w [{}], group {})", cudnnGetVersion(),
+                        fmt::join(s.x, ","), fmt::join(s.w, ","), s.group));
+}
+
+}  // namespace kiln::targets::cuda

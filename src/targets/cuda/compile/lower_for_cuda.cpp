@@ -1,0 +1,147 @@
+// The cuda lowering pass, in order: matmuls (with their epilogues),
+// element-wise fusion groups, every other node through its kernel family;
+// then NVRTC and the memory plan (lowering.h).
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <map>
+
+#include "passes/passes.h"
+#include "support/error.h"
+#include "support/log.h"
+#include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/nvrtc.h"
+#include "targets/cuda/run/cuda_ops.h"
+
+namespace kiln::targets::cuda {
+
+Uses uses_of(const ir::Model& m) {
+  Uses u;
+  u.readers.resize(m.values.size());
+  u.is_output.assign(m.values.size(), false);
+  u.producer.assign(m.values.size(), -1);
+  const auto& nodes = m.main.nodes;
+  for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
+    for (auto v : nodes[i].inputs)
+      if (v != ir::kNoValue) u.readers[v].push_back(i);
+    for (auto v : nodes[i].outputs)
+      if (v != ir::kNoValue) u.producer[v] = i;
+  }
+  for (auto v : m.main.outputs) u.is_output[v] = true;
+  return u;
+}
+
+LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt) {
+  Stopwatch sw;
+  ir::Model& m = cp.model;
+  LowerStats st;
+  Lowering L{m};
+  L.sm_count = opt.sm_count;
+  int conv_bias = split_conv_bias(m);
+  const auto nodes = m.main.nodes;  // a copy: lowering adds values, the graph is rebuilt below
+  const int count = static_cast<int>(nodes.size());
+  Uses uses = uses_of(m);
+  for (auto& n : nodes) {
+    // Static shapes everywhere (a dim left symbolic is named with its node).
+    for (auto v : n.inputs)
+      if (v != ir::kNoValue) L.dims(n, v);
+    for (auto v : n.outputs)
+      if (v != ir::kNoValue) L.dims(n, v);
+  }
+  for (auto& n : nodes)
+    for (auto& [k, a] : n.attrs)
+      if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a))
+        refuse(n, "operators with subgraphs (If, Loop, Scan) are not supported");
+
+  // 1. Matmuls and the nodes their epilogues absorb.
+  std::map<int, ir::Node> placed;  // node index -> lowered node emitted there
+  std::vector<bool> done(count, false);
+  for (int i = 0; i < count; ++i) {
+    if (!nodes[i].domain.empty() || (nodes[i].op_type != "MatMul" && nodes[i].op_type != "Gemm")) continue;
+    GemmLowered g = lower_gemm(L, i, uses, opt);
+    int last = *std::max_element(g.absorbed.begin(), g.absorbed.end());
+    for (int j : g.absorbed) done[j] = true;
+    st.fused += static_cast<int>(g.absorbed.size()) - 1;
+    placed.emplace(last, std::move(g.node));
+    ++st.gemms;
+  }
+
+  // 2. Element-wise groups: a node joins the group of an input's producer
+  // when that input has no other reader, is no graph output and has the
+  // node's output shape. The group is emitted where its last node was.
+  std::vector<int> root(count, -1);
+  std::map<int, std::vector<int>> members;
+  for (int i = 0; i < count; ++i) {
+    if (done[i] || !is_elementwise(L, nodes[i])) continue;
+    root[i] = i;
+    members[i] = {i};
+    auto out = ir::to_sizes(*m.value(nodes[i].outputs[0]).shape);
+    for (auto v : nodes[i].inputs) {
+      if (v == ir::kNoValue) continue;
+      int p = uses.producer[v];
+      if (p < 0 || root[p] != p || p == i) continue;
+      if (uses.is_output[v] || uses.readers[v].size() != 1) continue;
+      if (ir::to_sizes(*m.value(v).shape) != out) continue;
+      for (int q : members[p]) {
+        root[q] = i;
+        members[i].push_back(q);
+      }
+      members.erase(p);
+    }
+  }
+
+  // 3. The new node list.
+  std::vector<ir::Node> lowered;
+  for (int i = 0; i < count; ++i) {
+    const ir::Node& n = nodes[i];
+    if (auto it = placed.find(i); it != placed.end()) {
+      lowered.push_back(std::move(it->second));
+      continue;
+    }
+    if (done[i]) continue;
+    if (root[i] >= 0) {
+      if (root[i] != i) continue;
+      auto mem = members[i];
+      std::sort(mem.begin(), mem.end());
+      std::vector<const ir::Node*> ptrs;
+      for (int q : mem) ptrs.push_back(&nodes[q]);
+      lowered.push_back(gen_elementwise(L, ptrs));
+      st.fused += static_cast<int>(mem.size()) - 1;
+      ++st.kernels;
+      continue;
+    }
+    if (n.domain.empty() && n.op_type == "Conv") {
+      lowered.push_back(lower_conv(L, n, opt));
+      ++st.convs;
+      continue;
+    }
+    auto out = gen_data(L, n);
+    if (out.empty()) out = gen_reduce(L, n);
+    if (out.empty()) out = gen_pool(L, n);
+    if (out.empty())
+      refuse(n, n.domain.empty() ? "the cuda target has no kernel for this operator yet"
+                                 : fmt::format("domain '{}' is not supported", n.domain));
+    for (auto& k : out) {
+      (k.op_type == "Copy" ? st.copies : st.kernels)++;
+      lowered.push_back(std::move(k));
+    }
+  }
+  m.main.nodes = std::move(lowered);
+  passes::eliminate_dead_code(m);
+  ir::verify(m);
+
+  // 4. Device code and memory plan.
+  std::string source = std::string(kernel_prelude()) + L.source;
+  KernelBundle bundle = nvrtc_compile(source, opt.arch);
+  st.cubin_bytes = bundle.cubin.size();
+  st.ptx_bytes = bundle.ptx.size();
+  cp.kernels = encode_bundle(bundle);
+  cp.plan = passes::plan_memory(m);
+  log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off), {} "
+             "copies, {} nodes fused; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
+             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.fused, st.cubin_bytes, st.ptx_bytes,
+             sw.ms());
+  return st;
+}
+
+}  // namespace kiln::targets::cuda

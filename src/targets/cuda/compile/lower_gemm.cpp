@@ -1,0 +1,176 @@
+// MatMul / Gemm -> kiln.cuda.Gemm (cuBLASLt), bias / Relu epilogues, and the
+// algorithm choice stored in the artifact (lowering.h: lower_gemm).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <cstring>
+
+#include "support/error.h"
+#include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/run/blaslt.h"
+#include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t{32} << 20;
+
+/// The cuBLASLt heuristic's first algorithm for `s` on `device`: 8 words + workspace bytes.
+std::pair<std::vector<int64_t>, int64_t> choose_algo(const ir::Node& n, const GemmSpec& s, int device) {
+  use_device(device);
+  GemmDescs d(s, s.has_bias ? CUdeviceptr{256} : 0);
+  cublasLtMatmulPreference_t pref;
+  check_blaslt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  struct Free {
+    cublasLtMatmulPreference_t p;
+    ~Free() { cublasLtMatmulPreferenceDestroy(p); }
+  } free_pref{pref};
+  size_t ws = kMaxWorkspace;
+  check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
+               "workspace preference");
+  // Every buffer of a cuda program is at least 64-byte aligned (arena slots,
+  // constants, inputs); promise 16.
+  uint32_t align = 16;
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align), "alignment preference");
+  cublasLtMatmulHeuristicResult_t r{};
+  int count = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(blaslt_handle(), d.op, d.a, d.b, d.c, d.d, pref, 1, &r, &count);
+  if (st != CUBLAS_STATUS_SUCCESS || count == 0)
+    refuse(n, fmt::format("cuBLASLt has no algorithm for this fp32 matmul (m={} n={} k={} batch={}, status {})", s.m, s.n,
+                          s.k, s.batch, static_cast<int>(st)));
+  uint64_t words[8];
+  std::memcpy(words, &r.algo, sizeof words);
+  std::vector<int64_t> out(8);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<int64_t>(words[i]);
+  return {out, static_cast<int64_t>(r.workspaceSize)};
+}
+
+bool f32(const ir::Model& m, ir::ValueId v) { return v != ir::kNoValue && m.value(v).dtype == DType::f32; }
+
+/// A constant float32 vector of n elements (dims [n] or [1, .., 1, n]).
+bool bias_vector(const Lowering& L, ir::ValueId v, int64_t n) {
+  const ir::Value& val = L.model.value(v);
+  if (!val.constant || val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return false;
+  auto d = ir::to_sizes(*val.shape);
+  return !d.empty() && d.back() == n && numel(d) == n;
+}
+
+}  // namespace
+
+GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt) {
+  ir::Model& m = L.model;
+  const ir::Node& n = m.main.nodes[i];
+  for (auto v : n.inputs)
+    if (v != ir::kNoValue && !f32(m, v)) refuse(n, fmt::format("input '{}' is {}; matmuls are float32 only in this version",
+                                                                m.value(v).name, dtype_name(m.value(v).dtype)));
+  auto a = L.dims(n, n.inputs[0]), b = L.dims(n, n.inputs[1]);
+  GemmSpec s;
+  GemmLowered out;
+  out.absorbed = {i};
+  ir::Node g;
+  g.op_type = "Gemm";
+  g.domain = std::string(kCudaDomain);
+  g.name = n.name;
+  g.opset = n.opset;
+  g.attrs["source_op"] = n.op_type;
+  g.inputs = {n.inputs[0], n.inputs[1]};
+  ir::ValueId bias = ir::kNoValue, c = ir::kNoValue;
+  if (n.op_type == "MatMul") {
+    if (a.empty() || b.empty()) refuse(n, "a rank-0 operand");
+    int64_t M = a.size() == 1 ? 1 : a[a.size() - 2], K = a.back();
+    int64_t K2 = b.size() == 1 ? b[0] : b[b.size() - 2], N = b.size() == 1 ? 1 : b.back();
+    if (K != K2) refuse(n, fmt::format("inner dims {} and {} differ", K, K2));
+    std::vector<int64_t> ba(a.begin(), a.end() - std::min<size_t>(a.size(), 2)), bb(b.begin(), b.end() - std::min<size_t>(b.size(), 2));
+    int64_t na = numel(ba), nb = numel(bb);
+    s.k = K;
+    s.n = N;
+    if (nb == 1) {
+      s.m = na * M;  // B shared: A's batches are rows of one matmul
+    } else if (na == 1) {
+      s.m = M, s.batch = nb, s.stride_a = 0, s.stride_b = K * N;
+    } else {
+      size_t r = std::max(ba.size(), bb.size());
+      ba.insert(ba.begin(), r - ba.size(), 1);
+      bb.insert(bb.begin(), r - bb.size(), 1);
+      if (ba != bb) refuse(n, fmt::format("batch dims [{}] and [{}] broadcast against each other", fmt::join(ba, ","), fmt::join(bb, ",")));
+      s.m = M, s.batch = na, s.stride_a = M * K, s.stride_b = K * N;
+    }
+  } else {  // Gemm
+    if (a.size() != 2 || b.size() != 2) refuse(n, "Gemm operands must be 2-D");
+    s.trans_a = n.i("transA", 0) != 0;
+    s.trans_b = n.i("transB", 0) != 0;
+    s.m = s.trans_a ? a[1] : a[0];
+    s.k = s.trans_a ? a[0] : a[1];
+    s.n = s.trans_b ? b[0] : b[1];
+    if ((s.trans_b ? b[1] : b[0]) != s.k) refuse(n, "inner dims differ");
+    s.alpha = n.f("alpha", 1.f);
+    float beta = n.f("beta", 1.f);
+    if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue && beta != 0.f) {
+      ir::ValueId cv = n.inputs[2];
+      auto cd = L.dims(n, cv);
+      if (bias_vector(L, cv, s.n)) {
+        bias = cv;
+        if (beta != 1.f) {  // fold beta into a new constant
+          Tensor t = m.value(cv).constant->clone();
+          for (int64_t k = 0; k < t.numel(); ++k) t.data<float>()[k] *= beta;
+          ir::Value nv = m.value(cv);
+          nv.name += "_beta";
+          nv.constant = t;
+          bias = m.add_value(nv);
+        }
+      } else if (numel(cd) == s.m * s.n && cd.size() == 2) {
+        c = cv;
+        s.has_c = true;
+        s.beta = beta;
+      } else {
+        refuse(n, fmt::format("C of shape [{}] (only [n], [1,n] constants or a full [m,n] C are supported)", fmt::join(cd, ",")));
+      }
+    }
+  }
+  // Epilogues: a following Add of a [n] constant (the bias), then Relu.
+  ir::ValueId y = n.outputs[0];
+  auto single_reader = [&](ir::ValueId v) -> int {
+    if (uses.is_output[v] || uses.readers[v].size() != 1) return -1;
+    return uses.readers[v][0];
+  };
+  if (bias == ir::kNoValue && !s.has_c && s.batch == 1) {
+    int j = single_reader(y);
+    if (j >= 0) {
+      const ir::Node& add = m.main.nodes[j];
+      if (add.domain.empty() && add.op_type == "Add" && add.inputs.size() == 2) {
+        ir::ValueId other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+        if (other != y && bias_vector(L, other, s.n) && L.dims(add, add.outputs[0]) == L.dims(n, y)) {
+          bias = other;
+          y = add.outputs[0];
+          out.absorbed.push_back(j);
+        }
+      }
+    }
+  }
+  if (int j = single_reader(y); j >= 0) {
+    const ir::Node& act = m.main.nodes[j];
+    if (act.domain.empty() && act.op_type == "Relu" && f32(m, act.outputs[0])) {
+      s.epilogue = 1;
+      y = act.outputs[0];
+      out.absorbed.push_back(j);
+    }
+  }
+  s.has_bias = bias != ir::kNoValue;
+  if (s.has_bias) g.inputs.push_back(bias);
+  if (s.has_c) g.inputs.push_back(c);
+  g.outputs = {y};
+  if (numel(L.dims(n, y)) != s.batch * s.m * s.n) refuse(n, "the output size does not match the matmul");
+  set_gemm_attrs(g, s);
+  if (opt.device < 0) refuse(n, "matmuls need a CUDA device at compile time (cuBLASLt chooses their algorithm)");
+  auto [algo, ws] = choose_algo(n, s, opt.device);
+  g.attrs["algo"] = algo;
+  g.attrs["workspace"] = ws;
+  out.node = std::move(g);
+  return out;
+}
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,138 @@
+// cuBLASLt descriptors and replay of stored algorithms (blaslt.h).
+#include "targets/cuda/run/blaslt.h"
+
+#include <cstring>
+#include <mutex>
+
+#include "support/error.h"
+
+namespace kiln::targets::cuda {
+
+void check_blaslt(cublasStatus_t s, const std::string& what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return;
+  fail(s == CUBLAS_STATUS_NOT_SUPPORTED ? ErrorCode::unsupported : ErrorCode::internal, "{}: cuBLASLt status {}",
+       what, static_cast<int>(s));
+}
+
+GemmSpec gemm_spec_from(const ir::Node& n) {
+  GemmSpec s;
+  s.m = n.i("m");
+  s.n = n.i("n");
+  s.k = n.i("k");
+  s.batch = n.i("batch", 1);
+  s.trans_a = n.i("trans_a", 0) != 0;
+  s.trans_b = n.i("trans_b", 0) != 0;
+  s.stride_a = n.i("stride_a", 0);
+  s.stride_b = n.i("stride_b", 0);
+  s.alpha = n.f("alpha", 1.f);
+  s.beta = n.f("beta", 0.f);
+  s.has_bias = n.i("has_bias", 0) != 0;
+  s.has_c = n.i("has_c", 0) != 0;
+  s.epilogue = static_cast<int>(n.i("epilogue", 0));
+  if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0 || s.epilogue < 0 || s.epilogue > 2)
+    fail(ErrorCode::invalid_model, "{}: inconsistent kiln.cuda.Gemm attributes", n.label());
+  return s;
+}
+
+void set_gemm_attrs(ir::Node& n, const GemmSpec& s) {
+  n.attrs["m"] = s.m;
+  n.attrs["n"] = s.n;
+  n.attrs["k"] = s.k;
+  n.attrs["batch"] = s.batch;
+  n.attrs["trans_a"] = int64_t{s.trans_a};
+  n.attrs["trans_b"] = int64_t{s.trans_b};
+  n.attrs["stride_a"] = s.stride_a;
+  n.attrs["stride_b"] = s.stride_b;
+  n.attrs["alpha"] = s.alpha;
+  n.attrs["beta"] = s.beta;
+  n.attrs["has_bias"] = int64_t{s.has_bias};
+  n.attrs["has_c"] = int64_t{s.has_c};
+  n.attrs["epilogue"] = int64_t{s.epilogue};
+}
+
+cublasLtHandle_t blaslt_handle() {
+  static std::once_flag once;
+  static cublasLtHandle_t h = nullptr;
+  static cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
+  std::call_once(once, [] { status = cublasLtCreate(&h); });
+  check_blaslt(status, "cublasLtCreate");
+  return h;
+}
+
+namespace {
+cublasLtMatrixLayout_t layout(uint64_t rows, uint64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+  cublasLtMatrixLayout_t l;
+  check_blaslt(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  if (batch > 1) {
+    int32_t b = static_cast<int32_t>(batch);
+    check_blaslt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), "batch count");
+    check_blaslt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+                 "batch stride");
+  }
+  return l;
+}
+}  // namespace
+
+GemmDescs::GemmDescs(const GemmSpec& s, CUdeviceptr bias) {
+  check_blaslt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // Column-major view: D^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
+  cublasOperation_t ta = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
+  cublasOperation_t tb = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our A
+  check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+  check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+  cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
+  if (s.has_bias)
+    epi = s.epilogue == 1 ? CUBLASLT_EPILOGUE_RELU_BIAS : s.epilogue == 2 ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
+  else
+    epi = s.epilogue == 1 ? CUBLASLT_EPILOGUE_RELU : s.epilogue == 2 ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT;
+  check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+  if (s.has_bias) {
+    void* p = reinterpret_cast<void*>(bias);
+    check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p), "bias pointer");
+  }
+  // Our B buffer: stored k x n (ld n), or n x k when transposed (ld k).
+  a = s.trans_b ? layout(s.k, s.n, s.k, s.batch, s.stride_b) : layout(s.n, s.k, s.n, s.batch, s.stride_b);
+  // Our A buffer: stored m x k (ld k), or k x m when transposed (ld m).
+  b = s.trans_a ? layout(s.m, s.k, s.m, s.batch, s.stride_a) : layout(s.k, s.m, s.k, s.batch, s.stride_a);
+  c = layout(s.n, s.m, s.n, s.batch, s.m * s.n);
+  d = layout(s.n, s.m, s.n, s.batch, s.m * s.n);
+}
+
+GemmDescs::~GemmDescs() {
+  if (a) cublasLtMatrixLayoutDestroy(a);
+  if (b) cublasLtMatrixLayoutDestroy(b);
+  if (c) cublasLtMatrixLayoutDestroy(c);
+  if (d) cublasLtMatrixLayoutDestroy(d);
+  if (op) cublasLtMatmulDescDestroy(op);
+}
+
+GemmPlan::GemmPlan(const GemmSpec& s, const std::array<uint64_t, 8>& algo, size_t workspace, CUdeviceptr bias,
+                   const std::string& where)
+    : spec_(s), descs_(s, bias) {
+  static_assert(sizeof(cublasLtMatmulAlgo_t) == 8 * sizeof(uint64_t), "cublasLtMatmulAlgo_t is 8 words");
+  std::memcpy(&algo_, algo.data(), sizeof algo_);
+  cublasLtMatmulHeuristicResult_t r{};
+  cublasStatus_t st = cublasLtMatmulAlgoCheck(blaslt_handle(), descs_.op, descs_.a, descs_.b, descs_.c, descs_.d,
+                                              &algo_, &r);
+  if (st != CUBLAS_STATUS_SUCCESS)
+    fail(ErrorCode::incompatible_artifact,
+         "{}: cuBLASLt on this machine refuses the matmul algorithm stored in the artifact (status {}); recompile",
+         where, static_cast<int>(st));
+  if (r.workspaceSize > workspace)
+    fail(ErrorCode::incompatible_artifact,
+         "{}: the stored cuBLASLt algorithm needs {} bytes of workspace here, the artifact recorded {}; recompile", where,
+         r.workspaceSize, workspace);
+}
+
+void GemmPlan::run(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, CUdeviceptr workspace,
+                   size_t workspace_bytes) const {
+  float beta = spec_.has_c ? spec_.beta : 0.f;
+  auto* pc = reinterpret_cast<const void*>(spec_.has_c ? c : d);
+  check_blaslt(cublasLtMatmul(blaslt_handle(), descs_.op, &spec_.alpha, reinterpret_cast<const void*>(b), descs_.a,
+                              reinterpret_cast<const void*>(a), descs_.b, &beta, pc, descs_.c,
+                              reinterpret_cast<void*>(d), descs_.d, &algo_, reinterpret_cast<void*>(workspace),
+                              workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),
+               "cublasLtMatmul");
+}
+
+}  // namespace kiln::targets::cuda

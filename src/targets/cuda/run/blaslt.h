@@ -1,0 +1,79 @@
+// cuBLASLt matmuls of the cuda target (run side): descriptors rebuilt from a
+// kiln.cuda.Gemm node, the stored algorithm checked and replayed. The
+// compile side (compile/choose_gemm.cpp) asks the heuristic once and stores
+// its answer; a load never calls the heuristic.
+#pragma once
+#include <cublasLt.h>
+#include <cuda.h>
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln::targets::cuda {
+
+/// A row-major fp32 matmul, batched:
+///   D[b] (m x n) = alpha * op(A[b]) (m x k) * op(B[b]) (k x n) + beta * C[b] (+ bias[n]), then the epilogue.
+/// op(X) is X or its transpose (trans_a / trans_b: A stored k x m, B stored
+/// n x k). stride_a / stride_b are the element distances between batches (0:
+/// the operand is shared by every batch); D and C are dense, m*n apart.
+struct GemmSpec {
+  int64_t m = 0, n = 0, k = 0, batch = 1;
+  bool trans_a = false, trans_b = false;
+  int64_t stride_a = 0, stride_b = 0;
+  float alpha = 1.f, beta = 0.f;
+  bool has_bias = false;   ///< a bias of n floats added to every row (cuBLASLt BIAS epilogue)
+  bool has_c = false;      ///< beta * C added (C has D's shape)
+  int epilogue = 0;        ///< 0 none, 1 Relu, 2 Gelu (tanh approximation)
+};
+
+/// The spec of a kiln.cuda.Gemm node from its attributes (cuda_ops.h).
+/// Throws Error(corrupt_artifact)-free Error(invalid_model) naming the node
+/// when an attribute is missing or out of range.
+GemmSpec gemm_spec_from(const ir::Node& n);
+/// Writes `s` as attributes of `n` (m, n, k, batch, trans_a, ...).
+void set_gemm_attrs(ir::Node& n, const GemmSpec& s);
+
+/// The process-wide cuBLASLt handle (created once, with the device current).
+/// Throws Error(unsupported) when cublasLtCreate fails.
+cublasLtHandle_t blaslt_handle();
+
+/// Throws Error(internal / unsupported) "<what>: cuBLASLt status N" unless ok.
+void check_blaslt(cublasStatus_t s, const std::string& what);
+
+/// The descriptors of one GemmSpec (owned; destroyed with the object).
+/// `bias` is the device address of the bias (set in the descriptor), 0 if none.
+class GemmDescs {
+ public:
+  GemmDescs(const GemmSpec& s, CUdeviceptr bias);
+  ~GemmDescs();
+  GemmDescs(const GemmDescs&) = delete;
+  GemmDescs& operator=(const GemmDescs&) = delete;
+
+  cublasLtMatmulDesc_t op = nullptr;
+  /// cuBLASLt is column-major: "a" describes B's buffer and "b" A's (D^T = op(B)^T op(A)^T).
+  cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
+};
+
+/// A matmul ready to run: descriptors plus the stored algorithm, checked
+/// with cublasLtMatmulAlgoCheck at construction.
+class GemmPlan {
+ public:
+  /// Throws Error(incompatible_artifact) naming `where` when cuBLASLt on
+  /// this machine refuses the stored algorithm or needs more workspace than
+  /// recorded.
+  GemmPlan(const GemmSpec& s, const std::array<uint64_t, 8>& algo, size_t workspace, CUdeviceptr bias,
+           const std::string& where);
+  /// Enqueues the matmul on `stream`. c may be 0 when the spec has no C.
+  void run(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, CUdeviceptr workspace,
+           size_t workspace_bytes) const;
+
+ private:
+  GemmSpec spec_;
+  GemmDescs descs_;
+  cublasLtMatmulAlgo_t algo_{};
+};
+
+}  // namespace kiln::targets::cuda

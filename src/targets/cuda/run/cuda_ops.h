@@ -1,0 +1,53 @@
+// The cuda target's lowered program: its operators (domain "kiln.cuda") and
+// the kernels section of its artifacts. Shared by the compile side (which
+// writes them) and the run side (which replays them).
+//
+// A cuda program's main graph holds only kiln.cuda nodes, every value has a
+// static shape, and the memory plan places every intermediate in one device
+// arena. Operators:
+//
+//  - kiln.cuda.Kernel: one launch of a generated kernel of the program's
+//    module. Attributes: fn (string, the extern "C" function name), grid
+//    (ints[3]), block (ints[3]), smem (int, dynamic shared bytes). The kernel
+//    takes one pointer per node input (absent inputs are not passed) followed
+//    by one pointer per output, in order; shapes are baked into its code.
+//  - kiln.cuda.Gemm: a cuBLASLt matmul, fp32 (gemm_spec_from / blaslt.h give
+//    the attributes: m, n, k, batch, trans_a, trans_b, stride_a, stride_b,
+//    alpha, beta, epilogue, algo (ints[8], the cublasLtMatmulAlgo_t words),
+//    workspace (bytes)). Inputs (A, B, [bias [n]], [C [.., m, n]]).
+//  - kiln.cuda.Conv: a cuDNN float32 convolution without bias (cudnn_conv.h:
+//    x_dims, w_dims, y_dims, pads (symmetric), strides, dilations, group, and
+//    the tuning decision algo (cudnnConvolutionFwdAlgo_t) and workspace
+//    (bytes)). Inputs (x, w); the bias of an ONNX Conv becomes a following
+//    element-wise Add (fused with what follows it).
+//  - kiln.cuda.Copy: output 0 = input 0 byte for byte (Reshape, Flatten,
+//    Squeeze, Unsqueeze, Identity after lowering).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace kiln::targets::cuda {
+
+/// Domain of the cuda target's lowered operators.
+inline constexpr std::string_view kCudaDomain = "kiln.cuda";
+
+/// The compiled device code of one program, as stored in the artifact's
+/// kernels section (docs/file-format.md, "Section kernels (cuda)").
+struct KernelBundle {
+  std::string arch;            ///< "sm_90": the cubin's architecture
+  std::vector<uint8_t> cubin;  ///< SASS for `arch`, loaded with cuModuleLoadData
+  std::string ptx;             ///< PTX for compute_XX of the same source (kept for newer GPUs; not JIT-ed at load)
+  std::string source;          ///< the CUDA C++ the cubin was compiled from (for kiln inspect / debugging)
+};
+
+/// Bytes of the kernels section: magic "KLNCUDA1", then four length-prefixed
+/// (u64, little-endian) fields: arch, cubin, ptx, source.
+std::vector<uint8_t> encode_bundle(const KernelBundle& b);
+
+/// Decodes the kernels section. Throws Error(corrupt_artifact) "section
+/// 'kernels': ..." when the magic or a length is wrong (`what` names the file).
+KernelBundle decode_bundle(const std::vector<uint8_t>& bytes, const std::string& what);
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,120 @@
+// cuDNN convolution descriptors and replay of stored algorithms (cudnn_conv.h).
+#include "targets/cuda/run/cudnn_conv.h"
+
+#include <fmt/format.h>
+
+#include <mutex>
+
+#include "support/error.h"
+
+namespace kiln::targets::cuda {
+
+void check_cudnn(cudnnStatus_t s, const std::string& what) {
+  if (s == CUDNN_STATUS_SUCCESS) return;
+  fail(s == CUDNN_STATUS_NOT_SUPPORTED ? ErrorCode::unsupported : ErrorCode::internal, "{}: cuDNN: {}", what,
+       cudnnGetErrorString(s));
+}
+
+ConvSpec conv_spec_from(const ir::Node& n) {
+  ConvSpec s;
+  s.x = n.ints("x_dims");
+  s.w = n.ints("w_dims");
+  s.y = n.ints("y_dims");
+  s.pads = n.ints("pads");
+  s.strides = n.ints("strides");
+  s.dilations = n.ints("dilations");
+  s.group = n.i("group", 1);
+  size_t k = s.x.size() < 3 ? 0 : s.x.size() - 2;
+  if (k == 0 || k > 3 || s.w.size() != k + 2 || s.y.size() != k + 2 || s.pads.size() != k || s.strides.size() != k ||
+      s.dilations.size() != k || s.group < 1)
+    fail(ErrorCode::invalid_model, "{}: inconsistent kiln.cuda.Conv attributes", n.label());
+  return s;
+}
+
+void set_conv_attrs(ir::Node& n, const ConvSpec& s) {
+  n.attrs["x_dims"] = s.x;
+  n.attrs["w_dims"] = s.w;
+  n.attrs["y_dims"] = s.y;
+  n.attrs["pads"] = s.pads;
+  n.attrs["strides"] = s.strides;
+  n.attrs["dilations"] = s.dilations;
+  n.attrs["group"] = s.group;
+}
+
+cudnnHandle_t cudnn_handle() {
+  static std::once_flag once;
+  static cudnnHandle_t h = nullptr;
+  static cudnnStatus_t status = CUDNN_STATUS_SUCCESS;
+  std::call_once(once, [] { status = cudnnCreate(&h); });
+  check_cudnn(status, "cudnnCreate");
+  return h;
+}
+
+namespace {
+std::vector<int> to_int(const std::vector<int64_t>& v) { return {v.begin(), v.end()}; }
+std::vector<int> packed_strides(const std::vector<int64_t>& d) {
+  std::vector<int> s(d.size(), 1);
+  for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * static_cast<int>(d[i + 1]);
+  return s;
+}
+cudnnTensorDescriptor_t tensor(const std::vector<int64_t>& dims) {
+  cudnnTensorDescriptor_t t;
+  check_cudnn(cudnnCreateTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
+  auto d = to_int(dims);
+  auto s = packed_strides(dims);
+  check_cudnn(cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, static_cast<int>(d.size()), d.data(), s.data()),
+              "cudnnSetTensorNdDescriptor");
+  return t;
+}
+}  // namespace
+
+ConvDescs::ConvDescs(const ConvSpec& s) {
+  x = tensor(s.x);
+  y = tensor(s.y);
+  check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
+  auto wd = to_int(s.w);
+  check_cudnn(cudnnSetFilterNdDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()),
+              "cudnnSetFilterNdDescriptor");
+  check_cudnn(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
+  auto p = to_int(s.pads), st = to_int(s.strides), dl = to_int(s.dilations);
+  check_cudnn(cudnnSetConvolutionNdDescriptor(conv, static_cast<int>(p.size()), p.data(), st.data(), dl.data(),
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+              "cudnnSetConvolutionNdDescriptor");
+  check_cudnn(cudnnSetConvolutionGroupCount(conv, static_cast<int>(s.group)), "cudnnSetConvolutionGroupCount");
+  check_cudnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+}
+
+ConvDescs::~ConvDescs() {
+  if (x) cudnnDestroyTensorDescriptor(x);
+  if (y) cudnnDestroyTensorDescriptor(y);
+  if (w) cudnnDestroyFilterDescriptor(w);
+  if (conv) cudnnDestroyConvolutionDescriptor(conv);
+}
+
+ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::string& where)
+    : d_(s), algo_(static_cast<cudnnConvolutionFwdAlgo_t>(algo)) {
+  if (algo < 0 || algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT)
+    fail(ErrorCode::incompatible_artifact, "{}: the artifact's cuDNN algorithm {} is unknown here; recompile", where, algo);
+  size_t need = 0;
+  cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(cudnn_handle(), d_.x, d_.w, d_.conv, d_.y, algo_, &need);
+  if (st != CUDNN_STATUS_SUCCESS)
+    fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here does not support the stored convolution algorithm {} ({}); recompile",
+         where, cudnnGetVersion(), algo, cudnnGetErrorString(st));
+  if (need > workspace)
+    fail(ErrorCode::incompatible_artifact,
+         "{}: the stored cuDNN algorithm needs {} bytes of workspace here, the artifact recorded {}; recompile", where, need,
+         workspace);
+}
+
+void ConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, CUdeviceptr workspace,
+                   size_t workspace_bytes) const {
+  cudnnHandle_t h = cudnn_handle();
+  check_cudnn(cudnnSetStream(h, reinterpret_cast<cudaStream_t>(stream)), "cudnnSetStream");
+  const float one = 1.f, zero = 0.f;
+  check_cudnn(cudnnConvolutionForward(h, &one, d_.x, reinterpret_cast<const void*>(x), d_.w,
+                                      reinterpret_cast<const void*>(w), d_.conv, algo_, reinterpret_cast<void*>(workspace),
+                                      workspace_bytes, &zero, d_.y, reinterpret_cast<void*>(y)),
+              "cudnnConvolutionForward");
+}
+
+}  // namespace kiln::targets::cuda

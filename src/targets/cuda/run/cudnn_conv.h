@@ -1,0 +1,66 @@
+// Convolutions of the cuda target through cuDNN's convolution API (run
+// side): descriptors rebuilt from a kiln.cuda.Conv node, the algorithm chosen
+// at compile time (compile/lower_conv.cpp) checked and replayed.
+#pragma once
+#include <cuda.h>
+#include <cudnn.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "ir/graph.h"
+
+namespace kiln::targets::cuda {
+
+/// A float32 NC<spatial> convolution (cross-correlation, like ONNX Conv)
+/// without bias: y = conv(x, w). `x` dims [N, C, D1..Dk], `w` [K, C/group,
+/// k1..kk], `y` [N, K, O1..Ok]; symmetric pads (begin == end), strides and
+/// dilations per spatial dim. Math is strict fp32 (CUDNN_FMA_MATH: no TF32),
+/// so results follow the reference kernels.
+struct ConvSpec {
+  std::vector<int64_t> x, w, y, pads, strides, dilations;
+  int64_t group = 1;
+};
+
+/// The spec of a kiln.cuda.Conv node (attributes x_dims, w_dims, y_dims,
+/// pads, strides, dilations, group). Throws Error(invalid_model) naming the
+/// node when they are inconsistent.
+ConvSpec conv_spec_from(const ir::Node& n);
+/// Writes `s` as attributes of `n`.
+void set_conv_attrs(ir::Node& n, const ConvSpec& s);
+
+/// The process-wide cuDNN handle (created once, the device current).
+/// Throws Error(unsupported) when cuDNN cannot be loaded or initialised.
+cudnnHandle_t cudnn_handle();
+/// Throws Error(internal / unsupported) "<what>: <cuDNN error string>" unless ok.
+void check_cudnn(cudnnStatus_t s, const std::string& what);
+
+/// The cuDNN descriptors of one ConvSpec (owned).
+class ConvDescs {
+ public:
+  explicit ConvDescs(const ConvSpec& s);
+  ~ConvDescs();
+  ConvDescs(const ConvDescs&) = delete;
+  ConvDescs& operator=(const ConvDescs&) = delete;
+  cudnnTensorDescriptor_t x = nullptr, y = nullptr;
+  cudnnFilterDescriptor_t w = nullptr;
+  cudnnConvolutionDescriptor_t conv = nullptr;
+};
+
+/// A convolution ready to run with the stored algorithm.
+class ConvPlan {
+ public:
+  /// Throws Error(incompatible_artifact) naming `where` when cuDNN here does
+  /// not support algorithm `algo` for this convolution or needs more
+  /// workspace than `workspace` bytes (recorded at compile time).
+  ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::string& where);
+  /// Enqueues y = conv(x, w) on `stream`.
+  void run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, CUdeviceptr workspace, size_t workspace_bytes) const;
+
+ private:
+  ConvDescs d_;
+  cudnnConvolutionFwdAlgo_t algo_;
+};
+
+}  // namespace kiln::targets::cuda

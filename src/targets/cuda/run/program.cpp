@@ -1,0 +1,252 @@
+// A loaded cuda program: device memory, module, matmul plans, CUDA graph (program.h).
+#include "targets/cuda/run/program.h"
+
+#include <fmt/format.h>
+
+#include <array>
+#include <cstdlib>
+#include <functional>
+#include <mutex>
+
+#include "support/error.h"
+#include "support/log.h"
+#include "targets/cuda/run/blaslt.h"
+#include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/cudnn_conv.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+size_t value_bytes(const ir::Model& m, ir::ValueId id, const ir::Node* n) {
+  const ir::Value& v = m.value(id);
+  if (!v.shape || !ir::is_static(*v.shape))
+    fail(ErrorCode::invalid_model, "the cuda program's value '{}'{} has no static shape", v.name,
+         n ? " (" + n->label() + ")" : "");
+  size_t b = dtype_size(v.dtype);
+  for (auto d : ir::to_sizes(*v.shape)) b *= static_cast<size_t>(d);
+  return b;
+}
+
+constexpr size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
+class CudaProgram final : public DeviceProgram {
+ public:
+  CudaProgram(const artifact::CompiledProgram& cp, int device) : device_(device) {
+    Stopwatch sw;
+    const ir::Model& m = cp.model;
+    const DriverApi& d = driver();
+    use_device(device_);
+    DeviceFacts facts = device_facts(device_);
+    KernelBundle bundle = decode_bundle(cp.kernels, "cuda program");
+    if (bundle.arch != facts.arch)
+      fail(ErrorCode::incompatible_artifact,
+           "device_arch: the artifact's kernels are for {}, device {} ({}) is {}; recompile for this GPU", bundle.arch,
+           device_, facts.name, facts.arch);
+    check(d.cuModuleLoadData(&module_, bundle.cubin.data()), "cuModuleLoadData (the artifact's cubin)");
+    check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+
+    addr_.assign(m.values.size(), 0);
+    // Constants: one buffer, each at a 256-byte aligned offset, uploaded once.
+    std::vector<size_t> const_off(m.values.size(), 0);
+    size_t const_total = 0;
+    for (size_t i = 0; i < m.values.size(); ++i)
+      if (m.values[i].constant) {
+        const_off[i] = const_total;
+        const_total += align256(m.values[i].constant->nbytes());
+      }
+    if (const_total) {
+      consts_ = DeviceBuffer(const_total, "constants");
+      for (size_t i = 0; i < m.values.size(); ++i)
+        if (m.values[i].constant) {
+          addr_[i] = consts_.get() + const_off[i];
+          const Tensor& t = *m.values[i].constant;
+          if (t.nbytes()) check(d.cuMemcpyHtoD(addr_[i], t.raw(), t.nbytes()), "cuMemcpyHtoD (constants)");
+        }
+    }
+    // Graph inputs and outputs get their own buffers; intermediates live in the arena.
+    for (auto id : m.main.inputs) {
+      if (m.value(id).constant) continue;
+      own_.emplace_back(value_bytes(m, id, nullptr), "an input");
+      addr_[id] = own_.back().get();
+      inputs_.push_back({id, m.value(id).name, value_bytes(m, id, nullptr)});
+    }
+    if (cp.plan.arena_bytes) arena_ = DeviceBuffer(cp.plan.arena_bytes, "the arena");
+    for (auto& n : m.main.nodes)
+      for (auto id : n.outputs) {
+        if (id == ir::kNoValue || addr_[id]) continue;
+        size_t bytes = value_bytes(m, id, &n);
+        if (!cp.plan.offsets.empty() && cp.plan.offsets[id] >= 0) {
+          if (bytes > cp.plan.sizes[id]) fail(ErrorCode::invalid_model, "{}: the memory plan's slot is too small", n.label());
+          addr_[id] = arena_.get() + static_cast<size_t>(cp.plan.offsets[id]);
+        } else {
+          own_.emplace_back(bytes, "an output");
+          addr_[id] = own_.back().get();
+        }
+      }
+    for (auto id : m.main.outputs) {
+      const ir::Value& v = m.value(id);
+      outputs_.push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
+    }
+
+    size_t workspace = 0;
+    for (auto& n : m.main.nodes)
+      if (n.domain == kCudaDomain && (n.op_type == "Gemm" || n.op_type == "Conv"))
+        workspace = std::max<size_t>(workspace, n.i("workspace", 0));
+    if (workspace) workspace_ = DeviceBuffer(workspace, "the cuBLASLt workspace");
+    for (auto& n : m.main.nodes) bind(m, n);
+
+    const char* g = std::getenv("KILN_CUDA_GRAPH");
+    use_graph_ = !(g && std::string(g) == "0");
+    if (use_graph_ && !steps_.empty()) {
+      CUgraph graph;
+      check(d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+      try {
+        for (auto& s : steps_) s(stream_);
+      } catch (...) {
+        d.cuStreamEndCapture(stream_, &graph);
+        throw;
+      }
+      check(d.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+      CUresult r = d.cuGraphInstantiateWithFlags(&exec_, graph, 0);
+      d.cuGraphDestroy(graph);
+      check(r, "cuGraphInstantiate");
+    }
+    log().info("cuda: program loaded on {} ({}) in {:.1f} ms: {} steps, arena {} bytes, constants {} bytes{}",
+               facts.name, facts.arch, sw.ms(), steps_.size(), cp.plan.arena_bytes, const_total,
+               use_graph_ ? ", captured into a CUDA graph" : "");
+  }
+
+  ~CudaProgram() override {
+    const DriverApi& d = driver();
+    if (exec_) d.cuGraphExecDestroy(exec_);
+    if (stream_) d.cuStreamDestroy(stream_);
+    if (module_) d.cuModuleUnload(module_);
+  }
+
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const DriverApi& d = driver();
+    use_device(device_);
+    for (auto& in : inputs_) {
+      const Tensor& t = inputs.at(in.name);
+      if (t.nbytes() != in.bytes) fail(ErrorCode::invalid_input, "input '{}' has {} bytes, the program needs {}", in.name, t.nbytes(), in.bytes);
+      if (in.bytes) check(d.cuMemcpyHtoDAsync(addr_[in.id], t.raw(), in.bytes, stream_), "cuMemcpyHtoDAsync (input)");
+    }
+    if (exec_)
+      check(d.cuGraphLaunch(exec_, stream_), "cuGraphLaunch");
+    else
+      for (auto& s : steps_) s(stream_);
+    std::map<std::string, Tensor> out;
+    for (auto& o : outputs_) {
+      Tensor t(o.dtype, o.shape);
+      if (o.bytes) check(d.cuMemcpyDtoHAsync(t.raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (output)");
+      out[o.name] = t;
+    }
+    check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
+    return out;
+  }
+
+ private:
+  struct Input {
+    ir::ValueId id;
+    std::string name;
+    size_t bytes;
+  };
+  struct Output {
+    ir::ValueId id;
+    std::string name;
+    DType dtype;
+    std::vector<int64_t> shape;
+    size_t bytes;
+  };
+
+  /// Appends the step(s) of one node.
+  void bind(const ir::Model& m, const ir::Node& n) {
+    if (n.domain != kCudaDomain)
+      fail(ErrorCode::invalid_model, "{} (domain '{}') is not a kiln.cuda node: the cuda runtime runs only lowered programs",
+           n.label(), n.domain);
+    const DriverApi& d = driver();
+    if (n.op_type == "Kernel") {
+      std::string fn = n.s("fn", "");
+      CUfunction f;
+      check(d.cuModuleGetFunction(&f, module_, fn.c_str()), fmt::format("{}: cuModuleGetFunction('{}')", n.label(), fn).c_str());
+      auto grid = n.ints("grid"), block = n.ints("block");
+      if (grid.size() != 3 || block.size() != 3) fail(ErrorCode::invalid_model, "{}: grid/block must have 3 dims", n.label());
+      unsigned smem = static_cast<unsigned>(n.i("smem", 0));
+      if (smem > 48 * 1024)
+        check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)),
+              "cuFuncSetAttribute");
+      std::vector<CUdeviceptr> args;
+      for (auto id : n.inputs)
+        if (id != ir::kNoValue) args.push_back(addr_[id]);
+      for (auto id : n.outputs)
+        if (id != ir::kNoValue) args.push_back(addr_[id]);
+      std::string label = n.label();
+      if (grid[0] * grid[1] * grid[2] == 0) return;  // nothing to compute (an empty tensor)
+      steps_.push_back([f, args, grid, block, smem, label, &d](CUstream s) {
+        std::vector<CUdeviceptr> a = args;
+        std::vector<void*> params(a.size());
+        for (size_t i = 0; i < a.size(); ++i) params[i] = &a[i];
+        check(d.cuLaunchKernel(f, unsigned(grid[0]), unsigned(grid[1]), unsigned(grid[2]), unsigned(block[0]),
+                               unsigned(block[1]), unsigned(block[2]), smem, s, params.data(), nullptr),
+              (label + ": cuLaunchKernel").c_str());
+      });
+    } else if (n.op_type == "Copy") {
+      size_t bytes = value_bytes(m, n.outputs.at(0), &n);
+      CUdeviceptr src = addr_[n.inputs.at(0)], dst = addr_[n.outputs.at(0)];
+      if (!bytes || src == dst) return;
+      steps_.push_back([src, dst, bytes, &d](CUstream s) { check(d.cuMemcpyDtoDAsync(dst, src, bytes, s), "cuMemcpyDtoDAsync"); });
+    } else if (n.op_type == "Gemm") {
+      GemmSpec spec = gemm_spec_from(n);
+      auto words = n.ints("algo");
+      if (words.size() != 8) fail(ErrorCode::invalid_model, "{}: 'algo' must hold 8 words", n.label());
+      std::array<uint64_t, 8> algo;
+      for (int i = 0; i < 8; ++i) algo[i] = static_cast<uint64_t>(words[i]);
+      size_t in = 2;
+      CUdeviceptr bias = spec.has_bias ? addr_[n.inputs.at(in++)] : 0;
+      CUdeviceptr c = spec.has_c ? addr_[n.inputs.at(in++)] : 0;
+      gemms_.push_back(std::make_unique<GemmPlan>(spec, algo, static_cast<size_t>(n.i("workspace", 0)), bias, n.label()));
+      const GemmPlan* plan = gemms_.back().get();
+      CUdeviceptr a = addr_[n.inputs.at(0)], b = addr_[n.inputs.at(1)], dd = addr_[n.outputs.at(0)];
+      CUdeviceptr ws = workspace_.get();
+      size_t wsb = workspace_.bytes();
+      steps_.push_back([plan, a, b, c, dd, ws, wsb](CUstream s) { plan->run(s, a, b, c, dd, ws, wsb); });
+    } else if (n.op_type == "Conv") {
+      ConvSpec spec = conv_spec_from(n);
+      convs_.push_back(std::make_unique<ConvPlan>(spec, static_cast<int>(n.i("algo")), static_cast<size_t>(n.i("workspace", 0)),
+                                                  n.label()));
+      const ConvPlan* plan = convs_.back().get();
+      CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
+      CUdeviceptr ws = workspace_.get();
+      size_t wsb = workspace_.bytes();
+      steps_.push_back([plan, x, w, y, ws, wsb](CUstream s) { plan->run(s, x, w, y, ws, wsb); });
+    } else {
+      fail(ErrorCode::unsupported, "{}: kiln.cuda.{} is not an operator of this kiln's cuda runtime", n.label(), n.op_type);
+    }
+  }
+
+  int device_;
+  CUmodule module_ = nullptr;
+  CUstream stream_ = nullptr;
+  DeviceBuffer consts_, arena_, workspace_;
+  std::vector<DeviceBuffer> own_;
+  std::vector<CUdeviceptr> addr_;
+  std::vector<Input> inputs_;
+  std::vector<Output> outputs_;
+  std::vector<std::unique_ptr<GemmPlan>> gemms_;
+  std::vector<std::unique_ptr<ConvPlan>> convs_;
+  std::vector<std::function<void(CUstream)>> steps_;
+  CUgraphExec exec_ = nullptr;
+  bool use_graph_ = true;
+  mutable std::mutex mu_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device) {
+  return std::make_unique<CudaProgram>(cp, device);
+}
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,25 @@
+// Loading and running a cuda program (run side).
+#pragma once
+#include <memory>
+
+#include "artifact/artifact.h"
+#include "targets/kernels.h"
+
+namespace kiln::targets::cuda {
+
+/// Loads a compiled cuda program onto device `device`:
+///  - the kernels section's cubin with cuModuleLoadData (no JIT: the cubin's
+///    architecture must be the device's, else Error(incompatible_artifact));
+///  - one device arena of plan.arena_bytes for every intermediate, buffers
+///    for graph inputs and outputs, every constant uploaded once;
+///  - each kiln.cuda.Gemm's stored cuBLASLt algorithm checked (never the
+///    heuristic), one shared workspace;
+///  - the whole node sequence captured once into a CUDA graph (set
+///    KILN_CUDA_GRAPH=0 to launch node by node instead, for debugging).
+/// A run copies the inputs to the device, replays the graph and copies the
+/// outputs back (runs are serialised by a mutex: one stream per program).
+/// Throws Error(unsupported) when there is no device, Error(invalid_model)
+/// for a node that is not a kiln.cuda node or a value without a static shape.
+std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device);
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,146 @@
+// Small ONNX models for the cuda target's tests (cuda_models.h).
+#include "cuda_models.h"
+
+#include <cmath>
+
+namespace kiln::testing {
+
+void attr_float(onnx::NodeProto& n, const std::string& name, float v) {
+  auto* a = n.add_attribute();
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::FLOAT);
+  a->set_f(v);
+}
+
+namespace {
+std::vector<float> ramp(int n, float scale, float offset) {
+  std::vector<float> v;
+  for (int i = 0; i < n; ++i) v.push_back(scale * std::sin(0.7f * i + offset));
+  return v;
+}
+
+void add_kernel_nodes(ModelBuilder& b) {
+  b.input("x", 1, {2, 4, 8});
+  b.input("idx", 7, {3});
+  b.initializer("half", {1}, {0.5f});
+  b.initializer("c8", {8}, ramp(8, 0.3f, 0.1f));
+  b.initializer("g8", {8}, ramp(8, 1.0f, 0.4f));
+  b.initializer("b8", {8}, ramp(8, 0.2f, 1.1f));
+  b.initializer("zero", {}, {0.f});
+  b.initializer("one", {}, {1.f});
+  b.initializer_i64("starts", {1}, {1});
+  b.initializer_i64("ends", {1}, {6});
+  b.initializer_i64("axis1", {1}, {1});
+  b.initializer_i64("shape16", {1}, {16});
+  b.node("Mul", {"x", "half"}, {"e1"});
+  b.node("Add", {"e1", "c8"}, {"e2"});
+  b.node("Tanh", {"e2"}, {"e3"});
+  ModelBuilder::attr_int(b.node("Softmax", {"e3"}, {"soft"}), "axis", -1);
+  ModelBuilder::attr_ints(b.node("Transpose", {"soft"}, {"tr"}), "perm", {0, 2, 1});
+  ModelBuilder::attr_int(b.node("Gather", {"x", "idx"}, {"g"}), "axis", 1);
+  ModelBuilder::attr_int(b.node("Concat", {"x", "g"}, {"cat"}), "axis", 1);
+  b.node("Slice", {"cat", "starts", "ends", "axis1"}, {"sl"});
+  auto& rm = b.node("ReduceMean", {"x"}, {"mean"});
+  ModelBuilder::attr_ints(rm, "axes", {2});
+  ModelBuilder::attr_int(rm, "keepdims", 1);
+  b.node("Sub", {"x", "mean"}, {"centered"});
+  auto& ln = b.node("LayerNormalization", {"centered", "g8", "b8"}, {"ln"});
+  ModelBuilder::attr_int(ln, "axis", -1);
+  attr_float(ln, "epsilon", 1e-5f);
+  auto& rs = b.node("ReduceSum", {"x", "axis1"}, {"rsum"});
+  ModelBuilder::attr_int(rs, "keepdims", 0);
+  b.node("Reshape", {"rsum", "shape16"}, {"rs"});
+  b.node("Greater", {"x", "zero"}, {"pos"});
+  b.node("Exp", {"x"}, {"ex"});
+  b.node("Sub", {"ex", "one"}, {"em1"});
+  b.node("Where", {"pos", "x", "em1"}, {"wh"});
+  b.output("soft", 1, {2, 4, 8}).output("tr", 1, {2, 8, 4}).output("sl", 1, {2, 5, 8});
+  b.output("ln", 1, {2, 4, 8}).output("rs", 1, {16}).output("wh", 1, {2, 4, 8});
+}
+}  // namespace
+
+ModelBuilder kernels_model() {
+  ModelBuilder b(17);
+  add_kernel_nodes(b);
+  return b;
+}
+
+ModelBuilder matmul_model() {
+  ModelBuilder b(17);
+  add_kernel_nodes(b);
+  b.initializer("W", {8, 8}, ramp(64, 0.25f, 0.3f));
+  b.initializer("bias", {8}, ramp(8, 0.5f, 2.0f));
+  b.initializer("W2", {5, 8}, ramp(40, 0.4f, 0.9f));
+  b.initializer("C", {5}, ramp(5, 1.0f, 0.2f));
+  b.initializer_i64("shape88", {2}, {8, 8});
+  b.node("MatMul", {"x", "W"}, {"h"});
+  b.node("Add", {"h", "bias"}, {"hb"});
+  b.node("Relu", {"hb"}, {"mm"});
+  b.node("MatMul", {"soft", "tr"}, {"bmm"});
+  b.node("Reshape", {"x", "shape88"}, {"x88"});
+  auto& g = b.node("Gemm", {"x88", "W2", "C"}, {"gm"});
+  ModelBuilder::attr_int(g, "transB", 1);
+  attr_float(g, "alpha", 0.5f);
+  b.output("mm", 1, {2, 4, 8}).output("bmm", 1, {2, 4, 4}).output("gm", 1, {8, 5});
+  return b;
+}
+
+ModelBuilder pool_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 4, 9, 9});
+  auto& mp = b.node("MaxPool", {"x"}, {"mp"});
+  ModelBuilder::attr_ints(mp, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(mp, "strides", {2, 2});
+  ModelBuilder::attr_ints(mp, "pads", {1, 1, 1, 1});
+  auto& ap = b.node("AveragePool", {"x"}, {"ap"});
+  ModelBuilder::attr_ints(ap, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(ap, "strides", {2, 2});
+  ModelBuilder::attr_ints(ap, "pads", {1, 1, 1, 1});
+  auto& ai = b.node("AveragePool", {"x"}, {"ai"});
+  ModelBuilder::attr_ints(ai, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(ai, "strides", {2, 2});
+  ModelBuilder::attr_int(ai, "ceil_mode", 1);
+  ModelBuilder::attr_int(ai, "count_include_pad", 1);
+  b.output("mp", 1, {1, 4, 5, 5}).output("ap", 1, {1, 4, 5, 5}).output("ai", 1, {1, 4, 5, 5});
+  return b;
+}
+
+ModelBuilder conv_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 3, 16, 16});
+  b.initializer("W1", {8, 3, 3, 3}, ramp(8 * 27, 0.3f, 0.1f));
+  b.initializer("B1", {8}, ramp(8, 0.2f, 0.5f));
+  b.initializer("W2", {8, 8, 3, 3}, ramp(8 * 72, 0.15f, 0.7f));
+  b.initializer("B2", {8}, ramp(8, 0.1f, 1.5f));
+  b.initializer("W3", {8, 1, 3, 3}, ramp(72, 0.4f, 0.2f));
+  b.initializer("Wf", {10, 8}, ramp(80, 0.5f, 0.3f));
+  b.initializer("Cf", {10}, ramp(10, 0.1f, 0.9f));
+  auto conv = [&](const std::string& x, const std::string& w, const std::string& bias, const std::string& y,
+                  int64_t stride, int64_t group) {
+    std::vector<std::string> ins = {x, w};
+    if (!bias.empty()) ins.push_back(bias);
+    auto& c = b.node("Conv", ins, {y});
+    ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_ints(c, "strides", {stride, stride});
+    ModelBuilder::attr_ints(c, "kernel_shape", {3, 3});
+    ModelBuilder::attr_int(c, "group", group);
+  };
+  conv("x", "W1", "B1", "c1", 1, 1);
+  b.node("Relu", {"c1"}, {"r1"});
+  auto& mp = b.node("MaxPool", {"r1"}, {"p1"});
+  ModelBuilder::attr_ints(mp, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(mp, "strides", {2, 2});
+  ModelBuilder::attr_ints(mp, "pads", {1, 1, 1, 1});
+  conv("p1", "W2", "B2", "c2", 1, 1);
+  b.node("Add", {"c2", "p1"}, {"s2"});
+  b.node("Relu", {"s2"}, {"r2"});
+  conv("r2", "W3", "", "c3", 2, 8);
+  b.node("GlobalAveragePool", {"c3"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  auto& gm = b.node("Gemm", {"f", "Wf", "Cf"}, {"y"});
+  ModelBuilder::attr_int(gm, "transB", 1);
+  b.output("y", 1, {2, 10});
+  return b;
+}
+
+}  // namespace kiln::testing

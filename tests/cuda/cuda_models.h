@@ -1,0 +1,37 @@
+// Small ONNX models for the cuda target's tests (tests/cuda).
+#pragma once
+#include "../unit/onnx/model_builder.h"
+
+namespace kiln::testing {
+
+/// Sets a float attribute on a node.
+void attr_float(onnx::NodeProto& n, const std::string& name, float v);
+
+/// A model touching every cuda kernel family except matmuls (no GPU needed
+/// to compile it): x float32[2,4,8], idx int64[3] -> outputs
+///   soft  = Softmax(Tanh(x * 0.5 + c8), axis -1)          (fused element-wise chain + softmax)
+///   tr    = Transpose(soft, perm 0,2,1)                   [2,8,4]
+///   sl    = Slice(Concat(x, Gather(x, idx, axis 1), axis 1), starts 1, ends 6, axis 1)  [2,5,8]
+///   ln    = LayerNormalization(x - ReduceMean(x, axis 2, keepdims), g8, b8)   [2,4,8]
+///   rs    = Reshape(ReduceSum(x, axis 1, keepdims 0), [16])   [16]
+///   wh    = Where(x > 0, x, Exp(x) - 1)                   [2,4,8]
+ModelBuilder kernels_model();
+
+/// kernels_model() plus matmuls (cuBLASLt): mm = Relu(MatMul(x, W[8,8]) + b[8])
+/// (bias + Relu epilogue), bmm = MatMul(soft, tr) (batched [2,4,4]), and
+/// gm = Gemm(Reshape(x,[8,8]), W2[5,8], C[5], transB=1, alpha 0.5) [8,5].
+ModelBuilder matmul_model();
+
+/// Pooling windows only (no GPU needed to compile): x float32[1,4,9,9] ->
+///   mp = MaxPool(x, kernel 3, strides 2, pads 1)                         [1,4,5,5]
+///   ap = AveragePool(x, kernel 3, strides 2, pads 1, count_include_pad 0)  [1,4,5,5]
+///   ai = AveragePool(x, kernel 2, strides 2, ceil_mode 1, count_include_pad 1) [1,4,5,5]
+ModelBuilder pool_model();
+
+/// A small ResNet-like network (cuDNN convolutions, GPU only): x float32[2,3,16,16] ->
+/// Relu(Conv 3x3 + bias) -> MaxPool 3/2 -> residual block (Conv + bias, Add, Relu)
+/// -> depthwise Conv stride 2 (group 8) -> GlobalAveragePool -> Flatten ->
+/// Gemm(transB) -> y [2,10].
+ModelBuilder conv_model();
+
+}  // namespace kiln::testing

@@ -1,0 +1,196 @@
+// The cuda target's compile side without a GPU: lowering and fusion, NVRTC
+// code generation for sm_90 (NVRTC needs no device), the kernels section's
+// round trip through the artifact, and the errors for what cuda cannot run.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "artifact/artifact.h"
+#include "cuda_models.h"
+#include "kiln/errors.h"
+#include "kiln/session.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/nvrtc.h"
+#include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::testing {
+namespace {
+
+using targets::cuda::KernelBundle;
+
+/// Imports and lowers for sm_90 with no device (matmuls are refused).
+artifact::CompiledProgram lower(const ModelBuilder& b, targets::cuda::LowerStats* st = nullptr) {
+  auto bytes = b.bytes();
+  artifact::CompiledProgram cp;
+  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(cp.model, {});
+  passes::infer_and_fold(cp.model);
+  passes::eliminate_dead_code(cp.model);
+  targets::cuda::LowerOptions opt;
+  opt.arch = "sm_90";
+  opt.device = -1;
+  auto s = targets::cuda::lower_for_cuda(cp, opt);
+  if (st) *st = s;
+  cp.compat.target = "cuda";
+  cp.compat.device_arch = "sm_90";
+  return cp;
+}
+
+TEST(CudaCodegen, EveryKernelFamilyCompilesToSm90CubinAndPtx) {
+  targets::cuda::LowerStats st;
+  auto cp = lower(kernels_model(), &st);
+  // Mul, Add, Tanh fuse into one kernel; Greater, Exp, Sub, Where into another.
+  EXPECT_GE(st.fused, 5);
+  EXPECT_EQ(st.gemms, 0);
+  EXPECT_EQ(st.copies, 1);  // the Reshape
+  for (auto& n : cp.model.main.nodes) EXPECT_EQ(n.domain, "kiln.cuda") << n.label();
+  KernelBundle b = targets::cuda::decode_bundle(cp.kernels, "test");
+  EXPECT_EQ(b.arch, "sm_90");
+  ASSERT_GT(b.cubin.size(), 4u);
+  EXPECT_EQ(std::memcmp(b.cubin.data(), "\x7f" "ELF", 4), 0) << "a cubin is an ELF file";
+  EXPECT_NE(b.ptx.find(".target sm_90"), std::string::npos);
+  EXPECT_NE(b.source.find("extern \"C\" __global__"), std::string::npos);
+  // Every kernel node names a function of the source.
+  for (auto& n : cp.model.main.nodes)
+    if (n.op_type == "Kernel") EXPECT_NE(b.source.find(n.s("fn", "?") + "("), std::string::npos) << n.label();
+  // The intermediates have an arena.
+  EXPECT_GT(cp.plan.arena_bytes, 0u);
+}
+
+TEST(CudaCodegen, PoolingWindowsCompile) {
+  targets::cuda::LowerStats st;
+  auto cp = lower(pool_model(), &st);
+  EXPECT_EQ(st.kernels, 3);
+  auto b = targets::cuda::decode_bundle(cp.kernels, "test");
+  EXPECT_NE(b.source.find("k0_maxpool("), std::string::npos);
+}
+
+TEST(CudaCodegen, MiscOperatorsCompile) {
+  ModelBuilder b(17);
+  b.input("x", 1, {3, 4});
+  b.input("ind", 7, {2, 4});
+  b.input("like", 7, {1});
+  b.node("Tan", {"x"}, {"t"});
+  b.node("Acosh", {"t"}, {"a"});
+  b.node("IsInf", {"a"}, {"inf"});
+  b.node("CastLike", {"x", "like"}, {"cl"});
+  ModelBuilder::attr_int(b.node("ArgMax", {"x"}, {"am"}), "axis", 1);
+  ModelBuilder::attr_int(b.node("GatherElements", {"x", "ind"}, {"ge"}), "axis", 0);
+  b.node("Trilu", {"x"}, {"tu"});
+  b.output("inf", 9, {3, 4}).output("cl", 7, {3, 4}).output("am", 7, {3, 1}).output("ge", 1, {2, 4}).output("tu", 1, {3, 4});
+  targets::cuda::LowerStats st;
+  lower(b, &st);
+  EXPECT_EQ(st.kernels, 5);
+}
+
+TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
+  // Without a device the convolution itself is refused, after the split.
+  auto bytes = conv_model().bytes();
+  ir::Model m = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(m, {});
+  passes::infer_and_fold(m);
+  EXPECT_EQ(targets::cuda::split_conv_bias(m), 2);
+  int adds = 0;
+  for (auto& n : m.main.nodes) adds += n.op_type == "Add";
+  EXPECT_EQ(adds, 3);  // two biases and the residual
+  ir::verify(m);
+}
+
+TEST(CudaCodegen, ArtifactRoundTripKeepsKernelsAndPlan) {
+  auto cp = lower(kernels_model());
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(cp));
+  auto back = artifact::read_bytes(bytes, "roundtrip");
+  EXPECT_EQ(back.kernels, cp.kernels);
+  EXPECT_EQ(back.plan.arena_bytes, cp.plan.arena_bytes);
+  EXPECT_EQ(back.plan.offsets, cp.plan.offsets);
+  ASSERT_EQ(back.model.main.nodes.size(), cp.model.main.nodes.size());
+  for (size_t i = 0; i < cp.model.main.nodes.size(); ++i) {
+    EXPECT_EQ(back.model.main.nodes[i].op_type, cp.model.main.nodes[i].op_type);
+    if (cp.model.main.nodes[i].op_type != "Kernel") continue;
+    EXPECT_EQ(back.model.main.nodes[i].s("fn", ""), cp.model.main.nodes[i].s("fn", ""));
+    EXPECT_EQ(back.model.main.nodes[i].ints("grid"), cp.model.main.nodes[i].ints("grid"));
+  }
+  EXPECT_EQ(back.compat.device_arch, "sm_90");
+}
+
+TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {
+  auto cp = lower(kernels_model());
+  auto k = cp.kernels;
+  k.resize(k.size() - 3);
+  try {
+    targets::cuda::decode_bundle(k, "m.kiln");
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::corrupt_artifact);
+    EXPECT_NE(std::string(e.what()).find("section 'kernels'"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaCodegen, UnsupportedNodeNamesNodeOpAndCuda) {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 3});
+  b.node("Hardmax", {"x"}, {"y"}, "hardmax1");
+  b.output("y", 1, {2, 3});
+  try {
+    lower(b);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    std::string m = e.what();
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(m.find("hardmax1"), std::string::npos) << m;
+    EXPECT_NE(m.find("Hardmax"), std::string::npos) << m;
+    EXPECT_NE(m.find("cuda"), std::string::npos) << m;
+  }
+}
+
+TEST(CudaCodegen, SymbolicShapesAreRefused) {
+  ModelBuilder b(17);
+  b.input("x", 1, {-1, 4});
+  b.node("Relu", {"x"}, {"y"}, "relu1");
+  b.output("y", 1, {-1, 4});
+  try {
+    lower(b);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("static shapes"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaCodegen, MatmulWithoutDeviceIsRefusedAtCompileTime) {
+  try {
+    lower(mlp_model());
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+  }
+}
+
+TEST(CudaCodegen, NvrtcRejectsBadArch) {
+  EXPECT_THROW(targets::cuda::nvrtc_compile("extern \"C\" __global__ void f() {}", "gpu90"), Error);
+  auto b = targets::cuda::nvrtc_compile("extern \"C\" __global__ void f(float* x) { x[threadIdx.x] = 1.f; }", "sm_90");
+  EXPECT_FALSE(b.cubin.empty());
+}
+
+TEST(CudaCodegen, NoDeviceGivesACleanError) {
+  if (targets::cuda::device_present()) GTEST_SKIP() << "a CUDA device is present";
+  TempDir dir;
+  mlp_model().save(dir / "mlp.onnx");
+  SessionOptions opt;
+  opt.target = Target::cuda();
+  opt.use_cache = false;
+  opt.input_shapes["x"] = {2, 4};
+  try {
+    Session s(dir / "mlp.onnx", opt);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("no CUDA driver or device"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,186 @@
+// The cuda target on a GPU (label `cuda`): programs compiled for cuda run
+// against the ref target on the same model and inputs; artifacts round-trip
+// through a file; a mismatching artifact is refused naming the field. On a
+// machine without a CUDA device the binary prints SKIPPED and exits 77
+// (CTest's skip code), never a silent pass.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+
+#include "artifact/artifact.h"
+#include "cuda_models.h"
+#include "kiln/compile.h"
+#include "kiln/errors.h"
+#include "kiln/session.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::testing {
+namespace {
+
+Tensor filled(DType dt, std::vector<int64_t> shape, float scale, float phase) {
+  Tensor t(dt, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) {
+    float v = scale * std::sin(0.37f * static_cast<float>(i) + phase);
+    if (dt == DType::f32) t.data<float>()[i] = v;
+  }
+  return t;
+}
+
+SessionOptions options(Target t) {
+  SessionOptions o;
+  o.target = t;
+  o.use_cache = false;
+  return o;
+}
+
+/// Largest |a-b| / (atol + rtol|b|) over the elements; > 1 means out of tolerance.
+void expect_close(const Tensor& got, const Tensor& want, const std::string& name, double rtol = 1e-4, double atol = 1e-5) {
+  ASSERT_EQ(got.shape(), want.shape()) << name;
+  ASSERT_EQ(got.dtype(), want.dtype()) << name;
+  int bad = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double g = got.data<float>()[i], w = want.data<float>()[i];
+    if (!(std::fabs(g - w) <= atol + rtol * std::fabs(w)) && bad++ < 5)
+      ADD_FAILURE() << name << "[" << i << "]: cuda " << g << ", ref " << w;
+  }
+}
+
+void compare_with_ref(const std::filesystem::path& model, const std::map<std::string, Tensor>& in) {
+  Session ref(model, options(Target::ref()));
+  Session gpu(model, options(Target::cuda()));
+  auto want = ref.run(in);
+  auto got = gpu.run(in);
+  ASSERT_EQ(got.size(), want.size());
+  for (auto& [name, t] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    expect_close(got.at(name), t, name);
+  }
+}
+
+std::map<std::string, Tensor> kernel_inputs(float phase) {
+  Tensor idx(DType::i64, {3});
+  idx.data<int64_t>()[0] = 3;
+  idx.data<int64_t>()[1] = -4;  // negative: counts from the end
+  idx.data<int64_t>()[2] = 1;
+  return {{"x", filled(DType::f32, {2, 4, 8}, 2.f, phase)}, {"idx", idx}};
+}
+
+TEST(CudaGpu, MlpMatchesRef) {
+  TempDir dir;
+  mlp_model().save(dir / "mlp.onnx");
+  auto ref = options(Target::ref());
+  ref.input_shapes["x"] = {5, 4};
+  auto gpu = options(Target::cuda());
+  gpu.input_shapes["x"] = {5, 4};
+  Session r(dir / "mlp.onnx", ref), g(dir / "mlp.onnx", gpu);
+  std::map<std::string, Tensor> in = {{"x", filled(DType::f32, {5, 4}, 1.5f, 0.3f)}};
+  expect_close(g.run(in).at("y"), r.run(in).at("y"), "y");
+}
+
+TEST(CudaGpu, KernelFamiliesMatchRef) {
+  TempDir dir;
+  kernels_model().save(dir / "k.onnx");
+  compare_with_ref(dir / "k.onnx", kernel_inputs(0.1f));
+}
+
+TEST(CudaGpu, MatmulsAndEpiloguesMatchRef) {
+  TempDir dir;
+  matmul_model().save(dir / "m.onnx");
+  compare_with_ref(dir / "m.onnx", kernel_inputs(0.2f));
+}
+
+TEST(CudaGpu, PoolingMatchesRef) {
+  TempDir dir;
+  pool_model().save(dir / "p.onnx");
+  compare_with_ref(dir / "p.onnx", {{"x", filled(DType::f32, {1, 4, 9, 9}, 3.f, 0.4f)}});
+}
+
+TEST(CudaGpu, ConvNetMatchesRef) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  compare_with_ref(dir / "c.onnx", {{"x", filled(DType::f32, {2, 3, 16, 16}, 1.f, 0.9f)}});
+}
+
+TEST(CudaGpu, GraphReplayWithNewInputs) {
+  TempDir dir;
+  matmul_model().save(dir / "m.onnx");
+  Session ref(dir / "m.onnx", options(Target::ref()));
+  Session gpu(dir / "m.onnx", options(Target::cuda()));
+  for (float phase : {0.f, 1.f, 2.f}) {
+    auto in = kernel_inputs(phase);
+    auto want = ref.run(in);
+    auto got = gpu.run(in);
+    for (auto& [name, t] : want) expect_close(got.at(name), t, name + " phase " + std::to_string(phase));
+  }
+}
+
+TEST(CudaGpu, ArtifactRoundTripAndLoad) {
+  TempDir dir;
+  matmul_model().save(dir / "m.onnx");
+  auto opt = options(Target::cuda());
+  kiln::compile(dir / "m.onnx", dir / "m.kiln", opt);
+  auto compat = artifact::read_compat(dir / "m.kiln");
+  EXPECT_EQ(compat.target, "cuda");
+  EXPECT_EQ(compat.device_arch.rfind("sm_", 0), 0u) << compat.device_arch;
+  bool has_cublaslt = false;
+  for (auto& [k, v] : compat.library_versions) has_cublaslt |= k == "cublaslt";
+  EXPECT_TRUE(has_cublaslt);
+  Session s = Session::load(dir / "m.kiln", opt);
+  Session ref(dir / "m.onnx", options(Target::ref()));
+  auto in = kernel_inputs(0.5f);
+  auto want = ref.run(in);
+  auto got = s.run(in);
+  for (auto& [name, t] : want) expect_close(got.at(name), t, name);
+}
+
+TEST(CudaGpu, MismatchingArtifactIsRefusedNamingTheField) {
+  TempDir dir;
+  matmul_model().save(dir / "m.onnx");
+  auto opt = options(Target::cuda());
+  kiln::compile(dir / "m.onnx", dir / "m.kiln", opt);
+  for (auto [field, change] : std::vector<std::pair<std::string, std::function<void(artifact::CompatInfo&)>>>{
+           {"device_arch", [](artifact::CompatInfo& c) { c.device_arch = "sm_80"; }},
+           {"library_versions", [](artifact::CompatInfo& c) { c.library_versions[2].second = "1"; }},
+       }) {
+    auto cp = artifact::read_file(dir / "m.kiln");
+    change(cp.compat);
+    artifact::write_file(dir / "bad.kiln", cp);
+    try {
+      Session::load(dir / "bad.kiln", opt);
+      ADD_FAILURE() << field << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
+  TempDir dir;
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 3});
+  b.node("Hardmax", {"x"}, {"y"}, "hardmax1");
+  b.output("y", 1, {2, 3});
+  b.save(dir / "p.onnx");
+  try {
+    Session s(dir / "p.onnx", options(Target::cuda()));
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("Hardmax"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+int main(int argc, char** argv) {
+  if (!kiln::targets::cuda::device_present()) {
+    std::printf("SKIPPED: no CUDA device on this machine (the cuda tests need one)\n");
+    return 77;
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
