@@ -129,12 +129,13 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
        c.inside ? "" : ": " + c.why, held);
 }
 
-std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor>& inputs, int threads) const {
-  if (set_.empty()) return programs_.front().program->run(inputs, threads);
+std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor>& inputs, int threads,
+                                              RunProfile* profile) const {
+  if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);
   std::vector<int64_t> request = buckets::request_sizes(set_, inputs), sizes;
   std::shared_ptr<const Program> p = pick(request, sizes);
-  if (sizes == request) return p->run(inputs, threads);
-  auto out = p->run(buckets::pad_inputs(set_, inputs, sizes), threads);
+  if (sizes == request) return p->run(inputs, threads, profile);
+  auto out = p->run(buckets::pad_inputs(set_, inputs, sizes), threads, profile);
   buckets::slice_outputs(set_, out, request);
   return out;
 }

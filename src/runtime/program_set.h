@@ -45,7 +45,9 @@ class ProgramSet {
   ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
              std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy);
 
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads) const;
+  /// See Session::run; `profile` (may be null) times the nodes of the program that ran.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
+                                    RunProfile* profile = nullptr) const;
   std::vector<TensorInfo> inputs() const { return inputs_; }
   std::vector<TensorInfo> outputs() const { return outputs_; }
   /// See Session::buckets.
