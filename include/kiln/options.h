@@ -101,7 +101,8 @@ struct SessionOptions {
 
   /// Bucketed symbolic dims by dim_param name, e.g. {"batch", DimSpec::parse("1,2,4,8")}.
   /// Empty: one program, symbolic dims stay dynamic. A symbol named here must
-  /// not also be fixed through input_shapes. Part of the cache key.
+  /// not also be fixed through input_shapes. Part of the cache key. cpu and
+  /// ref targets only (cuda: Error(invalid_option) naming "dims").
   std::map<std::string, DimSpec> dims;
 
   /// Requests outside every bucket: compile that exact shape (and cache it) or error.
