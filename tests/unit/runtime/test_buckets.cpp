@@ -407,6 +407,61 @@ TEST_F(Buckets, ConstantsAreStoredOnceWhateverTheBucketCount) {
   }
 }
 
+TEST_F(Buckets, TwoSessionsAddTheirBucketsToOneEntry) {
+  batch_model().save(model);
+  opt.dims["N"] = DimSpec::parse("1,2,4,8");
+  Session a(model, opt), b(model, opt);  // both miss: nothing cached yet
+  a.run({{"x", ramp({3, 4})}});          // compiles bucket 4, publishes
+  b.run({{"x", ramp({1, 4})}});          // compiles bucket 1, publishes the entry with 4 kept
+  b.run({{"x", ramp({4, 4})}});          // bucket 4: loaded from the entry a wrote, not compiled
+  EXPECT_EQ(a.buckets().compiled_by_run, 1);
+  EXPECT_EQ(b.buckets().compiled_by_run, 1);
+  Session c(model, opt);
+  EXPECT_EQ(c.stats().cache, SessionStats::Cache::hit);
+  EXPECT_EQ(c.buckets().programs, (std::vector<std::vector<int64_t>>{{4}, {1}}));
+}
+
+// A bucketed artifact: the sample program as buckets N=2 and N=4.
+artifact::CompiledProgram bucketed_sample() {
+  auto cp = artifact_test::sample_program();
+  cp.buckets.dims = {{"N", 1, 4, {2, 4}, artifact::PadMode::batch}};
+  cp.sizes = {2};
+  cp.more.push_back({{4}, cp.model, cp.plan});
+  return cp;
+}
+
+TEST(BucketArtifact, RoundTripAndEveryDamagedByteOfTheBucketTableIsRefused) {
+  auto bytes = artifact::serialize(bucketed_sample());
+  auto back = artifact::read_bytes(std::make_shared<const std::vector<uint8_t>>(bytes), "b.kiln");
+  ASSERT_EQ(back.buckets.dims.size(), 1u);
+  EXPECT_EQ(back.buckets.dims[0].sizes, (std::vector<int64_t>{2, 4}));
+  EXPECT_EQ(back.sizes, (std::vector<int64_t>{2}));
+  ASSERT_EQ(back.more.size(), 1u);
+  EXPECT_EQ(back.more[0].sizes, (std::vector<int64_t>{4}));
+  artifact_test::expect_same_program(back, bucketed_sample());
+  EXPECT_EQ(back.more[0].model.values.size(), back.model.values.size());
+  // Both programs' constants are one copy in the file.
+  auto single = artifact::serialize(artifact_test::sample_program());
+  EXPECT_EQ(section_region(bytes, artifact::detail::SectionKind::constants).size,
+            section_region(single, artifact::detail::SectionKind::constants).size);
+  // Every byte of the bucket table flipped (checksums recomputed so the
+  // decoder sees it): refused as corrupt or still a valid table, never a crash.
+  auto r = section_region(bytes, artifact::detail::SectionKind::buckets);
+  int refused = 0;
+  for (uint64_t i = r.offset; i < r.offset + r.size; ++i) {
+    auto b = bytes;
+    b[i] ^= 0x5a;
+    restamp(b);
+    try {
+      artifact::read_bytes(std::make_shared<const std::vector<uint8_t>>(b), "b.kiln");
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::corrupt_artifact) << e.what();
+      ++refused;
+    }
+  }
+  EXPECT_GT(refused, static_cast<int>(r.size / 2));
+}
+
 TEST(ArtifactVersions, AVersion1FileIsStillRead) {
   // A v2 file of one program minus its 'buckets' section is the v1 layout.
   auto bytes = artifact::serialize(artifact_test::sample_program());
