@@ -119,3 +119,17 @@ def test_bad_dim_is_a_usage_error(kiln, batch_onnx, tmp_path, spec, needle):
     res = kiln("compile", batch_onnx, "-o", tmp_path / "b.kiln", "--dim", spec)
     assert_error(res, 2, needle)
     assert not (tmp_path / "b.kiln").exists()
+
+
+def test_cache_explain_takes_the_bucket_set(kiln, batch_onnx, tmp_path):
+    cache = tmp_path / "cache"
+    np.save(tmp_path / "x.npy", x_of(2))
+    run = kiln("run", batch_onnx, "--dim", "N=1..8", "--input", f"x={tmp_path / 'x.npy'}", "--cache-dir", cache,
+               "--json")
+    assert run.rc == 0, run.describe()
+    same = kiln("cache", "explain", batch_onnx, "--dim", "N=1..8", "--cache-dir", cache, "--json")
+    assert same.rc == 0, same.describe()
+    assert same.json()["status"] == "hit", same.describe()
+    assert Path(run.json()["artifact"]).name.startswith(same.json()["key"]), same.describe()
+    other = kiln("cache", "explain", batch_onnx, "--dim", "N=1..16", "--cache-dir", cache, "--json")
+    assert other.rc == 0 and other.json()["status"] == "miss", other.describe()

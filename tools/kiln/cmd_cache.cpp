@@ -27,7 +27,7 @@ namespace {
 
 struct CacheArgs {
   std::string cache_dir, max_size = "2GiB", model, target = "cpu";
-  std::vector<std::string> shapes;
+  std::vector<std::string> shapes, dims;
   bool cache_dir_given = false;
   size_t limit = 3;
 };
@@ -242,6 +242,7 @@ void explain_cmd(const CacheArgs& a, bool as_json) {
   SessionOptions opt;
   opt.target = Target::parse(a.target);
   parse_shapes(a.shapes, opt);
+  parse_dims(a.dims, opt);
   opt.validate();
   Stopwatch digest_sw;
   auto md = cache::digest_model(a.model, cache::Cache(dir).memo_dir(), /*write_memo=*/false);
@@ -338,6 +339,7 @@ void add_cache(CLI::App& app, Common& common) {
   ex_cmd->add_option("model", ex_args->model, "ONNX model (.onnx)")->required();
   ex_cmd->add_option("--target", ex_args->target, "cpu or ref, as given to kiln run")->capture_default_str();
   ex_cmd->add_option("--shape", ex_args->shapes, "NAME=DxDx..., as given to kiln run (repeatable)");
+  ex_cmd->add_option("--dim", ex_args->dims, "NAME=SPEC shape buckets, as given to kiln run (repeatable)");
   ex_cmd->add_option("--limit", ex_args->limit, "How many nearest entries to show")->capture_default_str();
 }
 
