@@ -76,7 +76,7 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
     if (compat.cache_key != key)
       why += (why.empty() ? "" : "; ") + fmt::format("cache_key: the entry says '{}'", compat.cache_key);
     if (!why.empty()) return refuse(V::mismatch, ErrorCode::incompatible_artifact, why);
-    r.program = std::make_shared<const Program>(artifact::read_file(path));
+    r.program = std::make_shared<const Program>(artifact::read_file(path), opt.target.device);
     r.verdict = V::hit;
     return r;
   } catch (const Error& e) {
@@ -98,7 +98,7 @@ std::shared_ptr<const Program> compile_in_memory(const fs::path& onnx, const Ses
   st.compile_ms = rep.compile_ms;
   st.cache = SessionStats::Cache::none;
   Stopwatch sw;
-  auto p = std::make_shared<const Program>(std::move(cp));
+  auto p = std::make_shared<const Program>(std::move(cp), opt.target.device);
   st.load_ms = sw.ms();
   return p;
 }
@@ -230,7 +230,7 @@ std::shared_ptr<const Program> obtain_program(const fs::path& onnx_path, const S
                             cache::format_size(bytes), cache::format_size(opt.cache_max_bytes)));
   }
   Stopwatch sw3;
-  auto program = std::make_shared<const Program>(std::move(cp));
+  auto program = std::make_shared<const Program>(std::move(cp), opt.target.device);
   st.load_ms = sw3.ms();
   return program;
 }

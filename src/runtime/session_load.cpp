@@ -16,7 +16,7 @@ std::shared_ptr<const Program> load_program(const std::filesystem::path& path, c
     for (auto& m : mismatches) why += (why.empty() ? "" : "; ") + m.str();
     fail(ErrorCode::incompatible_artifact, "artifact '{}' cannot run here: {}", path.string(), why);
   }
-  return std::make_shared<const Program>(artifact::read_file(path));
+  return std::make_shared<const Program>(artifact::read_file(path), opt.target.device);
 }
 
 Session Session::load(const std::filesystem::path& artifact_path, const SessionOptions& opt) {

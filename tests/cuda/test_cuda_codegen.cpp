@@ -80,10 +80,27 @@ TEST(CudaCodegen, MiscOperatorsCompile) {
   ModelBuilder::attr_int(b.node("ArgMax", {"x"}, {"am"}), "axis", 1);
   ModelBuilder::attr_int(b.node("GatherElements", {"x", "ind"}, {"ge"}), "axis", 0);
   b.node("Trilu", {"x"}, {"tu"});
+  b.input("xi", 7, {3, 4});
+  b.input("xu", 12, {3, 4});
+  b.node("BitShift", {"xu", "xu"}, {"bs"}).add_attribute()->set_name("direction");
+  b.graph().mutable_node(b.graph().node_size() - 1)->mutable_attribute(0)->set_type(onnx::AttributeProto::STRING);
+  b.graph().mutable_node(b.graph().node_size() - 1)->mutable_attribute(0)->set_s("LEFT");
+  b.node("Mod", {"xi", "xi"}, {"md"});
+  b.node("Hardmax", {"x"}, {"hm"});
+  b.initializer_i64("reps", {2}, {2, 1});
+  b.node("Tile", {"x", "reps"}, {"tl"});
+  b.initializer_i64("ax0", {}, {0});
+  b.node("CumSum", {"x", "ax0"}, {"cs"});
+  b.initializer("scales", {2}, {2.f, 1.5f});
+  auto& rz = b.node("Resize", {"x", "", "scales"}, {"rz"});
+  rz.add_attribute()->set_name("coordinate_transformation_mode");
+  rz.mutable_attribute(0)->set_type(onnx::AttributeProto::STRING);
+  rz.mutable_attribute(0)->set_s("asymmetric");
   b.output("inf", 9, {3, 4}).output("cl", 7, {3, 4}).output("am", 7, {3, 1}).output("ge", 1, {2, 4}).output("tu", 1, {3, 4});
+  b.output("bs", 12, {3, 4}).output("md", 7, {3, 4}).output("hm", 1, {3, 4}).output("tl", 1, {6, 4}).output("cs", 1, {3, 4}).output("rz", 1, {6, 6});
   targets::cuda::LowerStats st;
   lower(b, &st);
-  EXPECT_EQ(st.kernels, 5);
+  EXPECT_EQ(st.kernels, 11);
 }
 
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
@@ -131,17 +148,17 @@ TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {
 
 TEST(CudaCodegen, UnsupportedNodeNamesNodeOpAndCuda) {
   ModelBuilder b(17);
-  b.input("x", 1, {2, 3});
-  b.node("Hardmax", {"x"}, {"y"}, "hardmax1");
-  b.output("y", 1, {2, 3});
+  b.input("x", 1, {2, 3, 3});
+  b.node("Det", {"x"}, {"y"}, "det1");
+  b.output("y", 1, {2});
   try {
     lower(b);
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string m = e.what();
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_NE(m.find("hardmax1"), std::string::npos) << m;
-    EXPECT_NE(m.find("Hardmax"), std::string::npos) << m;
+    EXPECT_NE(m.find("det1"), std::string::npos) << m;
+    EXPECT_NE(m.find("Det"), std::string::npos) << m;
     EXPECT_NE(m.find("cuda"), std::string::npos) << m;
   }
 }

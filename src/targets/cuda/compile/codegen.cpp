@@ -187,6 +187,8 @@ KL_D double kl_sin(double x) { return sin(x); }
 KL_D float kl_cos(float x) { return cosf(x); }
 KL_D double kl_cos(double x) { return cos(x); }
 KL_D float kl_pow(float x, float y) { return powf(x, y); }
+KL_D float kl_fmod(float x, float y) { return fmodf(x, y); }
+KL_D double kl_fmod(double x, double y) { return fmod(x, y); }
 KL_D double kl_pow(double x, double y) { return pow(x, y); }
 KL_D float kl_log1p(float x) { return log1pf(x); }
 KL_D double kl_log1p(double x) { return log1p(x); }

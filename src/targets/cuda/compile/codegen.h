@@ -97,13 +97,19 @@ bool is_elementwise(const Lowering& L, const ir::Node& n);
 /// shape). Inputs not produced inside the chain are loaded with broadcasting.
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members);
 
-/// Transpose, Gather, Concat, Slice, Split; Reshape / Flatten / Squeeze /
+/// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,
+/// CumSum; Reshape / Flatten / Squeeze /
 /// Unsqueeze / Dropout (inference) become kiln.cuda.Copy.
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
-/// MaxPool (one output) and AveragePool, any number of spatial dims.
+/// Resize in nearest mode (scales or sizes constant; half_pixel,
+/// pytorch_half_pixel, align_corners or asymmetric coordinates; every
+/// nearest_mode). Other modes are refused.
+std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n);
+/// MaxPool (one output), AveragePool and LpPool, any number of spatial dims.
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
-/// Softmax, LogSoftmax, LayerNormalization, Reduce* (Sum, Mean, Max, Min,
-/// Prod, SumSquare, L1, L2, LogSum, LogSumExp), GlobalAveragePool, GlobalMaxPool.
+/// Softmax, LogSoftmax, Hardmax, LayerNormalization, ArgMax, ArgMin, Reduce*
+/// (Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp),
+/// GlobalAveragePool, GlobalMaxPool.
 std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n);
 
 }  // namespace kiln::targets::cuda

@@ -216,6 +216,43 @@ ir::Node trilu(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
+ir::Node tile(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
+  auto st = strides_of(x);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string idx = "unsigned long long j = 0";
+  for (size_t d = 0; d < x.size(); ++d) idx += fmt::format(" + (unsigned long long)(c{} % {}u) * {}ull", d, x[d], st[d]);
+  std::string name = L.kernel_name("tile");
+  int64_t N = numel(y);
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+                          (y.empty() ? std::string("") : coords(y)) + " " + idx + "; y[i] = x[j];");
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// CumSum: one thread per (outer, inner) line along the axis.
+ir::Node cumsum(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]);
+  auto ax = const_ints(L.model, n, 1);
+  if (!ax || ax->size() != 1) refuse(n, "axis must be a constant scalar");
+  DType dt = L.model.value(n.inputs[0]).dtype;
+  auto T = c_type(dt);
+  if (!T || dt == DType::boolean) refuse(n, "dtype not supported");
+  int64_t r = static_cast<int64_t>(x.size());
+  int64_t axis = norm_axis(n, (*ax)[0], r), outer = 1, len = x[axis], inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x[d];
+  for (int64_t d = axis + 1; d < r; ++d) inner *= x[d];
+  bool excl = n.i("exclusive", 0) != 0, rev = n.i("reverse", 0) != 0;
+  int64_t N = outer * inner;
+  std::string name = L.kernel_name("cumsum");
+  std::string loop = rev ? fmt::format("for (long long j = {} - 1; j >= 0; --j)", len) : fmt::format("for (long long j = 0; j < {}; ++j)", len);
+  std::string step = excl ? "{ y[b + j * S] = acc; acc += x[b + j * S]; }" : "{ acc += x[b + j * S]; y[b + j * S] = acc; }";
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, const void* axis, {0}* __restrict__ y", *T), N,
+                          fmt::format("const unsigned long long S = {}ull; unsigned long long b = (unsigned long long)(i / {}u) * {}ull + i % {}u; "
+                                      "{} acc = 0; {} {}",
+                                      inner, inner, len * inner, inner, *T, loop, step));
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
 }  // namespace
 
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
@@ -233,6 +270,8 @@ std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
   if (op == "Split") return {split(L, n)};
   if (op == "GatherElements") return {gather_elements(L, n)};
   if (op == "Trilu") return {trilu(L, n)};
+  if (op == "Tile") return {tile(L, n)};
+  if (op == "CumSum") return {cumsum(L, n)};
   return {};
 }
 

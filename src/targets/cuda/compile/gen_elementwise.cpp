@@ -60,6 +60,24 @@ std::optional<std::string> expr(const ir::Node& n, const std::vector<std::string
   if (op == "And" && need(2)) return fmt::format("({} && {})", a[0], a[1]);
   if (op == "Or" && need(2)) return fmt::format("({} || {})", a[0], a[1]);
   if (op == "Xor" && need(2)) return fmt::format("({} != {})", a[0], a[1]);
+  if (!F) {  // integer-only bit operations
+    if (op == "BitwiseAnd" && need(2)) return fmt::format("({} & {})", a[0], a[1]);
+    if (op == "BitwiseOr" && need(2)) return fmt::format("({} | {})", a[0], a[1]);
+    if (op == "BitwiseXor" && need(2)) return fmt::format("({} ^ {})", a[0], a[1]);
+    if (op == "BitwiseNot") return fmt::format("(({})~{})", tin, x);
+    if (op == "BitShift" && need(2)) {
+      std::string dir = n.s("direction", "");
+      if (dir == "LEFT") return fmt::format("(({0})({1} << {2}))", tin, a[0], a[1]);
+      if (dir == "RIGHT") return fmt::format("(({0})({1} >> {2}))", tin, a[0], a[1]);
+      return std::nullopt;
+    }
+  }
+  if (op == "Mod" && need(2)) {
+    if (n.i("fmod", 0) != 0) return F ? std::optional(fmt::format("kl_fmod({}, {})", a[0], a[1])) : fmt::format("({} % {})", a[0], a[1]);
+    if (F) return std::nullopt;  // fmod=0 is defined for integers only
+    // Python's sign rule: the result has the divisor's sign.
+    return fmt::format("([&]() {{ {0} r = {1} % {2}; return (r != 0 && ((r < 0) != ({2} < 0))) ? ({0})(r + {2}) : r; }}())", tin, a[0], a[1]);
+  }
   if (op == "Where" && need(3)) return fmt::format("({} ? {} : {})", a[0], a[1], a[2]);
   if (op == "Not") return fmt::format("(!{})", x);
   if (op == "Cast" || op == "CastLike") return fmt::format("(({}){})", tout, x);
