@@ -103,6 +103,29 @@ TEST(CudaCodegen, MiscOperatorsCompile) {
   EXPECT_EQ(st.kernels, 11);
 }
 
+TEST(CudaCodegen, HalfCastsAndLossesCompile) {
+  ModelBuilder b(17);
+  b.input("x", 1, {3, 5});
+  b.input("t", 7, {3});
+  ModelBuilder::attr_int(b.node("Cast", {"x"}, {"h"}), "to", 10);   // float16
+  b.node("Relu", {"h"}, {"hr"});                                     // computed on float16
+  ModelBuilder::attr_int(b.node("Cast", {"hr"}, {"f"}), "to", 1);
+  ModelBuilder::attr_int(b.node("Cast", {"x"}, {"bf"}), "to", 16);  // bfloat16
+  b.node("NegativeLogLikelihoodLoss", {"x", "t"}, {"nll"});
+  auto& sce = b.node("SoftmaxCrossEntropyLoss", {"x", "t"}, {"sce", "lp"});
+  auto* a = sce.add_attribute();
+  a->set_name("reduction");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("none");
+  b.output("f", 1, {3, 5}).output("bf", 16, {3, 5}).output("nll", 1, {}).output("sce", 1, {3}).output("lp", 1, {3, 5});
+  targets::cuda::LowerStats st;
+  auto cp = lower(b, &st);
+  EXPECT_EQ(st.kernels, 5);  // Cast+Relu+Cast fused, Cast to bf16, NLL, LogSoftmax + NLL for SCE
+  auto src = targets::cuda::decode_bundle(cp.kernels, "test").source;
+  EXPECT_NE(src.find("kl_f2h("), std::string::npos);
+  EXPECT_NE(src.find("kl_f2bf("), std::string::npos);
+}
+
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
   // Without a device the convolution itself is refused, after the split.
   auto bytes = conv_model().bytes();

@@ -102,6 +102,23 @@ TEST(CudaGpu, ConvNetMatchesRef) {
   compare_with_ref(dir / "c.onnx", {{"x", filled(DType::f32, {2, 3, 16, 16}, 1.f, 0.9f)}});
 }
 
+TEST(CudaGpu, HalfCastAndLossesMatchRef) {
+  TempDir dir;
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 5, 3});
+  b.input("t", 7, {4, 3});
+  ModelBuilder::attr_int(b.node("Cast", {"x"}, {"h"}), "to", 10);
+  b.node("Relu", {"h"}, {"hr"});
+  ModelBuilder::attr_int(b.node("Cast", {"hr"}, {"f"}), "to", 1);
+  b.node("NegativeLogLikelihoodLoss", {"x", "t"}, {"nll"});
+  b.node("SoftmaxCrossEntropyLoss", {"x", "t"}, {"sce", "lp"});
+  b.output("f", 1, {4, 5, 3}).output("nll", 1, {}).output("sce", 1, {}).output("lp", 1, {4, 5, 3});
+  b.save(dir / "h.onnx");
+  Tensor t(DType::i64, {4, 3});
+  for (int64_t i = 0; i < 12; ++i) t.data<int64_t>()[i] = (i * 7) % 5;
+  compare_with_ref(dir / "h.onnx", {{"x", filled(DType::f32, {4, 5, 3}, 3.f, 0.2f)}, {"t", t}});
+}
+
 TEST(CudaGpu, GraphReplayWithNewInputs) {
   TempDir dir;
   matmul_model().save(dir / "m.onnx");

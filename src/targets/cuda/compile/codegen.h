@@ -105,6 +105,11 @@ std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
 /// pytorch_half_pixel, align_corners or asymmetric coordinates; every
 /// nearest_mode). Other modes are refused.
 std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n);
+/// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (float32 scores and
+/// weights, int32/int64 targets, every reduction, ignore_index; the second is
+/// a LogSoftmax kernel followed by the first). Targets outside [0, C) are
+/// clamped (the reference kernel reports them; a kernel cannot).
+std::vector<ir::Node> gen_loss(Lowering& L, const ir::Node& n);
 /// MaxPool (one output), AveragePool and LpPool, any number of spatial dims.
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
 /// Softmax, LogSoftmax, Hardmax, LayerNormalization, ArgMax, ArgMin, Reduce*
