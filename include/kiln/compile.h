@@ -18,13 +18,15 @@ struct CompileResult {
   uint64_t arena_bytes = 0;   ///< intermediate memory one run needs (static plan)
   uint64_t naive_bytes = 0;   ///< what the same intermediates take without reuse
   uint64_t artifact_bytes = 0;
+  int programs = 1;           ///< programs in the artifact (one per bucket with opt.dims)
   std::string model_digest;   ///< XXH3-128 hex of graph + weights
   std::string cache_key;      ///< the key this program has in a cache
 };
 
 /// Compiles an ONNX model for opt.target and writes the artifact to `out`
 /// atomically (no partial file on any error). Reads opt.target, precision,
-/// input_shapes; ignores the cache options.
+/// input_shapes and dims (every bucket is compiled, one program each, all
+/// sharing one copy of the constants); ignores the cache options.
 /// Throws Error: invalid_option, invalid_model, unsupported, io.
 CompileResult compile(const std::filesystem::path& onnx_path, const std::filesystem::path& out,
                       const SessionOptions& opt);

@@ -41,6 +41,48 @@ enum class MismatchPolicy {
   error,      ///< throw Error(incompatible_artifact) naming the field (default for an explicit .kiln)
 };
 
+/// How a symbolic dimension (an ONNX dim_param, e.g. "batch") is compiled:
+/// one program per bucket, each for the bucket's largest size. A request
+/// of size s runs on the smallest bucket whose size is >= s, padded up to it
+/// where padding is safe (see DimSpec::Pad), else only on a bucket of size s.
+///
+/// Text forms (DimSpec::parse, `kiln --dim NAME=SPEC`):
+///  - "1,2,4,8"        list: one bucket per value; sizes 1 .. 8 are served
+///  - "1..512"         range: power-of-two buckets 1, 2, 4, ..., 512 (the
+///                     last one is the range's end when it is not a power of two)
+///  - "1..512:16,64,128,512"  range with explicit bucket sizes (ascending,
+///                     inside the range; the range's end is added if missing)
+///  - any of these + "/pad=none" (or "/pad=auto", the default): see Pad
+struct DimSpec {
+  /// Where padding up to a bucket is allowed.
+  ///  - auto_: batch when the dim is axis 0 of every input and output that
+  ///    has it (rows independent); sequence when it is a later axis and the
+  ///    model takes an input named "*mask*" having the dim (the runtime
+  ///    extends the mask with zeros); otherwise none.
+  ///  - none: never pad; a request must match a bucket's size exactly.
+  enum class Pad { auto_, none };
+  int64_t min = 1;               ///< smallest size served (>= 1)
+  int64_t max = 1;               ///< largest size served (== sizes.back())
+  std::vector<int64_t> sizes;    ///< bucket sizes, strictly ascending, each in [min, max]
+  Pad pad = Pad::auto_;
+
+  /// Parses the text forms above. Throws Error(invalid_option) naming
+  /// `option` (e.g. "dims 'seq'") and what is wrong.
+  static DimSpec parse(const std::string& text, const std::string& option = "dim");
+  /// Canonical text ("1..512:1,2,4,...", "/pad=none" appended when set); part of the cache key.
+  std::string str() const;
+  /// Throws Error(invalid_option) naming `option` for an empty or unordered
+  /// bucket list, a size < 1, or min/max not matching the sizes.
+  void validate(const std::string& option) const;
+};
+
+/// What a Session does with a request whose shape is outside every bucket
+/// (larger than the last bucket, or not a bucket size where padding is not safe).
+enum class OutOfBucket {
+  compile,  ///< compile a program for exactly that shape and add it to the cache entry (default)
+  error,    ///< throw Error(invalid_input) naming the dim, its size and the buckets
+};
+
 /// Options of a kiln::Session. Validated by validate() (called by every
 /// Session constructor); every error names the option.
 struct SessionOptions {
@@ -56,6 +98,14 @@ struct SessionOptions {
   /// Fixed input shapes by input name, e.g. {"x", {1,3,224,224}}. Inputs not
   /// named keep the model's dims; symbolic dims stay symbolic (run-time shapes).
   std::map<std::string, std::vector<int64_t>> input_shapes;
+
+  /// Bucketed symbolic dims by dim_param name, e.g. {"batch", DimSpec::parse("1,2,4,8")}.
+  /// Empty: one program, symbolic dims stay dynamic. A symbol named here must
+  /// not also be fixed through input_shapes. Part of the cache key.
+  std::map<std::string, DimSpec> dims;
+
+  /// Requests outside every bucket: compile that exact shape (and cache it) or error.
+  OutOfBucket out_of_bucket = OutOfBucket::compile;
 
   /// What to do when the cache entry for this model and options is damaged
   /// or does not match this machine: recompile (moves a damaged entry aside

@@ -32,7 +32,16 @@ struct SessionStats {
   std::vector<std::string> notes;  ///< e.g. why the cache was not written or why an entry was rebuilt
 };
 
-class Program;  // opaque; defined in src/runtime
+/// The shape buckets of a Session (SessionOptions::dims) and the programs it
+/// holds now. Empty `dims`: not bucketed (one program).
+struct BucketStats {
+  std::vector<std::string> dims;               ///< bucketed dim names
+  std::vector<std::vector<int64_t>> programs;  ///< sizes (per dim) of each program held, in the order added
+  int compiled_by_run = 0;                     ///< programs run() compiled (buckets first used by this Session)
+  double compile_ms = 0;                       ///< wall-clock milliseconds those compiles took
+};
+
+class ProgramSet;  // opaque; defined in src/runtime
 
 /// Wall time of one main-graph node during a profiled run (milliseconds).
 /// `op` is "domain::op_type" for target-private operators (e.g.
@@ -84,6 +93,14 @@ class Session {
   /// take any size; the same symbol must have the same size in every input).
   /// Returns every graph output by name. Throws Error(invalid_input) naming the
   /// input and the expected vs. given dtype/shape, or for missing/extra names.
+  ///
+  /// Bucketed sessions (SessionOptions::dims): the request runs on the
+  /// smallest bucket that fits, its inputs zero-padded (batch rows, or
+  /// sequence positions of a model with an attention mask) and its outputs
+  /// sliced back; a bucket first used is compiled here (and added to the
+  /// cache entry). A shape outside every bucket is compiled exactly
+  /// (OutOfBucket::compile) or throws Error(invalid_input) naming the dim
+  /// (OutOfBucket::error, and always for Session::load, which cannot compile).
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const;
 
   /// run(), timing every main-graph node into `*profile` (replaced). Timing
@@ -93,10 +110,12 @@ class Session {
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
   const SessionStats& stats() const { return stats_; }
+  /// The bucketed dims and the programs held now (changes as run() compiles buckets).
+  BucketStats buckets() const;
 
  private:
   Session() = default;
-  std::shared_ptr<const Program> program_;
+  std::shared_ptr<const ProgramSet> program_;
   SessionStats stats_;
   friend struct SessionAccess;
 };

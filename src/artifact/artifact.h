@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <utility>
@@ -13,8 +14,12 @@
 
 namespace kiln::artifact {
 
-/// Current artifact format version; readers refuse any other.
-constexpr uint32_t kFormatVersion = 1;
+/// Current artifact format version (2: shape buckets, several programs
+/// sharing one constants section). Readers also read version 1 (one program,
+/// no bucket section) and refuse any other.
+constexpr uint32_t kFormatVersion = 2;
+/// Oldest format version read_file / read_compat still accept.
+constexpr uint32_t kOldestFormatVersion = 1;
 
 /// The compatibility block: what an artifact was built from and for. Read
 /// without reading the rest of the file (kiln check, the cache).
@@ -37,6 +42,52 @@ struct CompatInfo {
   std::vector<std::pair<std::string, std::string>> fields() const;
 };
 
+/// How a bucketed dim may be padded up to a bucket's size at run time
+/// (resolved at compile time from DimSpec::Pad; stored as a u8).
+enum class PadMode : uint8_t {
+  none = 0,      ///< no padding: a request runs only on a program of its exact size
+  batch = 1,     ///< leading axis of every input/output having it; rows are independent
+  sequence = 2,  ///< a later axis; the model's "*mask*" inputs are extended with zeros
+};
+/// "none", "batch", "sequence".
+const char* pad_mode_name(PadMode m);
+
+/// One bucketed symbolic dim: the bucket sizes it was declared with.
+struct BucketDim {
+  std::string symbol;           ///< the dim_param name ("batch")
+  int64_t min = 1;              ///< smallest size served by padding into the first bucket
+  int64_t max = 1;              ///< largest bucket size (== sizes.back())
+  std::vector<int64_t> sizes;   ///< declared bucket sizes, strictly ascending, >= 1
+  PadMode pad = PadMode::none;
+};
+
+/// Which symbol each axis of a graph input or output carries in the model
+/// as imported ("" for an axis that is not bucketed). The runtime pads and
+/// slices along these axes.
+struct IoSymbols {
+  std::string name;
+  std::vector<std::string> axes;
+};
+
+/// The bucket set of an artifact (format v2, section 'buckets'). Empty dims:
+/// the artifact is not bucketed (a single program, as in format v1).
+struct BucketSet {
+  std::vector<BucketDim> dims;
+  std::vector<IoSymbols> inputs;   ///< every main-graph input, in order
+  std::vector<IoSymbols> outputs;  ///< every main-graph output, in order
+  bool empty() const { return dims.empty(); }
+};
+
+/// A program of a bucketed artifact besides the first (CompiledProgram holds
+/// the first one itself). `sizes` has one entry per BucketSet::dims entry: the
+/// size that dim was fixed to for this program. A size that is not a declared
+/// bucket size marks a program compiled for an out-of-bucket request (never padded into).
+struct ProgramVariant {
+  std::vector<int64_t> sizes;
+  ir::Model model;
+  ir::MemoryPlan plan;
+};
+
 /// Everything a compiled program holds. `model` carries the values (constants
 /// included, data in Value::constant), the main graph and subgraphs.
 struct CompiledProgram {
@@ -48,6 +99,13 @@ struct CompiledProgram {
   /// layer (a target defines them); empty for the cpu and ref targets.
   std::vector<uint8_t> kernels;
   std::vector<uint8_t> tuning;
+  /// Shape buckets: the declared set, the sizes `model` was compiled for (one
+  /// per buckets.dims entry; empty when not bucketed) and the other programs.
+  /// Every program's constants are stored once in the file: the writer keeps
+  /// one copy of each distinct constant byte string.
+  BucketSet buckets;
+  std::vector<int64_t> sizes;
+  std::vector<ProgramVariant> more;
 };
 
 /// Serialises to the .kiln byte layout. Constants are 64-byte aligned in the
@@ -77,7 +135,7 @@ CompiledProgram read_bytes(std::shared_ptr<const std::vector<uint8_t>> bytes, co
 namespace detail {
 
 constexpr char kMagic[8] = {'K', 'I', 'L', 'N', 'A', 'R', 'T', '\0'};
-constexpr size_t kHeaderSize = 80;        ///< bytes of the fixed header, version 1
+constexpr size_t kHeaderSize = 80;        ///< bytes of the fixed header (versions 1 and 2)
 constexpr size_t kSectionEntrySize = 32;  ///< bytes of one section table entry
 constexpr uint64_t kAlign = 64;           ///< every region and every constant starts at a multiple of this
 constexpr uint64_t kMaxCompatSize = 1u << 20;  ///< a larger compatibility block is refused as corrupt
@@ -92,8 +150,16 @@ enum class SectionKind : uint32_t {
   tuning = 4,
   constants = 5,
   metadata = 6,
+  buckets = 7,  ///< format version 2 on
 };
-constexpr uint32_t kSectionCount = 6;
+constexpr uint32_t kSectionCount = 7;     ///< sections of format version 2
+constexpr uint32_t kSectionCountV1 = 6;   ///< sections of format version 1
+constexpr size_t kMaxPrograms = 4096;     ///< most programs one artifact may hold
+
+/// Number of sections a file of `format_version` has.
+constexpr uint32_t section_count(uint32_t format_version) {
+  return format_version == 1 ? kSectionCountV1 : kSectionCount;
+}
 
 /// "program", "memory_plan", ... as used in error messages ("section 'program'").
 const char* section_name(SectionKind k);
@@ -176,6 +242,22 @@ struct ConstPlacement {
   uint64_t offset = 0;
 };
 
+/// The constants section being laid out: each distinct byte string is placed
+/// once (64-byte aligned), however many values or programs refer to it, so
+/// the programs of a bucketed artifact share one copy of the weights.
+class ConstPool {
+ public:
+  /// Offset of `t`'s bytes in the section; `t` must outlive the pool.
+  uint64_t place(const Tensor& t);
+  const std::vector<ConstPlacement>& placements() const { return placed_; }
+  uint64_t size() const { return size_; }
+
+ private:
+  std::vector<ConstPlacement> placed_;
+  std::multimap<uint64_t, size_t> by_hash_;  ///< XXH3-64 of the bytes -> index in placed_
+  uint64_t size_ = 0;
+};
+
 /// A Program FlatBuffer plus the layout of the constants section it refers to.
 struct EncodedProgram {
   std::vector<uint8_t> bytes;
@@ -183,9 +265,31 @@ struct EncodedProgram {
   uint64_t constants_size = 0;
 };
 
-/// Encodes a model. Throws Error(internal) for a model that breaks the
-/// format's rules (value id out of range, rank above kMaxRank, undefined constant).
+/// Encodes a model with its own constants section. Throws Error(internal)
+/// for a model that breaks the format's rules (value id out of range, rank
+/// above kMaxRank, undefined constant).
 EncodedProgram encode_program(const ir::Model& m);
+/// Encodes a model whose constants go to `pool` (shared with other programs);
+/// the result's `constants` is empty. Throws like encode_program(m).
+std::vector<uint8_t> encode_program(const ir::Model& m, ConstPool& pool);
+
+/// Where one program's FlatBuffers lie inside the program and memory_plan sections.
+struct ProgramSlot {
+  std::vector<int64_t> sizes;
+  Region program;
+  Region plan;
+};
+/// The `buckets` section: the bucket set and one slot per program.
+/// Throws Error(internal) for an inconsistent set (see decode_buckets).
+std::vector<uint8_t> encode_buckets(const BucketSet& set, const std::vector<ProgramSlot>& slots);
+/// Verifies and decodes the `buckets` section. Checks: dims named, unique and
+/// validly ordered; pad modes known; 1..kMaxPrograms slots, each with one size
+/// >= 1 per dim, no two with the same sizes; slots tile the program and
+/// memory_plan sections in order (each starts at the previous end rounded up
+/// to 64, the last ends at the section's end). Throws Error(corrupt_artifact)
+/// naming "section 'buckets'".
+void decode_buckets(const uint8_t* p, size_t n, uint64_t program_bytes, uint64_t plan_bytes, BucketSet& set,
+                    std::vector<ProgramSlot>& slots, const std::string& what);
 
 /// Verifies and decodes a Program FlatBuffer. Constants become Tensor::view
 /// into `consts` (the constants section, `nconsts` bytes) holding `keepalive`.

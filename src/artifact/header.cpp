@@ -59,6 +59,7 @@ const char* section_name(SectionKind k) {
     case SectionKind::tuning: return "tuning";
     case SectionKind::constants: return "constants";
     case SectionKind::metadata: return "metadata";
+    case SectionKind::buckets: return "buckets";
   }
   return "unknown";
 }
@@ -107,11 +108,11 @@ Header parse_header(const uint8_t* p, size_t avail, uint64_t file_size, const st
   if (avail < kOffVersion + 4) corrupt(what, "header", fmt::format("truncated: the file is only {} bytes", avail));
   Header h;
   h.format_version = get32(p + kOffVersion);
-  if (h.format_version != kFormatVersion)
+  if (h.format_version < kOldestFormatVersion || h.format_version > kFormatVersion)
     fail(ErrorCode::corrupt_artifact,
-         "artifact '{}' has format version {}, but this kiln reads only format version {}: header: "
+         "artifact '{}' has format version {}, but this kiln reads only format versions {} to {}: header: "
          "recompile the model with this kiln",
-         what, h.format_version, kFormatVersion);
+         what, h.format_version, kOldestFormatVersion, kFormatVersion);
   if (avail < kHeaderSize)
     corrupt(what, "header", fmt::format("truncated: the file is {} bytes, the header alone needs {}", avail, kHeaderSize));
   uint64_t stored = get64(p + kOffHeaderChecksum), computed = hash64(p, kOffHeaderChecksum);
@@ -128,7 +129,8 @@ Header parse_header(const uint8_t* p, size_t avail, uint64_t file_size, const st
   uint32_t flags = get32(p + kOffFlags);
 
   if (h.header_size != kHeaderSize)
-    corrupt(what, "header", fmt::format("header size is {}, format version 1 requires {}", h.header_size, kHeaderSize));
+    corrupt(what, "header", fmt::format("header size is {}, format version {} requires {}", h.header_size,
+                                        h.format_version, kHeaderSize));
   if (flags != 0) corrupt(what, "header", fmt::format("reserved flags are {}, must be 0", flags));
   if (h.file_size != file_size)
     corrupt(what, "header",
@@ -139,8 +141,9 @@ Header parse_header(const uint8_t* p, size_t avail, uint64_t file_size, const st
     corrupt(what, "header",
             fmt::format("compatibility block [{}, +{}) is out of bounds, unaligned or too large (file is {} bytes)",
                         h.compat.offset, h.compat.size, file_size));
-  if (h.table_count != kSectionCount)
-    corrupt(what, "header", fmt::format("section count is {}, format version 1 has {}", h.table_count, kSectionCount));
+  if (h.table_count != section_count(h.format_version))
+    corrupt(what, "header", fmt::format("section count is {}, format version {} has {}", h.table_count,
+                                        h.format_version, section_count(h.format_version)));
   Region table{h.table_offset, uint64_t{h.table_count} * kSectionEntrySize};
   if (!inside(table, kHeaderSize, file_size) || table.offset % kAlign != 0)
     corrupt(what, "header",

@@ -2,9 +2,12 @@
 // (docs/file-format.md, "Section 'program'" and "Section 'constants'").
 #include <flatbuffers/flatbuffers.h>
 
+#include <cstring>
+
 #include "artifact/artifact.h"
 #include "artifact/program_generated.h"
 #include "support/error.h"
+#include "support/hash.h"
 
 namespace kiln::artifact::detail {
 
@@ -17,7 +20,7 @@ static_assert(std::variant_size_v<ir::AttrValue> == 8 && std::is_same_v<std::var
 
 class ProgramWriter {
  public:
-  explicit ProgramWriter(const ir::Model& m) : m_(m) {
+  ProgramWriter(const ir::Model& m, ConstPool& pool) : m_(m), pool_(pool) {
     b_.ForceDefaults(true);  // a default-valued field (a -0.0 float among them) must round-trip bit-exactly
   }
 
@@ -103,14 +106,9 @@ class ProgramWriter {
                               const_size, const_dtype, const_shape);
   }
 
-  // Reserves a 64-byte aligned slot in the constants section; the bytes are
-  // copied by the writer once the file layout is known.
-  uint64_t place(const Tensor& t) {
-    uint64_t off = align_up(out_.constants_size);
-    out_.constants.push_back({&t, off});
-    out_.constants_size = off + t.nbytes();
-    return off;
-  }
+  // The constant's slot in the constants section (shared with any equal
+  // constant); the bytes are copied by the writer once the layout is known.
+  uint64_t place(const Tensor& t) { return pool_.place(t); }
 
   Offset<flatbuffers::Vector<int32_t>> ids(const std::vector<ir::ValueId>& v, const std::string& where) {
     for (auto id : v) check_id(id, where);
@@ -173,6 +171,7 @@ class ProgramWriter {
   }
 
   const ir::Model& m_;
+  ConstPool& pool_;
   flatbuffers::FlatBufferBuilder b_{1 << 16};
   EncodedProgram out_;
   std::vector<Offset<fb::GraphDef>> graphs_;
@@ -181,6 +180,35 @@ class ProgramWriter {
 
 }  // namespace
 
-EncodedProgram encode_program(const ir::Model& m) { return ProgramWriter(m).run(); }
+uint64_t ConstPool::place(const Tensor& t) {
+  const auto* bytes = static_cast<const uint8_t*>(t.raw());
+  size_t n = t.nbytes();
+  uint64_t h = hash64(bytes, n);
+  // Equal bytes share a slot: the programs of a bucketed artifact (and equal
+  // constants within one program) then use one copy. Constants are read-only
+  // (mapped read-only at load), so sharing is safe.
+  for (auto [it, end] = by_hash_.equal_range(h); it != end; ++it) {
+    const ConstPlacement& c = placed_[it->second];
+    if (c.tensor->nbytes() == n && (n == 0 || std::memcmp(c.tensor->raw(), bytes, n) == 0)) return c.offset;
+  }
+  uint64_t off = align_up(size_);
+  placed_.push_back({&t, off});
+  by_hash_.emplace(h, placed_.size() - 1);
+  size_ = off + n;
+  return off;
+}
+
+EncodedProgram encode_program(const ir::Model& m) {
+  ConstPool pool;
+  EncodedProgram out;
+  out.bytes = ProgramWriter(m, pool).run().bytes;
+  out.constants = pool.placements();
+  out.constants_size = pool.size();
+  return out;
+}
+
+std::vector<uint8_t> encode_program(const ir::Model& m, ConstPool& pool) {
+  return std::move(ProgramWriter(m, pool).run().bytes);
+}
 
 }  // namespace kiln::artifact::detail

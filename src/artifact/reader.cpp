@@ -63,10 +63,27 @@ CompiledProgram read_view(const uint8_t* file, uint64_t size, const std::shared_
   auto len = [&](SectionKind k) { return static_cast<size_t>(sections[static_cast<size_t>(k) - 1].region.size); };
   CompiledProgram out;
   out.compat = decode_compat(file + h.compat.offset, h.compat.size, h.format_version, what);
-  out.model = decode_program(at(SectionKind::program), len(SectionKind::program), at(SectionKind::constants),
-                             len(SectionKind::constants), keepalive, what);
-  out.plan = decode_memory_plan(at(SectionKind::memory_plan), len(SectionKind::memory_plan), out.model.values.size(),
-                                what);
+  // Version 1: the program and memory_plan sections hold one program each.
+  std::vector<ProgramSlot> slots{{{}, {0, len(SectionKind::program)}, {0, len(SectionKind::memory_plan)}}};
+  if (h.format_version >= 2)
+    decode_buckets(at(SectionKind::buckets), len(SectionKind::buckets), len(SectionKind::program),
+                   len(SectionKind::memory_plan), out.buckets, slots, what);
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ProgramSlot& s = slots[i];
+    // Name the program in errors only when there are several.
+    std::string where = slots.size() > 1 ? fmt::format("{} (program {})", what, i) : what;
+    ir::Model model = decode_program(at(SectionKind::program) + s.program.offset, s.program.size,
+                                     at(SectionKind::constants), len(SectionKind::constants), keepalive, where);
+    ir::MemoryPlan plan = decode_memory_plan(at(SectionKind::memory_plan) + s.plan.offset, s.plan.size,
+                                             model.values.size(), where);
+    if (i == 0) {
+      out.model = std::move(model);
+      out.plan = std::move(plan);
+      out.sizes = s.sizes;
+    } else {
+      out.more.push_back({s.sizes, std::move(model), std::move(plan)});
+    }
+  }
   out.kernels.assign(at(SectionKind::kernels), at(SectionKind::kernels) + len(SectionKind::kernels));
   out.tuning.assign(at(SectionKind::tuning), at(SectionKind::tuning) + len(SectionKind::tuning));
   out.metadata_json.assign(reinterpret_cast<const char*>(at(SectionKind::metadata)), len(SectionKind::metadata));

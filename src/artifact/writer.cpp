@@ -18,8 +18,33 @@ std::vector<uint8_t> serialize(const CompiledProgram& p) {
   if (compat.size() > kMaxCompatSize)
     fail(ErrorCode::internal, "cannot serialise the program: the compatibility block is {} bytes, at most {}",
          compat.size(), kMaxCompatSize);
-  EncodedProgram prog = encode_program(p.model);
-  std::vector<uint8_t> plan = encode_memory_plan(p.plan, p.model.values.size());
+  if (p.sizes.size() != p.buckets.dims.size())
+    fail(ErrorCode::internal, "cannot serialise the program: {} bucket sizes for {} bucketed dims", p.sizes.size(),
+         p.buckets.dims.size());
+
+  // Every program goes through one constant pool, so the constants section
+  // holds each distinct constant once whatever the number of programs. The
+  // Program and MemoryPlan FlatBuffers of program i follow those of program
+  // i-1 in their sections, each at a 64-byte boundary (zero padding between).
+  ConstPool pool;
+  std::vector<uint8_t> programs, plans;
+  std::vector<ProgramSlot> slots;
+  auto append = [](std::vector<uint8_t>& sec, const std::vector<uint8_t>& bytes) {
+    Region r{sec.empty() ? 0 : align_up(sec.size()), bytes.size()};
+    sec.resize(r.offset + r.size, 0);
+    if (r.size) std::memcpy(sec.data() + r.offset, bytes.data(), r.size);
+    return r;
+  };
+  auto add_program = [&](const std::vector<int64_t>& sizes, const ir::Model& m, const ir::MemoryPlan& plan) {
+    ProgramSlot s;
+    s.sizes = sizes;
+    s.program = append(programs, encode_program(m, pool));
+    s.plan = append(plans, encode_memory_plan(plan, m.values.size()));
+    slots.push_back(std::move(s));
+  };
+  add_program(p.sizes, p.model, p.plan);
+  for (auto& v : p.more) add_program(v.sizes, v.model, v.plan);
+  std::vector<uint8_t> buckets = encode_buckets(p.buckets, slots);
 
   // Layout: every region starts at a multiple of kAlign; padding is zero.
   Header h;
@@ -31,12 +56,13 @@ std::vector<uint8_t> serialize(const CompiledProgram& p) {
     entries.push_back({k, {cursor, size}, 0});
     cursor = align_up(cursor + size);
   };
-  add(SectionKind::program, prog.bytes.size());
-  add(SectionKind::memory_plan, plan.size());
+  add(SectionKind::program, programs.size());
+  add(SectionKind::memory_plan, plans.size());
   add(SectionKind::kernels, p.kernels.size());
   add(SectionKind::tuning, p.tuning.size());
-  add(SectionKind::constants, prog.constants_size);
+  add(SectionKind::constants, pool.size());
   add(SectionKind::metadata, p.metadata_json.size());
+  add(SectionKind::buckets, buckets.size());
   const Region& last = entries.back().region;
   h.file_size = last.offset + last.size;
 
@@ -45,14 +71,15 @@ std::vector<uint8_t> serialize(const CompiledProgram& p) {
     if (r.size) std::memcpy(out.data() + r.offset, src, r.size);
   };
   put(h.compat, compat.data());
-  put(entries[0].region, prog.bytes.data());
-  put(entries[1].region, plan.data());
+  put(entries[0].region, programs.data());
+  put(entries[1].region, plans.data());
   put(entries[2].region, p.kernels.data());
   put(entries[3].region, p.tuning.data());
   uint64_t consts_at = entries[4].region.offset;
-  for (auto& c : prog.constants)
+  for (auto& c : pool.placements())
     if (c.tensor->nbytes()) std::memcpy(out.data() + consts_at + c.offset, c.tensor->raw(), c.tensor->nbytes());
   put(entries[5].region, p.metadata_json.data());
+  put(entries[6].region, buckets.data());
 
   for (auto& e : entries) e.checksum = hash64(out.data() + e.region.offset, e.region.size);
   std::vector<uint8_t> table = encode_section_table(entries);

@@ -1,5 +1,7 @@
 #include <fmt/ranges.h>
 
+#include <set>
+
 #include "passes/passes.h"
 #include "support/error.h"
 
@@ -40,6 +42,25 @@ void bind_input_shapes(ir::Model& m, const std::map<std::string, std::vector<int
     for (auto& d : *v.shape)
       if (!d.is_static() && symbols.count(d.symbol)) d = ir::Dim::known(symbols[d.symbol]);
   }
+}
+
+void bind_symbols(ir::Model& m, const std::map<std::string, int64_t>& sizes) {
+  std::set<std::string> present;
+  for (auto id : m.main.inputs)
+    if (auto& sh = m.value(id).shape)
+      for (auto& d : *sh)
+        if (!d.is_static() && !d.symbol.empty()) present.insert(d.symbol);
+  for (auto& [sym, size] : sizes) {
+    if (!present.count(sym))
+      fail(ErrorCode::invalid_option, "dims: the model's inputs have no symbolic dim named '{}' (they have: {})", sym,
+           present.empty() ? std::string("none; every input dim is fixed") : fmt::format("{}", fmt::join(present, ", ")));
+    if (size < 1) fail(ErrorCode::invalid_option, "dims: size {} for '{}' is below 1", size, sym);
+  }
+  for (auto id : m.main.inputs)
+    if (auto& sh = m.value(id).shape)
+      for (auto& d : *sh)
+        if (!d.is_static())
+          if (auto it = sizes.find(d.symbol); it != sizes.end() && !d.symbol.empty()) d = ir::Dim::known(it->second);
 }
 
 }  // namespace kiln::passes

@@ -17,6 +17,12 @@ namespace kiln::passes {
 /// inputs for an unknown name).
 void bind_input_shapes(ir::Model& m, const std::map<std::string, std::vector<int64_t>>& shapes);
 
+/// Fixes every main-graph input dim whose symbol (dim_param) is a key of
+/// `sizes` to that size (one bucket of a bucketed compile). Throws
+/// Error(invalid_option) naming "dims" and the symbol when no input has it
+/// (listing the symbols the inputs do have).
+void bind_symbols(ir::Model& m, const std::map<std::string, int64_t>& sizes);
+
 struct FoldStats {
   int folded_nodes = 0;   ///< nodes evaluated at compile time and removed
   int inferred = 0;       ///< values whose type was inferred

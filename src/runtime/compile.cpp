@@ -7,6 +7,9 @@
 #include "cache/model_digest.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
+#include "runtime/bucket_plan.h"
+#include "runtime/program.h"
+#include "support/error.h"
 #include "support/hash.h"
 #include "support/log.h"
 #include "support/version.h"
@@ -18,6 +21,8 @@ namespace kiln {
 std::string options_text(const SessionOptions& opt) {
   std::string s = fmt::format("target={};precision={};tuning=none", opt.target.name(), precision_name(opt.precision));
   for (auto& [name, dims] : opt.input_shapes) s += fmt::format(";shape:{}={}", name, fmt::join(dims, "x"));
+  // The bucket set (not the programs compiled so far) is what the key covers.
+  for (auto& [name, spec] : opt.dims) s += fmt::format(";dim:{}={}", name, spec.str());
   return s;
 }
 
@@ -69,25 +74,64 @@ std::string signature(const ir::Model& m) {
 }
 }  // namespace
 
+namespace {
+// The imported model with opt.input_shapes bound, its bucket set and its
+// (still symbolic) input signature.
+struct Imported {
+  ir::Model model;
+  artifact::BucketSet set;
+  std::string signature;
+};
+
+Imported import_bound(const std::filesystem::path& onnx_path, const SessionOptions& opt) {
+  Imported im;
+  im.model = onnx_import::import_file(onnx_path);
+  passes::bind_input_shapes(im.model, opt.input_shapes);
+  im.set = plan_buckets(im.model, opt.dims);
+  im.signature = signature(im.model);
+  return im;
+}
+}  // namespace
+
+BucketSkeleton bucket_skeleton(const std::filesystem::path& onnx_path, const SessionOptions& opt) {
+  Imported im = import_bound(onnx_path, opt);
+  BucketSkeleton sk;
+  for (auto id : im.model.main.inputs) sk.inputs.push_back(tensor_info(im.model.value(id)));
+  for (auto id : im.model.main.outputs) sk.outputs.push_back(tensor_info(im.model.value(id)));
+  sk.set = std::move(im.set);
+  sk.signature = std::move(im.signature);
+  return sk;
+}
+
 artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
                                           const artifact::CompatInfo& request, const std::string& cache_key,
-                                          CompileResult* report) {
+                                          CompileResult* report, const std::vector<int64_t>& sizes,
+                                          const ir::Model* layout_reference) {
   Stopwatch sw;
   artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_file(onnx_path);
+  Imported im = import_bound(onnx_path, opt);
+  cp.model = std::move(im.model);
   int imported = static_cast<int>(cp.model.main.nodes.size());
-  passes::bind_input_shapes(cp.model, opt.input_shapes);
-  auto stats = targets::run_pipeline(cp, opt.target);
+  if (sizes.size() != im.set.dims.size())
+    fail(ErrorCode::internal, "compile_program: {} bucket sizes for {} bucketed dims", sizes.size(), im.set.dims.size());
+  std::map<std::string, int64_t> bound;
+  for (size_t k = 0; k < sizes.size(); ++k) bound[im.set.dims[k].symbol] = sizes[k];
+  passes::bind_symbols(cp.model, bound);
+  auto stats = targets::run_pipeline(cp, opt.target, !im.set.empty(), layout_reference);
 
   cp.compat = request;
-  cp.compat.input_signature = signature(cp.model);
+  // A bucketed artifact serves many shapes: its signature keeps the symbols.
+  cp.compat.input_signature = im.set.empty() ? signature(cp.model) : im.signature;
   cp.compat.cache_key = cache_key;
+  cp.buckets = std::move(im.set);
+  cp.sizes = sizes;
 
   nlohmann::json meta = {
       {"model_file", onnx_path.filename().string()},  // a name, never an absolute path
       {"producer", cp.model.producer},
       {"opset", cp.model.opset},
       {"options", options_text(opt)},
+      {"buckets", describe(cp.buckets)},
       {"nodes_imported", imported},
       {"nodes_compiled", cp.model.main.nodes.size()},
       {"nodes_folded", stats.folded},
@@ -116,7 +160,24 @@ CompileResult compile(const std::filesystem::path& onnx_path, const std::filesys
   CompileResult r;
   auto request = request_compat(cache::digest_model(onnx_path).digest, opt, build_facts(opt.target));
   std::string key = cache::derive_key(cache::key_fields(request));
-  auto cp = compile_program(onnx_path, opt, request, key, &r);
+  artifact::CompiledProgram cp;
+  if (opt.dims.empty()) {
+    cp = compile_program(onnx_path, opt, request, key, &r);
+  } else {
+    // Ahead of time: every bucket, one program each, constants shared.
+    auto all = all_buckets(bucket_skeleton(onnx_path, opt).set);
+    double ms = 0;
+    for (size_t i = 0; i < all.size(); ++i) {
+      CompileResult one;
+      // Later buckets pack their weights like the first (stored once).
+      auto p = compile_program(onnx_path, opt, request, key, i ? &one : &r, all[i], i ? &cp.model : nullptr);
+      ms += i ? one.compile_ms : r.compile_ms;
+      if (i == 0) cp = std::move(p);
+      else cp.more.push_back({std::move(p.sizes), std::move(p.model), std::move(p.plan)});
+    }
+    r.compile_ms = ms;
+    r.programs = static_cast<int>(all.size());
+  }
   Stopwatch sw;
   artifact::write_file(out, cp);
   r.write_ms = sw.ms();

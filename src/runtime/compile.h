@@ -14,7 +14,7 @@
 
 namespace kiln {
 
-class Program;
+class ProgramSet;
 
 /// Canonical text of every option that changes the compiled program
 /// (target, precision, tuning, input shapes); digested into the key.
@@ -41,16 +41,33 @@ std::vector<std::pair<std::string, std::string>> key_fields(const std::string& m
 
 /// Imports, runs the passes for opt.target and builds the program with the
 /// compatibility block `request` (from request_compat) completed with the
-/// input signature and `cache_key`. Fills `report` (may be null).
+/// input signature and `cache_key`. Fills `report` (may be null). With
+/// opt.dims, `sizes` (one per bucketed dim, in name order) fixes the bucket
+/// this program is for; the result carries the bucket set and those sizes.
+/// `layout_reference` (may be null): a program of another bucket, whose
+/// packed weight layouts the cpu target reuses (constants stored once).
+/// Throws Error(internal) when `sizes` does not have one entry per dim.
 artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
                                           const artifact::CompatInfo& request, const std::string& cache_key,
-                                          CompileResult* report);
+                                          CompileResult* report, const std::vector<int64_t>& sizes = {},
+                                          const ir::Model* layout_reference = nullptr);
+
+/// What a bucketed Session knows before compiling any bucket: the bucket set
+/// and the model's inputs/outputs (bucketed dims symbolic).
+struct BucketSkeleton {
+  artifact::BucketSet set;
+  std::vector<TensorInfo> inputs, outputs;
+  std::string signature;
+};
+/// Imports the model and plans its buckets for opt.dims (no compile).
+/// Throws Error(invalid_option) naming a dim the model lacks, and import errors.
+BucketSkeleton bucket_skeleton(const std::filesystem::path& onnx_path, const SessionOptions& opt);
 
 /// What Session(onnx_path, opt) does: cache lookup (opt.cache_dir), compile
 /// on a miss, publish, eviction; notes and timings go to `stats`. `facts`
 /// replaces build_facts(opt.target) (a seam for tests). opt must be valid.
 /// Throws what Session's constructor documents.
-std::shared_ptr<const Program> obtain_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
+std::shared_ptr<const ProgramSet> obtain_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
                                               const artifact::CompatInfo& facts, SessionStats& stats);
 
 }  // namespace kiln

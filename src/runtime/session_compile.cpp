@@ -3,12 +3,16 @@
 #include <sys/stat.h>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <optional>
 
 #include "cache/cache.h"
 #include "cache/dir.h"
 #include "cache/lock.h"
 #include "cache/maintenance.h"
 #include "cache/model_digest.h"
+#include "runtime/bucket_plan.h"
 #include "runtime/compile.h"
 #include "runtime/session_internal.h"
 #include "support/error.h"
@@ -36,7 +40,7 @@ struct Notes {
 struct Lookup {
   enum class Verdict { hit, absent, mismatch, damaged, unreadable };
   Verdict verdict = Verdict::absent;
-  std::shared_ptr<const Program> program;
+  std::shared_ptr<const ProgramSet> program;
   std::string why;
   ino_t ino = 0;  ///< the entry file examined (to tell whether it was replaced since)
   dev_t dev = 0;
@@ -51,7 +55,8 @@ std::pair<ino_t, dev_t> entry_identity(const cache::Cache& c, const std::string&
 
 /// Examines and, when it matches, loads the entry. With policy error a
 /// mismatch or damage throws; otherwise the verdict says why it must be rebuilt.
-Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOptions& opt) {
+Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOptions& opt,
+                 const ProgramSet::Grow& grow) {
   using V = Lookup::Verdict;
   Lookup r;
   fs::path path = c.entry_path(key);
@@ -76,7 +81,7 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
     if (compat.cache_key != key)
       why += (why.empty() ? "" : "; ") + fmt::format("cache_key: the entry says '{}'", compat.cache_key);
     if (!why.empty()) return refuse(V::mismatch, ErrorCode::incompatible_artifact, why);
-    r.program = std::make_shared<const Program>(artifact::read_file(path), opt.target.device);
+    r.program = std::make_shared<const ProgramSet>(artifact::read_file(path), grow, opt.out_of_bucket, opt.target.device);
     r.verdict = V::hit;
     return r;
   } catch (const Error& e) {
@@ -90,15 +95,40 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
   }
 }
 
+/// A bucketed set with no program yet: each bucket is compiled by `grow`
+/// when a run first needs it (so compiles == buckets used).
+std::shared_ptr<const ProgramSet> lazy_set(const fs::path& onnx, const SessionOptions& opt,
+                                           const artifact::CompatInfo& request, ProgramSet::Grow grow,
+                                           SessionStats& st) {
+  Stopwatch sw;
+  BucketSkeleton sk = bucket_skeleton(onnx, opt);
+  artifact::CompatInfo compat = request;
+  compat.input_signature = sk.signature;
+  auto p = std::make_shared<const ProgramSet>(std::move(compat), std::move(sk.set), std::move(sk.inputs),
+                                              std::move(sk.outputs), std::move(grow), opt.out_of_bucket,
+                                              opt.target.device);
+  st.load_ms = sw.ms();
+  return p;
+}
+
 /// Compiles without the cache (no cache, or a directory kiln may not use).
-std::shared_ptr<const Program> compile_in_memory(const fs::path& onnx, const SessionOptions& opt,
-                                                 const artifact::CompatInfo& request, SessionStats& st) {
+std::shared_ptr<const ProgramSet> compile_in_memory(const fs::path& onnx, const SessionOptions& opt,
+                                                    const artifact::CompatInfo& request, SessionStats& st) {
+  st.cache = SessionStats::Cache::none;
+  if (!opt.dims.empty()) {
+    ProgramSet::Grow grow = [onnx, opt, request](const std::vector<int64_t>& sizes, const ir::Model* reference,
+                                                 bool& compiled) {
+      auto cp = compile_program(onnx, opt, request, "", nullptr, sizes, reference);
+      compiled = true;
+      return artifact::ProgramVariant{sizes, std::move(cp.model), std::move(cp.plan)};
+    };
+    return lazy_set(onnx, opt, request, std::move(grow), st);
+  }
   CompileResult rep;
   auto cp = compile_program(onnx, opt, request, "", &rep);
   st.compile_ms = rep.compile_ms;
-  st.cache = SessionStats::Cache::none;
   Stopwatch sw;
-  auto p = std::make_shared<const Program>(std::move(cp), opt.target.device);
+  auto p = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
   st.load_ms = sw.ms();
   return p;
 }
@@ -112,6 +142,67 @@ bool model_changed(const std::vector<cache::FileStamp>& files) {
     }
   }
   return false;
+}
+
+/// The cache entry `key` as it is now, when it is a valid artifact of this
+/// key that can run here; nothing otherwise.
+std::optional<artifact::CompiledProgram> current_entry(const cache::Cache& c, const std::string& key,
+                                                       const Target& target) {
+  try {
+    auto path = c.entry_path(key);
+    if (!fs::exists(path)) return std::nullopt;
+    artifact::CompatInfo compat = artifact::read_compat(path);
+    if (compat.cache_key != key || !targets::check_runnable(compat, target).empty()) return std::nullopt;
+    return artifact::read_file(path);
+  } catch (const Error&) {
+    return std::nullopt;  // damaged or replaced meanwhile: rebuilt from what this process compiles
+  }
+}
+
+/// Grow for a bucketed Session on a writable cache: under the key's lock,
+/// take the bucket from the entry if another process added it, else compile
+/// it and publish the entry with it added (all earlier programs kept, one
+/// copy of the constants).
+ProgramSet::Grow cache_grow(fs::path onnx, SessionOptions opt, artifact::CompatInfo request, fs::path dir,
+                            std::string key, std::vector<cache::FileStamp> files) {
+  opt.on_note = nullptr;  // notes of later runs go to the log only
+  return [=](const std::vector<int64_t>& sizes, const ir::Model* reference,
+             bool& compiled) -> artifact::ProgramVariant {
+    cache::Cache c(dir);
+    std::string problem;
+    auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.cache_lock_timeout_s * 1000));
+    cache::KeyLock lock = cache::KeyLock::acquire(c.lock_path(key), timeout, [] {}, &problem);
+    std::optional<artifact::CompiledProgram> entry = current_entry(c, key, opt.target);
+    if (entry && entry->sizes == sizes) {
+      compiled = false;
+      return {sizes, std::move(entry->model), std::move(entry->plan)};
+    }
+    if (entry)
+      for (auto& v : entry->more)
+        if (v.sizes == sizes) {
+          compiled = false;
+          return std::move(v);
+        }
+    // The entry's first program fixes the weight layouts (constants stored once).
+    artifact::CompiledProgram cp =
+        compile_program(onnx, opt, request, key, nullptr, sizes, entry ? &entry->model : reference);
+    compiled = true;
+    artifact::ProgramVariant out{sizes, cp.model, cp.plan};  // shallow: constants are shared buffers
+    if (model_changed(files)) {
+      log().warn("'{}' changed since the session was created: bucket {} is used but not cached", onnx.string(),
+                 fmt::join(sizes, "x"));
+      return out;
+    }
+    if (entry) entry->more.push_back({sizes, std::move(cp.model), std::move(cp.plan)});
+    try {
+      c.publish(key, entry ? *entry : cp);
+    } catch (const Error& e) {
+      log().warn("could not add bucket {} to the cache entry: {}", fmt::join(sizes, "x"), e.what());
+    }
+    lock.release();
+    if (opt.cache_max_bytes > 0) cache::gc(c.dir(), opt.cache_max_bytes, key);
+    return out;
+  };
 }
 
 std::string rebuild_note(const Lookup& l, const fs::path& path, bool moved_aside) {
@@ -128,7 +219,7 @@ std::string rebuild_note(const Lookup& l, const fs::path& path, bool moved_aside
 
 }  // namespace
 
-std::shared_ptr<const Program> obtain_program(const fs::path& onnx_path, const SessionOptions& opt,
+std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, const SessionOptions& opt,
                                               const artifact::CompatInfo& facts, SessionStats& st) {
   Notes notes{st, opt};
   if (!opt.use_cache)
@@ -157,6 +248,18 @@ std::shared_ptr<const Program> obtain_program(const fs::path& onnx_path, const S
   cache::ModelDigest md = cache::digest_model(onnx_path, c.memo_dir(), writable);
   artifact::CompatInfo request = request_compat(md.digest, opt, facts);
   std::string key = cache::derive_key(cache::key_fields(request));
+  ProgramSet::Grow grow;
+  if (!opt.dims.empty()) {
+    if (writable)
+      grow = cache_grow(onnx_path, opt, request, c.dir(), key, md.files);
+    else
+      grow = [onnx_path, opt, request](const std::vector<int64_t>& sizes, const ir::Model* reference,
+                                       bool& compiled) {
+        auto cp = compile_program(onnx_path, opt, request, "", nullptr, sizes, reference);
+        compiled = true;
+        return artifact::ProgramVariant{sizes, std::move(cp.model), std::move(cp.plan)};
+      };
+  }
   auto hit = [&](Lookup& l, const Stopwatch& sw) {
     st.cache = SessionStats::Cache::hit;
     st.load_ms = sw.ms();
@@ -166,7 +269,7 @@ std::shared_ptr<const Program> obtain_program(const fs::path& onnx_path, const S
   };
 
   Stopwatch sw;
-  Lookup found = try_entry(c, key, opt);
+  Lookup found = try_entry(c, key, opt, grow);
   if (found.verdict == Lookup::Verdict::hit) return hit(found, sw);
   if (!writable) {
     if (found.verdict != Lookup::Verdict::absent) notes.add(rebuild_note(found, c.entry_path(key), false));
@@ -189,7 +292,7 @@ std::shared_ptr<const Program> obtain_program(const fs::path& onnx_path, const S
     notes.add(fmt::format("waited {:.0f} ms for the other process", lock.waited_ms()));
   if (entry_identity(c, key) != std::pair{found.ino, found.dev}) {
     Stopwatch sw2;
-    found = try_entry(c, key, opt);  // published or replaced while we waited
+    found = try_entry(c, key, opt, grow);  // published or replaced while we waited
     if (found.verdict == Lookup::Verdict::hit) return hit(found, sw2);
   }
   if (found.verdict != Lookup::Verdict::absent) {
@@ -199,6 +302,18 @@ std::shared_ptr<const Program> obtain_program(const fs::path& onnx_path, const S
     notes.add(rebuild_note(found, c.entry_path(key), moved));
   }
 
+  if (!opt.dims.empty()) {
+    // Bucketed: nothing is compiled now; each bucket is compiled (and added
+    // to the entry) when a run first needs it.
+    lock.release();
+    auto p = lazy_set(onnx_path, opt, request, grow, st);
+    notes.add(fmt::format("bucketed ({}): no bucket is cached yet; each bucket is compiled when a run first needs it "
+                          "and added to '{}'",
+                          describe(p->bucket_set()), c.entry_path(key).string()));
+    st.cache = SessionStats::Cache::miss;
+    st.artifact_path = c.entry_path(key).string();
+    return p;
+  }
   CompileResult rep;
   auto cp = compile_program(onnx_path, opt, request, key, &rep);
   st.compile_ms = rep.compile_ms;
@@ -230,7 +345,7 @@ std::shared_ptr<const Program> obtain_program(const fs::path& onnx_path, const S
                             cache::format_size(bytes), cache::format_size(opt.cache_max_bytes)));
   }
   Stopwatch sw3;
-  auto program = std::make_shared<const Program>(std::move(cp), opt.target.device);
+  auto program = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
   st.load_ms = sw3.ms();
   return program;
 }

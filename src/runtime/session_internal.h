@@ -4,12 +4,12 @@
 #include <string>
 
 #include "kiln/session.h"
-#include "runtime/program.h"
+#include "runtime/program_set.h"
 
 namespace kiln {
 
 struct SessionAccess {
-  static Session make(std::shared_ptr<const Program> p, SessionStats stats) {
+  static Session make(std::shared_ptr<const ProgramSet> p, SessionStats stats) {
     Session s;
     s.program_ = std::move(p);
     s.stats_ = std::move(stats);
@@ -18,8 +18,10 @@ struct SessionAccess {
 };
 
 /// Reads the compat block, checks it can run here for opt.target, then reads
-/// and validates the whole artifact. Throws Error(incompatible_artifact)
-/// listing every mismatching field, Error(corrupt_artifact), Error(io).
-std::shared_ptr<const Program> load_program(const std::filesystem::path& path, const SessionOptions& opt);
+/// and validates the whole artifact (every program of a bucketed one; no
+/// compiler: a missing bucket is an error at run time). Throws
+/// Error(incompatible_artifact) listing every mismatching field,
+/// Error(corrupt_artifact), Error(io).
+std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path, const SessionOptions& opt);
 
 }  // namespace kiln

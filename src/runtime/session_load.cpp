@@ -8,7 +8,7 @@
 
 namespace kiln {
 
-std::shared_ptr<const Program> load_program(const std::filesystem::path& path, const SessionOptions& opt) {
+std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path, const SessionOptions& opt) {
   Stopwatch sw;
   artifact::CompatInfo compat = artifact::read_compat(path);
   const double compat_ms = sw.ms();
@@ -20,10 +20,10 @@ std::shared_ptr<const Program> load_program(const std::filesystem::path& path, c
   }
   artifact::CompiledProgram cp = artifact::read_file(path);
   const double read_ms = sw.ms();
-  auto program = std::make_shared<const Program>(std::move(cp), opt.target.device);
+  auto programs = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
   log().debug("load '{}': compat block {:.2f} ms, read + verify {:.2f} ms, kernels bound {:.2f} ms", path.string(),
               compat_ms, read_ms - compat_ms, sw.ms() - read_ms);
-  return program;
+  return programs;
 }
 
 Session Session::load(const std::filesystem::path& artifact_path, const SessionOptions& opt) {
@@ -52,6 +52,7 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
 }
 
 std::vector<TensorInfo> Session::inputs() const { return program_->inputs(); }
+BucketStats Session::buckets() const { return program_->stats(); }
 std::vector<TensorInfo> Session::outputs() const { return program_->outputs(); }
 
 }  // namespace kiln

@@ -1,3 +1,5 @@
+#include <fmt/ranges.h>
+
 #include <cstdlib>
 
 #include "kiln/options.h"
@@ -45,6 +47,87 @@ Precision parse_precision(const std::string& text) {
   fail(ErrorCode::invalid_option, "precision: unknown precision '{}' (expected fp32, fp16 or bf16)", text);
 }
 
+namespace {
+
+// Strict decimal integer (no sign, no spaces, no trailing text).
+int64_t parse_size(const std::string& text, const std::string& option, const std::string& whole) {
+  if (text.empty() || text.size() > 12 || text.find_first_not_of("0123456789") != std::string::npos)
+    fail(ErrorCode::invalid_option, "{}: '{}' in '{}' is not a size (a positive integer)", option, text, whole);
+  return std::stoll(text);
+}
+
+std::vector<int64_t> parse_list(const std::string& text, const std::string& option, const std::string& whole) {
+  std::vector<int64_t> out;
+  size_t start = 0;
+  while (true) {
+    size_t comma = text.find(',', start);
+    out.push_back(parse_size(text.substr(start, comma - start), option, whole));
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+DimSpec DimSpec::parse(const std::string& text, const std::string& option) {
+  DimSpec d;
+  std::string body = text;
+  if (auto semi = body.find("/pad="); semi != std::string::npos) {
+    std::string mode = body.substr(semi + 5);
+    if (mode == "none") d.pad = Pad::none;
+    else if (mode != "auto") fail(ErrorCode::invalid_option, "{}: unknown pad mode '{}' in '{}' (expected auto or none)", option, mode, text);
+    body = body.substr(0, semi);
+  }
+  if (body.empty())
+    fail(ErrorCode::invalid_option, "{}: empty; expected a list (1,2,4,8), a range (1..512) or a range with buckets "
+         "(1..512:16,64,512)", option);
+  if (auto dots = body.find(".."); dots != std::string::npos) {
+    auto colon = body.find(':', dots);
+    d.min = parse_size(body.substr(0, dots), option, text);
+    d.max = parse_size(body.substr(dots + 2, colon == std::string::npos ? std::string::npos : colon - dots - 2), option, text);
+    if (d.min < 1 || d.max < d.min)
+      fail(ErrorCode::invalid_option, "{}: range '{}' must satisfy 1 <= start <= end", option, text);
+    if (colon != std::string::npos) {
+      d.sizes = parse_list(body.substr(colon + 1), option, text);
+      if (!d.sizes.empty() && d.sizes.back() < d.max) d.sizes.push_back(d.max);
+    } else {
+      // Powers of two from the first one >= min; the range's end closes the list.
+      for (int64_t p = 1; p < d.max; p *= 2)
+        if (p >= d.min) d.sizes.push_back(p);
+      d.sizes.push_back(d.max);
+    }
+  } else {
+    d.sizes = parse_list(body, option, text);
+    d.min = 1;
+    d.max = d.sizes.empty() ? 0 : d.sizes.back();
+  }
+  d.validate(option);
+  return d;
+}
+
+std::string DimSpec::str() const {
+  std::string s = fmt::format("{}..{}:{}", min, max, fmt::join(sizes, ","));
+  if (pad == Pad::none) s += "/pad=none";
+  return s;
+}
+
+void DimSpec::validate(const std::string& option) const {
+  if (sizes.empty()) fail(ErrorCode::invalid_option, "{}: no bucket sizes", option);
+  if (sizes.size() > 64) fail(ErrorCode::invalid_option, "{}: {} buckets, at most 64", option, sizes.size());
+  for (size_t i = 0; i < sizes.size(); ++i) {
+    if (sizes[i] < 1) fail(ErrorCode::invalid_option, "{}: bucket size {} is below 1", option, sizes[i]);
+    if (i && sizes[i] <= sizes[i - 1])
+      fail(ErrorCode::invalid_option, "{}: bucket sizes must be strictly ascending ({} after {})", option, sizes[i],
+           sizes[i - 1]);
+  }
+  if (min < 1 || min > sizes.front())
+    fail(ErrorCode::invalid_option, "{}: the smallest size served, {}, must be between 1 and the first bucket {}",
+         option, min, sizes.front());
+  if (max != sizes.back())
+    fail(ErrorCode::invalid_option, "{}: bucket {} lies outside the range {}..{}", option, sizes.back(), min, max);
+}
+
 void SessionOptions::validate() const {
 #ifndef KILN_WITH_CUDA
   if (target.kind == Target::Kind::cuda)
@@ -65,6 +148,10 @@ void SessionOptions::validate() const {
     if (name.empty()) fail(ErrorCode::invalid_option, "input_shapes: an input name is empty");
     for (auto d : dims)
       if (d < 0) fail(ErrorCode::invalid_option, "input_shapes: input '{}' has a negative dimension {}", name, d);
+  }
+  for (auto& [name, spec] : dims) {
+    if (name.empty()) fail(ErrorCode::invalid_option, "dims: a dim name is empty");
+    spec.validate(fmt::format("dims '{}'", name));
   }
 }
 

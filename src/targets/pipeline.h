@@ -15,6 +15,11 @@ struct PipelineStats {
 /// shape inference + constant folding, dead-code elimination, verification,
 /// and for cpu the static memory plan (cp.plan). The ref target stops after
 /// verification: it is the plain oracle and allocates at run time.
-PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target);
+/// `bucketed`: the program is one shape bucket of several sharing one copy of
+/// the constants, so the cpu target lays weights out independently of the
+/// input sizes; `layout_reference` (may be null) is a bucket compiled before,
+/// whose packed layouts are reused where they fit (so the bytes are equal).
+PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, bool bucketed = false,
+                           const ir::Model* layout_reference = nullptr);
 
 }  // namespace kiln::targets

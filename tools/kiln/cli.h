@@ -30,6 +30,10 @@ struct Common {
 /// Throws Error(invalid_option) naming the flag and the text.
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt);
 
+/// Parses "NAME=SPEC" (DimSpec text forms) into opt.dims. Throws
+/// Error(invalid_option) naming the flag and the text.
+void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt);
+
 /// File-system-safe output file stem: characters outside [A-Za-z0-9._-]
 /// become '_', an empty name or one starting with '.' gets a '_' prefix, and
 /// repeats get "_2", "_3"... in output order (docs/cli.md).

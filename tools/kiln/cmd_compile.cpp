@@ -11,7 +11,7 @@ namespace kiln::cli {
 void add_compile(CLI::App& app, Common& common) {
   struct Args {
     std::string model, out, target = "cpu";
-    std::vector<std::string> shapes;
+    std::vector<std::string> shapes, dims;
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
@@ -24,11 +24,18 @@ void add_compile(CLI::App& app, Common& common) {
                   "symbolic dims stay dynamic")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--dim", args->dims,
+                  "Shape buckets for a symbolic dim, NAME=SPEC (repeatable): a list 1,2,4,8, a range 1..512 "
+                  "(power-of-two buckets) or a range with buckets 1..512:16,64,128,512; append /pad=none to forbid "
+                  "padding. One program per bucket combination, constants stored once")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_flag("--json", common.json, "Print one JSON object with the facts on stdout");
   sub->callback([args, &common] {
     SessionOptions opt;
     opt.target = Target::parse(args->target);
     parse_shapes(args->shapes, opt);
+    parse_dims(args->dims, opt);
     if (!common.json) std::fprintf(stderr, "kiln: compiling '%s' for %s...\n", args->model.c_str(), opt.target.name().c_str());
     CompileResult r = compile(args->model, args->out, opt);
     if (common.json) {
@@ -36,7 +43,7 @@ void add_compile(CLI::App& app, Common& common) {
                   {"compile_ms", r.compile_ms}, {"write_ms", r.write_ms}, {"nodes_imported", r.nodes_imported},
                   {"nodes_compiled", r.nodes_compiled}, {"nodes_folded", r.nodes_folded},
                   {"arena_bytes", r.arena_bytes}, {"naive_bytes", r.naive_bytes},
-                  {"artifact_bytes", r.artifact_bytes}, {"model_digest", r.model_digest}, {"cache_key", r.cache_key}});
+                  {"artifact_bytes", r.artifact_bytes}, {"programs", r.programs}, {"model_digest", r.model_digest}, {"cache_key", r.cache_key}});
       return;
     }
     std::printf("compiled %s for %s in %.1f ms: %d nodes -> %d (%d folded at compile time)\n", args->model.c_str(),
@@ -44,6 +51,7 @@ void add_compile(CLI::App& app, Common& common) {
     if (r.arena_bytes)
       std::printf("memory plan: %.2f MiB arena for intermediates (%.2f MiB without reuse)\n", r.arena_bytes / 1048576.0,
                   r.naive_bytes / 1048576.0);
+    if (r.programs > 1) std::printf("buckets: %d programs, constants stored once\n", r.programs);
     std::printf("wrote %s (%.2f MiB) in %.1f ms\n", args->out.c_str(), r.artifact_bytes / 1048576.0, r.write_ms);
   });
 }

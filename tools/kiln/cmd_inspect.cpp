@@ -3,7 +3,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <algorithm>
 #include <map>
+#include <set>
 
 #include "artifact/artifact.h"
 #include "cli.h"
@@ -38,6 +40,36 @@ void inspect(const std::string& path, bool as_json) {
       const_bytes += v.constant->nbytes();
       ++consts;
     }
+  // Bytes of distinct constants over every program: each is stored once in
+  // the file, so several programs viewing one buffer count it once.
+  std::set<const void*> seen;
+  uint64_t stored_bytes = 0;
+  auto count_stored = [&](const ir::Model& m) {
+    for (auto& v : m.values)
+      if (v.constant && seen.insert(v.constant->raw()).second) stored_bytes += v.constant->nbytes();
+  };
+  count_stored(cp.model);
+  for (auto& v : cp.more) count_stored(v.model);
+  json buckets = json::object();
+  json programs = json::array();
+  auto program_json = [&](const std::vector<int64_t>& sizes, const ir::Model& m, const ir::MemoryPlan& plan) {
+    json sz = json::object();
+    for (size_t k = 0; k < sizes.size() && k < cp.buckets.dims.size(); ++k) sz[cp.buckets.dims[k].symbol] = sizes[k];
+    bool declared = true;
+    for (size_t k = 0; k < sizes.size() && k < cp.buckets.dims.size(); ++k) {
+      auto& ds = cp.buckets.dims[k].sizes;
+      declared &= std::find(ds.begin(), ds.end(), sizes[k]) != ds.end();
+    }
+    programs.push_back({{"sizes", sz}, {"kind", declared ? "bucket" : "exact"}, {"nodes", m.main.nodes.size()},
+                        {"arena_bytes", plan.arena_bytes}});
+  };
+  program_json(cp.sizes, cp.model, cp.plan);
+  for (auto& v : cp.more) program_json(v.sizes, v.model, v.plan);
+  json dims = json::array();
+  for (auto& d : cp.buckets.dims)
+    dims.push_back({{"name", d.symbol}, {"min", d.min}, {"max", d.max}, {"sizes", d.sizes},
+                    {"pad", artifact::pad_mode_name(d.pad)}});
+  buckets = {{"dims", dims}, {"programs", programs}};
   json ins = json::array(), outs = json::array();
   for (auto id : cp.model.main.inputs) ins.push_back(info_json(tensor_info(cp.model.value(id))));
   for (auto id : cp.model.main.outputs) outs.push_back(info_json(tensor_info(cp.model.value(id))));
@@ -46,7 +78,8 @@ void inspect(const std::string& path, bool as_json) {
   if (as_json) {
     print_json({{"artifact", path}, {"file_bytes", size}, {"compat", compat_json(cp.compat)}, {"inputs", ins},
                 {"outputs", outs}, {"nodes", nodes}, {"operators", ops}, {"constants", consts},
-                {"constant_bytes", const_bytes}, {"arena_bytes", cp.plan.arena_bytes},
+                {"constant_bytes", const_bytes}, {"constants_stored_bytes", stored_bytes},
+                {"arena_bytes", cp.plan.arena_bytes}, {"buckets", buckets},
                 {"metadata", json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false)}});
     return;
   }
@@ -58,6 +91,14 @@ void inspect(const std::string& path, bool as_json) {
   for (auto& o : outs) std::printf("  %s\n", o.dump().c_str());
   std::printf("program: %zu nodes, %d constants (%.2f MiB), arena %.2f MiB\n", nodes, consts, const_bytes / 1048576.0,
               cp.plan.arena_bytes / 1048576.0);
+  if (cp.buckets.empty()) {
+    std::printf("buckets: none (one program)\n");
+  } else {
+    std::printf("buckets: %zu program(s), constants stored once (%.2f MiB)\n", programs.size(),
+                stored_bytes / 1048576.0);
+    for (auto& d : dims) std::printf("  dim %s\n", d.dump().c_str());
+    for (auto& p : programs) std::printf("  program %s\n", p.dump().c_str());
+  }
   std::string hist;
   for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);
   std::printf("operators: %s\n", hist.c_str());

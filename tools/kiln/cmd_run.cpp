@@ -17,7 +17,8 @@ namespace {
 
 struct Args {
   std::string model, target, output_dir, cache_dir, on_mismatch;
-  std::vector<std::string> inputs, shapes;
+  std::vector<std::string> inputs, shapes, dims;
+  std::string out_of_bucket;
   bool random_inputs = false, no_cache = false, cache_dir_given = false, output_dir_given = false, trust_cache_dir = false;
   uint64_t seed = 0;
   int threads = 0;
@@ -80,12 +81,25 @@ std::map<std::string, Tensor> gather_inputs(const Args& a, const Session& s, std
   return in;
 }
 
+json buckets_json(const BucketStats& b) {
+  json programs = json::array();
+  for (auto& p : b.programs) {
+    json sz = json::object();
+    for (size_t k = 0; k < p.size() && k < b.dims.size(); ++k) sz[b.dims[k]] = p[k];
+    programs.push_back(sz);
+  }
+  return {{"dims", b.dims}, {"programs", programs}, {"compiled_by_run", b.compiled_by_run},
+          {"compile_ms", b.compile_ms}};
+}
+
 void run_command(const Args& a, bool as_json) {
   SessionOptions opt;
   bool artifact_file = is_artifact(a.model);
   if (!a.target.empty()) opt.target = Target::parse(a.target);
   else if (artifact_file) opt.target = Target::parse(artifact::read_compat(a.model).target);
   parse_shapes(a.shapes, opt);
+  parse_dims(a.dims, opt);
+  if (a.out_of_bucket == "error") opt.out_of_bucket = OutOfBucket::error;
   opt.threads = a.threads;
   if (a.output_dir_given && a.output_dir.empty())
     fail(ErrorCode::invalid_option, "--output-dir: the directory path is empty");
@@ -93,6 +107,8 @@ void run_command(const Args& a, bool as_json) {
     fail(ErrorCode::invalid_option, "--cache-dir and --no-cache cannot be used together");
   if (a.cache_dir_given) opt.cache_dir = a.cache_dir;
   opt.use_cache = !a.no_cache;
+  if (artifact_file && !a.dims.empty())
+    fail(ErrorCode::invalid_option, "--dim applies when compiling; '{}' is already compiled", a.model);
   if (artifact_file && !a.shapes.empty())
     fail(ErrorCode::invalid_option, "--shape applies when compiling; '{}' is already compiled", a.model);
   if (a.on_mismatch == "recompile" && artifact_file)
@@ -140,7 +156,7 @@ void run_command(const Args& a, bool as_json) {
     print_json({{"model", a.model}, {"target", opt.target.name()}, {"cache", cache}, {"compile_ms", st.compile_ms},
                 {"load_ms", st.load_ms}, {"run_ms", run_ms},
                 {"artifact", st.artifact_path.empty() ? json(nullptr) : json(st.artifact_path)}, {"notes", notes},
-                {"inputs", ins}, {"outputs", outs}});
+                {"inputs", ins}, {"outputs", outs}, {"buckets", buckets_json(s.buckets())}});
     return;
   }
   for (auto& n : input_notes) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
@@ -182,6 +198,15 @@ void add_run(CLI::App& app, Common& common) {
   sub->add_option("--shape", a->shapes, "Fix an input's shape when compiling, NAME=DxDx... (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--dim", a->dims,
+                  "Shape buckets for a symbolic dim when compiling, NAME=SPEC (repeatable; see kiln compile --help); "
+                  "each bucket is compiled when first used and added to the cache entry")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--out-of-bucket", a->out_of_bucket,
+                  "A shape outside every bucket: compile (default; compiled for that exact shape and cached) or "
+                  "error (exit 6)")
+      ->check(CLI::IsMember({"compile", "error"}));
   sub->add_option("--cache-dir", a->cache_dir, "Cache directory (default $XDG_CACHE_HOME/kiln, else ~/.cache/kiln)")
       ->each([a](const std::string&) { a->cache_dir_given = true; });
   sub->add_flag("--no-cache", a->no_cache, "Compile in memory; neither read nor write the cache");

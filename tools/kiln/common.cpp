@@ -42,6 +42,18 @@ void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt) {
   }
 }
 
+void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt) {
+  for (auto& spec : specs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail(ErrorCode::invalid_option, "--dim '{}': expected NAME=SPEC (e.g. batch=1,2,4,8 or seq=1..512 or "
+           "seq=1..512:16,64,128,512)", spec);
+    std::string name = spec.substr(0, eq);
+    if (opt.dims.count(name)) fail(ErrorCode::invalid_option, "--dim: dim '{}' is given twice", name);
+    opt.dims[name] = DimSpec::parse(spec.substr(eq + 1), fmt::format("--dim '{}'", spec));
+  }
+}
+
 std::vector<std::string> safe_names(const std::vector<std::string>& names) {
   std::vector<std::string> out;
   std::set<std::string> used;

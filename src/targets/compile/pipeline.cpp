@@ -14,7 +14,8 @@
 
 namespace kiln::targets {
 
-PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target) {
+PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, bool bucketed,
+                           const ir::Model* layout_reference) {
   PipelineStats st;
   st.folded = passes::infer_and_fold(cp.model).folded_nodes;
   st.dead = passes::eliminate_dead_code(cp.model);
@@ -30,7 +31,7 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target) 
     log().info("cpu graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
                "{} Gelus recognised",
                simplified, merged, bn, gelu);
-    auto low = cpu::lower_for_cpu(cp.model);
+    auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed});
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
                "{} tiny element-wise nodes left to the reference kernels, {} weights packed",
                low.lowered, low.fused, low.views_folded, low.reorders, low.restored, low.packed);

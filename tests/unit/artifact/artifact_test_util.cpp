@@ -6,6 +6,9 @@
 #include <fstream>
 #include <limits>
 
+#include <flatbuffers/flatbuffers.h>
+
+#include "artifact/program_generated.h"
 #include "support/hash.h"
 
 namespace kiln::artifact_test {
@@ -301,6 +304,19 @@ std::vector<uint8_t> replace_sections(const std::vector<uint8_t>& file,
   std::vector<uint8_t> compat = bytes_of(0, {get64(file, 24), get64(file, 32)});
   std::vector<std::vector<uint8_t>> sections;
   for (uint32_t k = 1; k <= kSectionCount; ++k) sections.push_back(bytes_of(k, section_region(file, SectionKind(k))));
+  // A new program or memory plan of a one-program file gets a bucket table
+  // that spans it, so the reader reaches the replaced section (written
+  // without the writer's checks: crafted sections may be empty).
+  if (!repl.count(7) && (repl.count(1) || repl.count(2))) {
+    flatbuffers::FlatBufferBuilder b;
+    b.ForceDefaults(true);
+    auto sizes = b.CreateVector(std::vector<int64_t>{});
+    std::vector<flatbuffers::Offset<kiln::fb::ProgramSlot>> slots{
+        kiln::fb::CreateProgramSlot(b, sizes, 0, sections[0].size(), 0, sections[1].size())};
+    auto slots_v = b.CreateVector(slots);
+    b.Finish(kiln::fb::CreateBucketTable(b, 0, 0, 0, slots_v));
+    sections[6].assign(b.GetBufferPointer(), b.GetBufferPointer() + b.GetSize());
+  }
 
   Header h;
   h.compat = {align_up(kHeaderSize), compat.size()};

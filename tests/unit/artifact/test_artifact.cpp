@@ -157,7 +157,7 @@ TEST(Artifact, CompatFieldsInFixedOrder) {
   EXPECT_EQ(names, (std::vector<std::string>{"kiln_version", "format_version", "target", "device_arch", "device_name",
                                              "cpu_isa", "library_versions", "precision", "tuning", "options_digest",
                                              "model_digest", "input_signature", "cache_key"}));
-  EXPECT_EQ(f[1].second, "1");
+  EXPECT_EQ(f[1].second, std::to_string(artifact::kFormatVersion));
   EXPECT_EQ(f[5].second, "avx2,fma");
   EXPECT_EQ(f[6].second, "onednn=2.6.3,openmp=4.5");
   EXPECT_EQ(f[11].second, "x:float32[N,3,?];cond:bool[]");

@@ -159,14 +159,14 @@ TEST(ArtifactCorruption, WrongMagicSaysNotAnArtifact) {
 
 TEST(ArtifactCorruption, FutureVersionNamesBothVersions) {
   Bytes b = artifact::serialize(sample_program());
-  put32(b, 8, 2);
+  put32(b, 8, 3);
   restamp(b);
   auto e = read_error(b);
   ASSERT_TRUE(e.has_value());
   EXPECT_EQ(e->code(), ErrorCode::corrupt_artifact);
   std::string msg = e->what();
-  EXPECT_NE(msg.find("format version 2"), std::string::npos) << msg;
-  EXPECT_NE(msg.find("format version 1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("format version 3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("format versions 1 to 2"), std::string::npos) << msg;
 }
 
 // --- crafted files: checksums are valid, the content is not ------------------

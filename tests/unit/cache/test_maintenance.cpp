@@ -157,7 +157,7 @@ TEST_F(Maint, VerifyFindsDamagedAndMisnamedEntries) {
   for (auto& r : ok) EXPECT_TRUE(r.ok) << r.problem;
 
   auto bytes = file_bytes(entries[0]);
-  bytes[bytes.size() - 3] ^= 0x40;  // in the metadata section, the last one
+  bytes[bytes.size() - 3] ^= 0x40;  // in the buckets section, the last one
   write_bytes(entries[0], bytes);
   fs::copy_file(entries[1], cache_dir / (std::string(32, 'a') + ".kiln"));
   auto res = cache::verify_entries(cache_dir);
@@ -166,7 +166,7 @@ TEST_F(Maint, VerifyFindsDamagedAndMisnamedEntries) {
   for (auto& r : res) {
     if (r.ok) continue;
     ++bad;
-    if (r.file.path == entries[0]) EXPECT_NE(r.problem.find("metadata"), std::string::npos) << r.problem;
+    if (r.file.path == entries[0]) EXPECT_NE(r.problem.find("section 'buckets'"), std::string::npos) << r.problem;
     else EXPECT_NE(r.problem.find("not the key in its file name"), std::string::npos) << r.problem;
   }
   EXPECT_EQ(bad, 2);

@@ -30,7 +30,7 @@ bool is_slice(const ir::Node& n) { return is_cpu(n, "Reorder") && n.has("slice_a
 
 class Layouts {
  public:
-  Layouts(ir::Model& m, ir::Graph& g) : m_(m), g_(g), block_(channel_block()) {}
+  Layouts(ir::Model& m, ir::Graph& g, bool winograd) : m_(m), g_(g), winograd_(winograd), block_(channel_block()) {}
 
   int run() {
     std::vector<ir::Node> nodes = std::move(g_.nodes);
@@ -101,7 +101,7 @@ class Layouts {
     for (auto& [k, a] : n.attrs)
       if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) {
         for (auto& u : uses_in(**sg)) ensure_plain(u);
-        reorders_ += Layouts(m_, **sg).run();
+        reorders_ += Layouts(m_, **sg, winograd_).run();
       }
     g_.nodes.push_back(std::move(n));
   }
@@ -181,7 +181,7 @@ class Layouts {
         }
       if (!changed || !primitive_ok(b)) return false;
     }
-    if (is_cpu(n, "Conv")) try_winograd(b);
+    if (is_cpu(n, "Conv") && winograd_) try_winograd(b);
     std::vector<bool> choice_blocked = want;
     for (size_t k = 0; k < ins.size(); ++k) {
       size_t i = ins[k].first;
@@ -262,6 +262,7 @@ class Layouts {
 
   ir::Model& m_;
   ir::Graph& g_;
+  bool winograd_;
   int64_t block_;
   int reorders_ = 0;
   std::unordered_map<ir::ValueId, ir::ValueId> blk_;   ///< value -> its blocked twin
@@ -270,6 +271,6 @@ class Layouts {
 
 }  // namespace
 
-int assign_layouts(ir::Model& m) { return Layouts(m, m.main).run(); }
+int assign_layouts(ir::Model& m, bool winograd) { return Layouts(m, m.main, winograd).run(); }
 
 }  // namespace kiln::targets::cpu

@@ -32,7 +32,17 @@ struct LowerStats {
 /// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
 /// assign_layouts, restore_small_elementwise, pack_weights, then dead-code
 /// elimination. Shapes must be inferred (infer_and_fold) before.
-LowerStats lower_for_cpu(ir::Model& m);
+/// How weights are laid out when a program is one of several sharing constants.
+struct LowerOptions {
+  /// Another program of the same model (a shape bucket compiled before),
+  /// whose packed weight layouts pack_weights reuses where they fit. May be null.
+  const ir::Model* layout_reference = nullptr;
+  /// Weight layouts must not depend on the input sizes (shape buckets): no
+  /// Winograd, whose oneDNN weight layout varies with the minibatch, so every
+  /// bucket packs each weight the same way and the artifact stores it once.
+  bool size_independent_weights = false;
+};
+LowerStats lower_for_cpu(ir::Model& m, const LowerOptions& options = {});
 
 /// A lowered single-node Eltwise / Binary and the ONNX node it replaced.
 struct Lowered {
@@ -65,12 +75,21 @@ int fold_matmul_views(ir::Model& m);
 /// Chooses the channel-blocked layout for the spatial regions that contain a
 /// convolution and inserts kiln.cpu.Reorder nodes at their boundaries.
 /// Returns the number of reorders inserted.
-int assign_layouts(ir::Model& m);
+/// `winograd` false: never choose the Winograd algorithm (LowerOptions).
+int assign_layouts(ir::Model& m, bool winograd = true);
 
 /// Reorders each constant weight of Conv / MatMul into the layout its
 /// primitive wants (chosen by oneDNN for the final source/destination
 /// layouts) and stores that as a new constant. Returns the number packed.
-int pack_weights(ir::Model& m);
+///
+/// With `layout_reference` (a program of the same model for other input
+/// sizes, e.g. another shape bucket): a node named like one of its Conv /
+/// MatMul nodes first tries that node's weight layout (and convolution
+/// algorithm); when oneDNN has an optimised kernel for it, the weights are
+/// packed the same way, so the bytes equal the reference's and the artifact
+/// stores them once. oneDNN otherwise picks layouts by batch size, which
+/// would store one packed copy per bucket.
+int pack_weights(ir::Model& m, const ir::Model* layout_reference = nullptr);
 
 // ---- helpers shared by the passes (graph_util.cpp) ----
 

@@ -5,6 +5,7 @@
 #include <map>
 
 #include "support/error.h"
+#include "support/log.h"
 #include "targets/cpu/compile/lower_ops.h"
 #include "targets/cpu/run/cpu_kernels.h"
 
@@ -14,7 +15,14 @@ namespace {
 
 class Packer {
  public:
-  explicit Packer(ir::Model& m) : m_(m) {}
+  Packer(ir::Model& m, const ir::Model* reference) : m_(m) {
+    if (reference)
+      for_each_graph(const_cast<ir::Graph&>(reference->main), [&](ir::Graph& g) {
+        for (auto& n : g.nodes)
+          if ((is_cpu(n, "Conv") || is_cpu(n, "MatMul")) && n.has("md.wei") && !n.has("md.wei_src") && !n.name.empty())
+            hints_.emplace(n.name, &n);
+      });
+  }
 
   int graph(ir::Graph& g) {
     int n = 0;
@@ -27,7 +35,28 @@ class Packer {
   }
 
  private:
+  // Takes the reference node's weight layout (and algorithm) when oneDNN
+  // runs it with an optimised kernel at this node's shapes.
+  void follow_reference(ir::Node& n) {
+    auto it = hints_.find(n.name);
+    if (it == hints_.end()) return;
+    const ir::Node& ref = *it->second;
+    ir::Node trial = n;
+    trial.attrs["md.wei"] = ref.attrs.at("md.wei");
+    if (ref.has("alg")) trial.attrs["alg"] = ref.attrs.at("alg");
+    else trial.attrs.erase("alg");
+    if (md_attr(trial, "md.wei").dims() != md_attr(n, "md.wei").dims()) return;
+    if (!fast_primitive(trial) || !primitive_ok(trial)) {
+      log().debug("{}: the reference weight layout has no optimised kernel at these shapes; packed anew", n.label());
+      return;
+    }
+    n.attrs["md.wei"] = trial.attrs["md.wei"];
+    if (trial.has("alg")) n.attrs["alg"] = trial.attrs["alg"];
+    else n.attrs.erase("alg");
+  }
+
   int pack(ir::Node& n) {
+    follow_reference(n);
     md_t wmd = is_cpu(n, "Conv") ? conv_pd(n).weights_desc() : matmul_pd(n).weights_desc();
     md_t src = md_attr(n, "md.wei_src");
     ir::ValueId w = n.inputs[1];
@@ -53,11 +82,12 @@ class Packer {
   }
 
   ir::Model& m_;
+  std::map<std::string, const ir::Node*> hints_;  ///< reference Conv/MatMul nodes by name
   std::map<std::pair<ir::ValueId, std::vector<int64_t>>, ir::ValueId> packed_;
 };
 
 }  // namespace
 
-int pack_weights(ir::Model& m) { return Packer(m).graph(m.main); }
+int pack_weights(ir::Model& m, const ir::Model* layout_reference) { return Packer(m, layout_reference).graph(m.main); }
 
 }  // namespace kiln::targets::cpu

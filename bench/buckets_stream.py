@@ -1,0 +1,177 @@
+#!/usr/bin/env python3
+"""A stream of random-shape requests through kiln's shape buckets and through
+ONNX Runtime, with every output compared (issue #7 acceptance).
+
+Usage:
+  .venv/bin/python bench/buckets_stream.py bert|resnet [--count N] [--batch-max B]
+      [--seq-max S] [--seed K] [--threads T] [--model PATH] [--stream build/bench/stream/kiln-stream]
+      [--cache-dir DIR] [--work DIR] [--atol A] [--rtol R]
+
+Models: the dynamic copies written by bench/make_dynamic.py (default
+/tmp/kiln-dyn/bert_base_dyn.onnx, /tmp/kiln-dyn/resnet50_dyn.onnx).
+
+  bert:   requests (batch, sequence) uniform in [1..B] x [1..S]; input_ids
+          uniform in [1, 30000), attention_mask all ones over the request's
+          own length, token_type_ids zeros. kiln: --dim batch=1..B
+          --dim sequence=1..S (power-of-two buckets; batch padded as rows,
+          sequence padded with the mask extended by zeros).
+  resnet: requests batch uniform in [1..B], input uniform in [0, 1).
+          kiln: --dim N=1..B.
+
+kiln side: one process (bench/stream, `kiln-stream`) holding one Session
+with an empty cache directory, so every bucket a request needs is compiled
+when first used (compile time included in kiln's total); the number of
+compilations is reported next to the number of distinct buckets the stream
+used. ONNX Runtime side: one InferenceSession (CPU EP, all optimisations,
+intra-op threads T), session creation included in its total. Every output of
+every request is compared: |kiln - ort| <= atol + rtol |ort| (defaults
+1e-4 and 1e-3, as bench/cpu_vs_ort.py).
+
+Prints one JSON object (parameters, load before/after, totals, compile
+count, buckets used, worst difference, failures). Asserts nothing but exits
+1 when an output differs or the compile count differs from the buckets used.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def pow2_bucket(v: int, hi: int) -> int:
+    p = 1
+    while p < v:
+        p *= 2
+    return min(p, hi)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description="shape-bucket request stream: kiln vs ONNX Runtime")
+    ap.add_argument("model_kind", choices=["bert", "resnet"])
+    ap.add_argument("--count", type=int, default=1000)
+    ap.add_argument("--batch-max", type=int, default=32)
+    ap.add_argument("--seq-max", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", default=None)
+    ap.add_argument("--stream", default="build/bench/stream/kiln-stream")
+    ap.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory (cold cache)")
+    ap.add_argument("--work", default=None, help="where requests and outputs go (default: a temporary directory)")
+    ap.add_argument("--atol", type=float, default=1e-4)
+    ap.add_argument("--rtol", type=float, default=1e-3)
+    a = ap.parse_args()
+
+    import onnxruntime as ort
+
+    rng = np.random.default_rng(a.seed)
+    work = Path(a.work or tempfile.mkdtemp(prefix="kiln-stream-"))
+    reqs_dir, out_dir = work / "requests", work / "kiln_out"
+    shutil.rmtree(work / "requests", ignore_errors=True)
+    shutil.rmtree(out_dir, ignore_errors=True)
+    reqs_dir.mkdir(parents=True)
+    cache = Path(a.cache_dir) if a.cache_dir else work / "cache"
+    shutil.rmtree(cache, ignore_errors=True)
+
+    requests, buckets = [], set()
+    for i in range(a.count):
+        d = reqs_dir / f"{i:06d}"
+        d.mkdir()
+        if a.model_kind == "bert":
+            b, s = int(rng.integers(1, a.batch_max + 1)), int(rng.integers(1, a.seq_max + 1))
+            feeds = {
+                "input_ids": rng.integers(1, 30000, (b, s)).astype(np.int64),
+                "attention_mask": np.ones((b, s), np.int64),
+                "token_type_ids": np.zeros((b, s), np.int64),
+            }
+            requests.append((b, s))
+            buckets.add((pow2_bucket(b, a.batch_max), pow2_bucket(s, a.seq_max)))
+        else:
+            b = int(rng.integers(1, a.batch_max + 1))
+            feeds = {"input": rng.random((b, 3, 224, 224), np.float32)}
+            requests.append((b,))
+            buckets.add((pow2_bucket(b, a.batch_max),))
+        for k, v in feeds.items():
+            np.save(d / f"{k}.npy", v)
+
+    model = a.model or ("/tmp/kiln-dyn/bert_base_dyn.onnx" if a.model_kind == "bert" else "/tmp/kiln-dyn/resnet50_dyn.onnx")
+    dims = (["--dim", f"batch=1..{a.batch_max}", "--dim", f"sequence=1..{a.seq_max}"] if a.model_kind == "bert"
+            else ["--dim", f"N=1..{a.batch_max}"])
+    load_before = os.getloadavg()
+
+    # kiln: one process, one Session, cold cache.
+    cmd = [a.stream, model, str(reqs_dir), str(out_dir), *dims, "--cache-dir", str(cache), "--threads", str(a.threads)]
+    t0 = time.perf_counter()
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    kiln_wall = time.perf_counter() - t0
+    if p.returncode != 0:
+        print(p.stderr, file=sys.stderr)
+        return 1
+    k = json.loads(p.stdout.strip().splitlines()[-1])
+
+    # ONNX Runtime: one session on the same requests.
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = a.threads
+    so.inter_op_num_threads = 1
+    t0 = time.perf_counter()
+    sess = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    ort_create = time.perf_counter() - t0
+    out_names = [o.name for o in sess.get_outputs()]
+    ort_runs, worst, failures = 0.0, 0.0, []
+    for i in range(a.count):
+        d = reqs_dir / f"{i:06d}"
+        feeds = {x.name: np.load(d / f"{x.name}.npy") for x in sess.get_inputs()}
+        t0 = time.perf_counter()
+        outs = sess.run(None, feeds)
+        ort_runs += time.perf_counter() - t0
+        for name, o in zip(out_names, outs):
+            kv = np.load(out_dir / f"{i:06d}" / f"{name}.npy")
+            if kv.shape != o.shape:
+                failures.append({"request": i, "shape": list(requests[i]), "output": name,
+                                 "why": f"shape {list(kv.shape)} vs ort {list(o.shape)}"})
+                continue
+            diff = np.abs(kv.astype(np.float64) - o)
+            worst = max(worst, float(diff.max()) if diff.size else 0.0)
+            if not np.all(diff <= a.atol + a.rtol * np.abs(o)):
+                failures.append({"request": i, "shape": list(requests[i]), "output": name,
+                                 "max_abs_diff": float(diff.max())})
+        shutil.rmtree(out_dir / f"{i:06d}", ignore_errors=True)  # keep the disk use to one request
+
+    compiles = k["compiled_by_run"] + (1 if k["construct_compile_ms"] > 0 else 0)
+    report = {
+        "model": model,
+        "params": {"kind": a.model_kind, "count": a.count, "batch": [1, a.batch_max],
+                   "sequence": [1, a.seq_max] if a.model_kind == "bert" else None, "seed": a.seed,
+                   "threads": a.threads, "kiln_dims": dims},
+        "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "kiln": {"total_s": round((k["construct_ms"] + k["runs_ms"]) / 1000, 2),
+                 "process_wall_s": round(kiln_wall, 2),
+                 "session_s": round(k["construct_ms"] / 1000, 2),
+                 "runs_s_incl_compiles": round(k["runs_ms"] / 1000, 2),
+                 "compile_s": round(k["run_compile_ms"] / 1000, 2),
+                 "compiles": compiles, "programs_held": len(k["programs"])},
+        "ort": {"total_s": round(ort_create + ort_runs, 2), "session_s": round(ort_create, 2),
+                "runs_s": round(ort_runs, 2), "compiles": 0},
+        "buckets_used": len(buckets),
+        "compiles_equal_buckets_used": compiles == len(buckets),
+        "outputs_compared": a.count * len(out_names),
+        "max_abs_diff": worst,
+        "failures": failures[:20],
+        "failure_count": len(failures),
+    }
+    print(json.dumps(report, indent=1))
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+    return 0 if not failures and compiles == len(buckets) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,31 @@
+// Compile side of shape buckets: the bucket set of a model for the given
+// options (which axes carry each bucketed dim, where padding is safe).
+#pragma once
+#include <map>
+#include <string>
+#include <vector>
+
+#include "artifact/artifact.h"
+#include "ir/graph.h"
+#include "kiln/options.h"
+
+namespace kiln {
+
+/// The bucket set for `dims` (SessionOptions::dims) on an imported model
+/// whose inputs are not yet bound: dims in name order, each input's and
+/// output's bucketed axes, and each dim's pad mode (DimSpec::Pad::auto_
+/// resolves to batch, sequence or none; see DimSpec). Padding also needs every
+/// output's shape declared without anonymous dynamic dims (so the runtime
+/// knows which axes to slice); otherwise the dim gets none.
+/// Throws Error(invalid_option) naming "dims '<name>'" when no input has the dim.
+artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string, DimSpec>& dims);
+
+/// Every combination of bucket sizes (one size per dim, in dims order), the
+/// smallest first. Throws Error(invalid_option) naming "dims" when there are
+/// more than artifact::detail::kMaxPrograms.
+std::vector<std::vector<int64_t>> all_buckets(const artifact::BucketSet& set);
+
+/// "batch=1..32:1,2,4,...(pad batch); seq=..." for notes and metadata.
+std::string describe(const artifact::BucketSet& set);
+
+}  // namespace kiln

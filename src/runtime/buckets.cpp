@@ -1,0 +1,178 @@
+#include "runtime/buckets.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "support/error.h"
+
+namespace kiln::buckets {
+
+namespace {
+
+// Index of `symbol` in set.dims, or -1.
+int dim_index(const artifact::BucketSet& set, const std::string& symbol) {
+  for (size_t i = 0; i < set.dims.size(); ++i)
+    if (set.dims[i].symbol == symbol) return static_cast<int>(i);
+  return -1;
+}
+
+// Copies the region both tensors have in common (per axis the smaller size)
+// from `from` into `to`: padding when `to` is larger, slicing when smaller.
+// Rows of the innermost axis are copied with memcpy.
+void copy_common(const Tensor& from, Tensor& to) {
+  const auto& fs = from.shape();
+  const auto& ts = to.shape();
+  const size_t rank = fs.size(), es = dtype_size(from.dtype());
+  if (rank == 0) {
+    std::memcpy(to.raw(), from.raw(), es);
+    return;
+  }
+  std::vector<int64_t> common(rank), fstride(rank, 1), tstride(rank, 1);
+  for (size_t i = 0; i < rank; ++i) common[i] = std::min(fs[i], ts[i]);
+  for (size_t i = rank - 1; i > 0; --i) {
+    fstride[i - 1] = fstride[i] * fs[i];
+    tstride[i - 1] = tstride[i] * ts[i];
+  }
+  for (auto c : common)
+    if (c == 0) return;
+  const auto* src = static_cast<const uint8_t*>(from.raw());
+  auto* dst = static_cast<uint8_t*>(to.raw());
+  const size_t row = static_cast<size_t>(common[rank - 1]) * es;
+  std::vector<int64_t> idx(rank, 0);  // over the outer rank-1 axes of the common region
+  while (true) {
+    int64_t fo = 0, to_off = 0;
+    for (size_t i = 0; i + 1 < rank; ++i) {
+      fo += idx[i] * fstride[i];
+      to_off += idx[i] * tstride[i];
+    }
+    std::memcpy(dst + to_off * static_cast<int64_t>(es), src + fo * static_cast<int64_t>(es), row);
+    size_t ax = rank - 1;
+    while (ax > 0) {
+      --ax;
+      if (++idx[ax] < common[ax]) break;
+      idx[ax] = 0;
+      if (ax == 0) return;
+    }
+    if (rank == 1) return;
+  }
+}
+
+// The shape `t` has with each bucketed axis of `io` set from `sizes`.
+std::vector<int64_t> resized(const artifact::BucketSet& set, const artifact::IoSymbols& io, const Tensor& t,
+                             const std::vector<int64_t>& sizes) {
+  std::vector<int64_t> shape = t.shape();
+  for (size_t a = 0; a < io.axes.size() && a < shape.size(); ++a)
+    if (int d = dim_index(set, io.axes[a]); d >= 0) shape[a] = sizes[static_cast<size_t>(d)];
+  return shape;
+}
+
+}  // namespace
+
+std::vector<int64_t> request_sizes(const artifact::BucketSet& set, const std::map<std::string, Tensor>& inputs) {
+  std::vector<int64_t> sizes(set.dims.size(), -1);
+  std::vector<std::string> from(set.dims.size());
+  for (auto& io : set.inputs) {
+    auto it = inputs.find(io.name);
+    if (it == inputs.end()) continue;
+    const Tensor& t = it->second;
+    if (static_cast<size_t>(t.rank()) != io.axes.size())
+      fail(ErrorCode::invalid_input, "input '{}' has rank {}, the model expects {}", io.name, t.rank(), io.axes.size());
+    for (size_t a = 0; a < io.axes.size(); ++a) {
+      int d = dim_index(set, io.axes[a]);
+      if (d < 0) continue;
+      auto k = static_cast<size_t>(d);
+      int64_t v = t.dim(static_cast<int64_t>(a));
+      if (v < 1)
+        fail(ErrorCode::invalid_input, "input '{}' dim {} ('{}') is {}; a bucketed dim must be at least 1", io.name, a,
+             io.axes[a], v);
+      if (sizes[k] >= 0 && sizes[k] != v)
+        fail(ErrorCode::invalid_input, "input '{}' dim {} ('{}') is {} but '{}' is {} in input '{}'", io.name, a,
+             io.axes[a], v, io.axes[a], sizes[k], from[k]);
+      sizes[k] = v;
+      from[k] = io.name;
+    }
+  }
+  for (size_t k = 0; k < sizes.size(); ++k)
+    if (sizes[k] < 0)
+      fail(ErrorCode::invalid_input, "no input gives the size of bucketed dim '{}'", set.dims[k].symbol);
+  return sizes;
+}
+
+Choice choose(const artifact::BucketSet& set, const std::vector<int64_t>& request) {
+  Choice c;
+  c.sizes = request;
+  for (size_t k = 0; k < set.dims.size(); ++k) {
+    const artifact::BucketDim& d = set.dims[k];
+    int64_t r = request[k];
+    if (std::find(d.sizes.begin(), d.sizes.end(), r) != d.sizes.end()) continue;  // exact bucket
+    std::string buckets = fmt::format("{}", fmt::join(d.sizes, ","));
+    if (d.pad == artifact::PadMode::none) {
+      c.inside = false;
+      c.why += fmt::format("{}dim '{}' is {}, not one of its buckets {} (padding '{}' is not safe for this model)",
+                           c.why.empty() ? "" : "; ", d.symbol, r, buckets, d.symbol);
+    } else if (r < d.min || r > d.max) {
+      c.inside = false;
+      c.why += fmt::format("{}dim '{}' is {}, outside its range {}..{} (buckets {})", c.why.empty() ? "" : "; ",
+                           d.symbol, r, d.min, d.max, buckets);
+    } else {
+      c.sizes[k] = *std::lower_bound(d.sizes.begin(), d.sizes.end(), r);
+    }
+  }
+  return c;
+}
+
+bool serves(const artifact::BucketSet& set, const std::vector<int64_t>& program, const std::vector<int64_t>& request) {
+  if (program.size() != set.dims.size() || request.size() != set.dims.size()) return false;
+  for (size_t k = 0; k < set.dims.size(); ++k) {
+    const artifact::BucketDim& d = set.dims[k];
+    if (program[k] == request[k]) continue;
+    bool declared = std::find(d.sizes.begin(), d.sizes.end(), program[k]) != d.sizes.end();
+    if (d.pad == artifact::PadMode::none || !declared || request[k] > program[k] || request[k] < d.min) return false;
+  }
+  return true;
+}
+
+std::map<std::string, Tensor> pad_inputs(const artifact::BucketSet& set, const std::map<std::string, Tensor>& inputs,
+                                         const std::vector<int64_t>& program) {
+  std::map<std::string, Tensor> out = inputs;
+  for (auto& io : set.inputs) {
+    auto it = out.find(io.name);
+    if (it == out.end()) continue;
+    std::vector<int64_t> shape = resized(set, io, it->second, program);
+    if (shape == it->second.shape()) continue;
+    if (dtype_size(it->second.dtype()) == 0)
+      fail(ErrorCode::invalid_input, "input '{}' ({}) cannot be padded to a bucket; give it at a bucket's size",
+           io.name, dtype_name(it->second.dtype()));
+    // Zeros: padding rows of a batch, and for a sequence the masked-out
+    // positions (an attention mask of 0 excludes them from every real position).
+    Tensor padded(it->second.dtype(), shape);
+    copy_common(it->second, padded);
+    it->second = std::move(padded);
+  }
+  return out;
+}
+
+void slice_outputs(const artifact::BucketSet& set, std::map<std::string, Tensor>& outputs,
+                   const std::vector<int64_t>& request) {
+  for (auto& io : set.outputs) {
+    auto it = outputs.find(io.name);
+    if (it == outputs.end() || dtype_size(it->second.dtype()) == 0) continue;
+    std::vector<int64_t> shape = resized(set, io, it->second, request);
+    if (shape == it->second.shape()) continue;
+    Tensor sliced(it->second.dtype(), shape);
+    copy_common(it->second, sliced);
+    it->second = std::move(sliced);
+  }
+}
+
+std::string sizes_str(const artifact::BucketSet& set, const std::vector<int64_t>& sizes) {
+  std::string s;
+  for (size_t k = 0; k < set.dims.size() && k < sizes.size(); ++k)
+    s += fmt::format("{}{}={}", k ? "," : "", set.dims[k].symbol, sizes[k]);
+  return s;
+}
+
+}  // namespace kiln::buckets

@@ -1,0 +1,165 @@
+#include "runtime/program_set.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "runtime/buckets.h"
+#include "support/error.h"
+#include "support/hash.h"
+#include "support/log.h"
+
+namespace kiln {
+
+namespace {
+
+// TensorInfo with each bucketed axis shown as its symbol (-1).
+std::vector<TensorInfo> symbolic(std::vector<TensorInfo> infos, const std::vector<artifact::IoSymbols>& io) {
+  for (auto& t : infos)
+    for (auto& s : io)
+      if (s.name == t.name)
+        for (size_t a = 0; a < s.axes.size() && a < t.dims.size(); ++a)
+          if (!s.axes[a].empty()) {
+            t.dims[a] = -1;
+            t.symbols[a] = s.axes[a];
+          }
+  return infos;
+}
+
+int64_t volume(const std::vector<int64_t>& sizes) {
+  int64_t v = 1;
+  for (auto s : sizes) v *= s;
+  return v;
+}
+
+}  // namespace
+
+ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device)
+    : compat_(cp.compat), set_(std::move(cp.buckets)), grow_(std::move(grow)), policy_(policy), device_(device) {
+  // Target-defined sections belong to the artifact; every program gets them.
+  kernels_ = std::move(cp.kernels);
+  tuning_ = std::move(cp.tuning);
+  metadata_json_ = std::move(cp.metadata_json);
+  std::vector<artifact::ProgramVariant> more = std::move(cp.more);
+  add(cp.sizes, std::move(cp.model), std::move(cp.plan));
+  for (auto& v : more) add(std::move(v.sizes), std::move(v.model), std::move(v.plan));
+  inputs_ = symbolic(programs_.front().program->inputs(), set_.inputs);
+  outputs_ = symbolic(programs_.front().program->outputs(), set_.outputs);
+}
+
+ProgramSet::ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
+                       std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device)
+    : compat_(std::move(compat)),
+      set_(std::move(set)),
+      grow_(std::move(grow)),
+      policy_(policy),
+      device_(device),
+      inputs_(std::move(inputs)),
+      outputs_(std::move(outputs)) {
+  if (set_.empty()) fail(ErrorCode::internal, "a program set without programs must be bucketed");
+}
+
+void ProgramSet::index_constants(const ir::Model& model) const {
+  for (auto& v : model.values)
+    if (v.constant && v.constant->defined() && v.constant->nbytes() > 0)
+      constants_.emplace(hash64(v.constant->raw(), v.constant->nbytes()), *v.constant);
+}
+
+void ProgramSet::add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan) const {
+  // Equal constants (most weights are the same in every bucket) share one
+  // buffer: from a file they already view one mapping; this also covers
+  // programs compiled in this process.
+  if (!programs_.empty() && !indexed_) {
+    for (auto& e : programs_) index_constants(e.program->compiled().model);
+    indexed_ = true;
+  }
+  for (auto& v : model.values) {
+    if (programs_.empty()) break;  // nothing to share with yet
+    if (!v.constant || !v.constant->defined() || v.constant->nbytes() == 0) continue;
+    const Tensor& t = *v.constant;
+    uint64_t h = hash64(t.raw(), t.nbytes());
+    bool shared = false;
+    for (auto [it, end] = constants_.equal_range(h); it != end && !shared; ++it) {
+      const Tensor& c = it->second;
+      if (c.raw() == t.raw() ||
+          (c.dtype() == t.dtype() && c.shape() == t.shape() && std::memcmp(c.raw(), t.raw(), t.nbytes()) == 0)) {
+        v.constant = c;
+        shared = true;
+      }
+    }
+    if (!shared) constants_.emplace(h, t);
+  }
+  artifact::CompiledProgram cp;
+  cp.compat = compat_;
+  cp.kernels = kernels_;
+  cp.tuning = tuning_;
+  cp.metadata_json = metadata_json_;
+  cp.model = std::move(model);
+  cp.plan = std::move(plan);
+  programs_.push_back({std::move(sizes), std::make_shared<const Program>(std::move(cp), device_)});
+}
+
+std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {
+  buckets::Choice c = buckets::choose(set_, request);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : programs_)
+    if (e.sizes == c.sizes) {
+      sizes = e.sizes;
+      return e.program;
+    }
+  std::string req = buckets::sizes_str(set_, request);
+  if (!c.inside && policy_ == OutOfBucket::error)
+    fail(ErrorCode::invalid_input, "the input shape ({}) is outside every bucket: {} (out_of_bucket is error)", req,
+         c.why);
+  if (grow_) {
+    Stopwatch sw;
+    bool compiled = true;
+    const ir::Model* reference = programs_.empty() ? nullptr : &programs_.front().program->compiled().model;
+    artifact::ProgramVariant v = grow_(c.sizes, reference, compiled);
+    if (compiled) {
+      ++compiles_;
+      compile_ms_ += sw.ms();
+    }
+    log().info("bucket {} for a request of {}: {} in {:.1f} ms", buckets::sizes_str(set_, c.sizes), req,
+               compiled ? "compiled" : "loaded", sw.ms());
+    add(c.sizes, std::move(v.model), std::move(v.plan));
+    sizes = c.sizes;
+    return programs_.back().program;
+  }
+  // No compiler (an explicit artifact): the smallest program that can take
+  // the request padded, else an error naming what the artifact holds.
+  const Entry* best = nullptr;
+  for (auto& e : programs_)
+    if (buckets::serves(set_, e.sizes, request) && (!best || volume(e.sizes) < volume(best->sizes))) best = &e;
+  if (best) {
+    sizes = best->sizes;
+    return best->program;
+  }
+  std::string held;
+  for (auto& e : programs_) held += (held.empty() ? "" : "; ") + buckets::sizes_str(set_, e.sizes);
+  fail(ErrorCode::invalid_input, "no program of this artifact can run the input shape ({}){}; it holds: {}", req,
+       c.inside ? "" : ": " + c.why, held);
+}
+
+std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor>& inputs, int threads,
+                                              RunProfile* profile) const {
+  if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);
+  std::vector<int64_t> request = buckets::request_sizes(set_, inputs), sizes;
+  std::shared_ptr<const Program> p = pick(request, sizes);
+  if (sizes == request) return p->run(inputs, threads, profile);
+  auto out = p->run(buckets::pad_inputs(set_, inputs, sizes), threads, profile);
+  buckets::slice_outputs(set_, out, request);
+  return out;
+}
+
+BucketStats ProgramSet::stats() const {
+  BucketStats s;
+  for (auto& d : set_.dims) s.dims.push_back(d.symbol);
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto& e : programs_) s.programs.push_back(e.sizes);
+  s.compiled_by_run = compiles_;
+  s.compile_ms = compile_ms_;
+  return s;
+}
+
+}  // namespace kiln

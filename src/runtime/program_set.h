@@ -1,0 +1,88 @@
+// The programs of one Session: a single program, or one per shape bucket
+// with the run-time choice, padding and slicing (internal to the runtime).
+#pragma once
+#include <functional>
+#include <map>
+#include <cstring>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "artifact/artifact.h"
+#include "kiln/options.h"
+#include "kiln/session.h"
+#include "runtime/program.h"
+
+namespace kiln {
+
+/// Every program of an artifact, ready to run, plus (compile side) a way to
+/// compile the bucket a request needs when the artifact lacks it.
+///
+/// Not bucketed: run() is the single Program's run(). Bucketed: run() reads
+/// each bucketed dim's size from the inputs, chooses the program (the
+/// smallest declared bucket that fits; for an out-of-bucket request a
+/// program of exactly its size), compiles it through `grow` if the set lacks
+/// it, pads the inputs with zeros, runs, and slices the outputs back.
+/// Thread-safe: the program list is guarded by a mutex, held while a missing
+/// program is compiled (so a bucket is compiled once per Session).
+class ProgramSet {
+ public:
+  /// Compiles the program for `sizes` (BucketSet::dims order) and returns
+  /// it (model + plan; the set's compat and bucket set apply). `reference`
+  /// (may be null) is a program the set holds, whose weight layouts the
+  /// compile reuses. Sets `compiled` false when it found the program already
+  /// compiled by another process (cache) instead. Throws what a compile throws.
+  using Grow = std::function<artifact::ProgramVariant(const std::vector<int64_t>& sizes,
+                                                      const ir::Model* reference, bool& compiled)>;
+
+  /// Builds a Program for each program of `cp`. `grow` may be empty (an
+  /// explicit artifact: a missing bucket is then an error).
+  /// `device`: the device index device targets load on (Target::device).
+  ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device = 0);
+  /// A bucketed set with no program yet (a cache miss: each bucket is
+  /// compiled when a run first needs it). `inputs`/`outputs` describe the
+  /// model's graph inputs and outputs (bucketed dims symbolic).
+  ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
+             std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device = 0);
+
+  /// See Session::run; `profile` (may be null) times the nodes of the program that ran.
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
+                                    RunProfile* profile = nullptr) const;
+  std::vector<TensorInfo> inputs() const { return inputs_; }
+  std::vector<TensorInfo> outputs() const { return outputs_; }
+  /// See Session::buckets.
+  BucketStats stats() const;
+  const artifact::BucketSet& bucket_set() const { return set_; }
+
+ private:
+  struct Entry {
+    std::vector<int64_t> sizes;
+    std::shared_ptr<const Program> program;
+  };
+  /// Adds a program, first replacing each of its constants by an equal one
+  /// the set already holds (so the programs share one copy in memory too).
+  /// The first program's constants are hashed only when a second one comes:
+  /// a single-program load must not read every weight byte once more.
+  void add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan) const;
+  /// Hashes one model's constants into constants_ (no sharing).
+  void index_constants(const ir::Model& model) const;
+  std::shared_ptr<const Program> pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const;
+
+  artifact::CompatInfo compat_;
+  std::vector<uint8_t> kernels_, tuning_;
+  std::string metadata_json_;
+  artifact::BucketSet set_;
+  Grow grow_;
+  OutOfBucket policy_;
+  int device_ = 0;
+  std::vector<TensorInfo> inputs_, outputs_;
+  mutable std::mutex mu_;
+  mutable std::vector<Entry> programs_;
+  mutable std::multimap<uint64_t, Tensor> constants_;  ///< XXH3-64 of the bytes -> a constant held
+  mutable bool indexed_ = false;  ///< constants_ holds the constants of every program in programs_
+  mutable int compiles_ = 0;
+  mutable double compile_ms_ = 0;
+};
+
+}  // namespace kiln
