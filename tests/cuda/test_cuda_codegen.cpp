@@ -126,6 +126,31 @@ TEST(CudaCodegen, HalfCastsAndLossesCompile) {
   EXPECT_NE(src.find("kl_f2bf("), std::string::npos);
 }
 
+TEST(CudaCodegen, PadDepthToSpaceResizeCompile) {
+  ModelBuilder b(19);
+  b.input("x", 1, {1, 8, 3, 4});
+  b.initializer_i64("pads", {8}, {0, 1, 2, 1, 0, 2, 1, 3});
+  auto str = [](onnx::NodeProto& nd, const std::string& k, const std::string& v) {
+    auto* a = nd.add_attribute();
+    a->set_name(k);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  };
+  str(b.node("Pad", {"x", "pads"}, {"pr"}), "mode", "reflect");
+  b.initializer("pv", {}, {2.5f});
+  b.node("Pad", {"x", "pads", "pv"}, {"pc"});
+  ModelBuilder::attr_int(b.node("DepthToSpace", {"x"}, {"d2s"}), "blocksize", 2);
+  ModelBuilder::attr_int(b.node("SpaceToDepth", {"d2s"}, {"s2d"}), "blocksize", 2);
+  b.initializer("scales", {4}, {1.f, 1.f, 2.f, 1.5f});
+  str(b.node("Resize", {"x", "", "scales"}, {"lin"}), "mode", "linear");
+  str(b.node("Resize", {"x", "", "scales"}, {"cub"}), "mode", "cubic");
+  b.output("pr", 1, {1, 11, 6, 8}).output("pc", 1, {1, 11, 6, 8}).output("s2d", 1, {1, 8, 3, 4});
+  b.output("lin", 1, {1, 8, 6, 6}).output("cub", 1, {1, 8, 6, 6});
+  targets::cuda::LowerStats st;
+  lower(b, &st);
+  EXPECT_EQ(st.kernels, 6);
+}
+
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
   // Without a device the convolution itself is refused, after the split.
   auto bytes = conv_model().bytes();

@@ -98,12 +98,14 @@ bool is_elementwise(const Lowering& L, const ir::Node& n);
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members);
 
 /// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,
-/// CumSum; Reshape / Flatten / Squeeze /
+/// CumSum, Pad (constant / reflect / edge / wrap), DepthToSpace,
+/// SpaceToDepth; Reshape / Flatten / Squeeze /
 /// Unsqueeze / Dropout (inference) become kiln.cuda.Copy.
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
-/// Resize in nearest mode (scales or sizes constant; half_pixel,
-/// pytorch_half_pixel, align_corners or asymmetric coordinates; every
-/// nearest_mode). Other modes are refused.
+/// Resize: nearest (any dtype), linear and cubic (float32), scales or sizes
+/// constant, optional axes, every coordinate transformation but
+/// tf_crop_and_resize, stretch policy only. Taps are computed at compile time
+/// into two constant tables (input indices, weights) the kernel reads.
 std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n);
 /// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (float32 scores and
 /// weights, int32/int64 targets, every reduction, ignore_index; the second is
