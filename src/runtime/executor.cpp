@@ -33,10 +33,10 @@ TensorInfo tensor_info(const ir::Value& v) {
   return t;
 }
 
-Program::Program(artifact::CompiledProgram cp) : cp_(std::move(cp)) {
+Program::Program(artifact::CompiledProgram cp, int device) : cp_(std::move(cp)) {
   build_threads_ = std::max(1, omp_get_max_threads());
   // Device targets run the whole program themselves (device memory, modules).
-  device_ = targets::make_device_program(cp_, 0);
+  device_ = targets::make_device_program(cp_, device);
   if (device_) return;
   for_each_graph(cp_.model.main, [&](ir::Graph& g) {
     for (auto& n : g.nodes) kernels_[&n] = targets::bind_kernel(cp_.compat.target, n, cp_.model);

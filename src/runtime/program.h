@@ -26,7 +26,9 @@ class Program {
   /// kernels). Throws Error(unsupported) naming the node when this build lacks
   /// an operator the artifact uses, or the error of a kernel that cannot be
   /// built on this machine.
-  explicit Program(artifact::CompiledProgram cp);
+  /// `device`: the device index a device target (cuda) loads the program on
+  /// (SessionOptions::target.device); host targets ignore it.
+  explicit Program(artifact::CompiledProgram cp, int device = 0);
   ~Program();
 
   /// See Session::run. `threads` > 0 limits the OpenMP threads of this call;

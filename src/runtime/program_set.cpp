@@ -34,8 +34,8 @@ int64_t volume(const std::vector<int64_t>& sizes) {
 
 }  // namespace
 
-ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy)
-    : compat_(cp.compat), set_(std::move(cp.buckets)), grow_(std::move(grow)), policy_(policy) {
+ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device)
+    : compat_(cp.compat), set_(std::move(cp.buckets)), grow_(std::move(grow)), policy_(policy), device_(device) {
   // Target-defined sections belong to the artifact; every program gets them.
   kernels_ = std::move(cp.kernels);
   tuning_ = std::move(cp.tuning);
@@ -48,21 +48,33 @@ ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket poli
 }
 
 ProgramSet::ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
-                       std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy)
+                       std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device)
     : compat_(std::move(compat)),
       set_(std::move(set)),
       grow_(std::move(grow)),
       policy_(policy),
+      device_(device),
       inputs_(std::move(inputs)),
       outputs_(std::move(outputs)) {
   if (set_.empty()) fail(ErrorCode::internal, "a program set without programs must be bucketed");
+}
+
+void ProgramSet::index_constants(const ir::Model& model) const {
+  for (auto& v : model.values)
+    if (v.constant && v.constant->defined() && v.constant->nbytes() > 0)
+      constants_.emplace(hash64(v.constant->raw(), v.constant->nbytes()), *v.constant);
 }
 
 void ProgramSet::add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan) const {
   // Equal constants (most weights are the same in every bucket) share one
   // buffer: from a file they already view one mapping; this also covers
   // programs compiled in this process.
+  if (!programs_.empty() && !indexed_) {
+    for (auto& e : programs_) index_constants(e.program->compiled().model);
+    indexed_ = true;
+  }
   for (auto& v : model.values) {
+    if (programs_.empty()) break;  // nothing to share with yet
     if (!v.constant || !v.constant->defined() || v.constant->nbytes() == 0) continue;
     const Tensor& t = *v.constant;
     uint64_t h = hash64(t.raw(), t.nbytes());
@@ -84,7 +96,7 @@ void ProgramSet::add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan
   cp.metadata_json = metadata_json_;
   cp.model = std::move(model);
   cp.plan = std::move(plan);
-  programs_.push_back({std::move(sizes), std::make_shared<const Program>(std::move(cp))});
+  programs_.push_back({std::move(sizes), std::make_shared<const Program>(std::move(cp), device_)});
 }
 
 std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {

@@ -38,12 +38,13 @@ class ProgramSet {
 
   /// Builds a Program for each program of `cp`. `grow` may be empty (an
   /// explicit artifact: a missing bucket is then an error).
-  ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy);
+  /// `device`: the device index device targets load on (Target::device).
+  ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device = 0);
   /// A bucketed set with no program yet (a cache miss: each bucket is
   /// compiled when a run first needs it). `inputs`/`outputs` describe the
   /// model's graph inputs and outputs (bucketed dims symbolic).
   ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
-             std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy);
+             std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device = 0);
 
   /// See Session::run; `profile` (may be null) times the nodes of the program that ran.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
@@ -61,7 +62,11 @@ class ProgramSet {
   };
   /// Adds a program, first replacing each of its constants by an equal one
   /// the set already holds (so the programs share one copy in memory too).
+  /// The first program's constants are hashed only when a second one comes:
+  /// a single-program load must not read every weight byte once more.
   void add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan) const;
+  /// Hashes one model's constants into constants_ (no sharing).
+  void index_constants(const ir::Model& model) const;
   std::shared_ptr<const Program> pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const;
 
   artifact::CompatInfo compat_;
@@ -70,10 +75,12 @@ class ProgramSet {
   artifact::BucketSet set_;
   Grow grow_;
   OutOfBucket policy_;
+  int device_ = 0;
   std::vector<TensorInfo> inputs_, outputs_;
   mutable std::mutex mu_;
   mutable std::vector<Entry> programs_;
   mutable std::multimap<uint64_t, Tensor> constants_;  ///< XXH3-64 of the bytes -> a constant held
+  mutable bool indexed_ = false;  ///< constants_ holds the constants of every program in programs_
   mutable int compiles_ = 0;
   mutable double compile_ms_ = 0;
 };

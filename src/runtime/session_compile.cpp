@@ -81,7 +81,7 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
     if (compat.cache_key != key)
       why += (why.empty() ? "" : "; ") + fmt::format("cache_key: the entry says '{}'", compat.cache_key);
     if (!why.empty()) return refuse(V::mismatch, ErrorCode::incompatible_artifact, why);
-    r.program = std::make_shared<const ProgramSet>(artifact::read_file(path), grow, opt.out_of_bucket);
+    r.program = std::make_shared<const ProgramSet>(artifact::read_file(path), grow, opt.out_of_bucket, opt.target.device);
     r.verdict = V::hit;
     return r;
   } catch (const Error& e) {
@@ -105,7 +105,8 @@ std::shared_ptr<const ProgramSet> lazy_set(const fs::path& onnx, const SessionOp
   artifact::CompatInfo compat = request;
   compat.input_signature = sk.signature;
   auto p = std::make_shared<const ProgramSet>(std::move(compat), std::move(sk.set), std::move(sk.inputs),
-                                              std::move(sk.outputs), std::move(grow), opt.out_of_bucket);
+                                              std::move(sk.outputs), std::move(grow), opt.out_of_bucket,
+                                              opt.target.device);
   st.load_ms = sw.ms();
   return p;
 }
@@ -127,7 +128,7 @@ std::shared_ptr<const ProgramSet> compile_in_memory(const fs::path& onnx, const 
   auto cp = compile_program(onnx, opt, request, "", &rep);
   st.compile_ms = rep.compile_ms;
   Stopwatch sw;
-  auto p = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket);
+  auto p = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
   st.load_ms = sw.ms();
   return p;
 }
@@ -344,7 +345,7 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
                             cache::format_size(bytes), cache::format_size(opt.cache_max_bytes)));
   }
   Stopwatch sw3;
-  auto program = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket);
+  auto program = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
   st.load_ms = sw3.ms();
   return program;
 }

@@ -148,3 +148,42 @@ def test_help_exits_zero(kiln, sub):
     assert res.stdout.strip(), f"--help printed nothing on stdout\n{res.describe()}"
     if sub is not None:
         assert sub in res.stdout, res.describe()
+
+
+# ---- inspect on an ONNX model ----------------------------------------------------------
+
+
+def test_inspect_onnx_model_lists_inputs_operators_and_weights(kiln, demo_onnx):
+    res = kiln("inspect", demo_onnx, "--json")
+    assert res.rc == 0, res.describe()
+    obj = res.json()
+    assert obj["inputs"] == [{"name": "image", "dtype": "float32", "shape": [1, 3, 64, 64]}], res.describe()
+    assert [o["name"] for o in obj["outputs"]] == ["probs"], res.describe()
+    assert obj["operators"].get("Conv", 0) >= 1 and obj["nodes"] == sum(obj["operators"].values()), res.describe()
+    assert obj["weights"] > 0 and obj["weight_bytes"] > 0 and obj["symbolic_dims"] == [], res.describe()
+    assert obj["opset"] >= 7, res.describe()
+
+
+def test_inspect_onnx_model_names_symbolic_dims(kiln, tmp_path):
+    import onnx
+    from onnx import TensorProto, helper
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    path = tmp_path / "sym.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
+    res = kiln("inspect", path, "--json")
+    assert res.rc == 0, res.describe()
+    assert res.json()["symbolic_dims"] == ["batch"], res.describe()
+    assert res.json()["inputs"][0]["shape"] == ["batch", 4], res.describe()
+    text = kiln("inspect", path)
+    assert "symbolic dims: batch" in text.stdout and "--shape" in text.stdout, text.describe()
+
+
+def test_inspect_of_a_malformed_model_is_invalid_model(kiln, tmp_path):
+    bad = tmp_path / "bad.onnx"
+    bad.write_bytes(b"\x08\x07\x12\xff\xff")
+    res = kiln("inspect", bad)
+    assert res.rc == 4, res.describe()
+    assert "bad.onnx" in res.error_message(), res.describe()

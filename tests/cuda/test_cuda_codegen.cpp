@@ -80,10 +80,75 @@ TEST(CudaCodegen, MiscOperatorsCompile) {
   ModelBuilder::attr_int(b.node("ArgMax", {"x"}, {"am"}), "axis", 1);
   ModelBuilder::attr_int(b.node("GatherElements", {"x", "ind"}, {"ge"}), "axis", 0);
   b.node("Trilu", {"x"}, {"tu"});
+  b.input("xi", 7, {3, 4});
+  b.input("xu", 12, {3, 4});
+  b.node("BitShift", {"xu", "xu"}, {"bs"}).add_attribute()->set_name("direction");
+  b.graph().mutable_node(b.graph().node_size() - 1)->mutable_attribute(0)->set_type(onnx::AttributeProto::STRING);
+  b.graph().mutable_node(b.graph().node_size() - 1)->mutable_attribute(0)->set_s("LEFT");
+  b.node("Mod", {"xi", "xi"}, {"md"});
+  b.node("Hardmax", {"x"}, {"hm"});
+  b.initializer_i64("reps", {2}, {2, 1});
+  b.node("Tile", {"x", "reps"}, {"tl"});
+  b.initializer_i64("ax0", {}, {0});
+  b.node("CumSum", {"x", "ax0"}, {"cs"});
+  b.initializer("scales", {2}, {2.f, 1.5f});
+  auto& rz = b.node("Resize", {"x", "", "scales"}, {"rz"});
+  rz.add_attribute()->set_name("coordinate_transformation_mode");
+  rz.mutable_attribute(0)->set_type(onnx::AttributeProto::STRING);
+  rz.mutable_attribute(0)->set_s("asymmetric");
   b.output("inf", 9, {3, 4}).output("cl", 7, {3, 4}).output("am", 7, {3, 1}).output("ge", 1, {2, 4}).output("tu", 1, {3, 4});
+  b.output("bs", 12, {3, 4}).output("md", 7, {3, 4}).output("hm", 1, {3, 4}).output("tl", 1, {6, 4}).output("cs", 1, {3, 4}).output("rz", 1, {6, 6});
   targets::cuda::LowerStats st;
   lower(b, &st);
-  EXPECT_EQ(st.kernels, 5);
+  EXPECT_EQ(st.kernels, 11);
+}
+
+TEST(CudaCodegen, HalfCastsAndLossesCompile) {
+  ModelBuilder b(17);
+  b.input("x", 1, {3, 5});
+  b.input("t", 7, {3});
+  ModelBuilder::attr_int(b.node("Cast", {"x"}, {"h"}), "to", 10);   // float16
+  b.node("Relu", {"h"}, {"hr"});                                     // computed on float16
+  ModelBuilder::attr_int(b.node("Cast", {"hr"}, {"f"}), "to", 1);
+  ModelBuilder::attr_int(b.node("Cast", {"x"}, {"bf"}), "to", 16);  // bfloat16
+  b.node("NegativeLogLikelihoodLoss", {"x", "t"}, {"nll"});
+  auto& sce = b.node("SoftmaxCrossEntropyLoss", {"x", "t"}, {"sce", "lp"});
+  auto* a = sce.add_attribute();
+  a->set_name("reduction");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("none");
+  b.output("f", 1, {3, 5}).output("bf", 16, {3, 5}).output("nll", 1, {}).output("sce", 1, {3}).output("lp", 1, {3, 5});
+  targets::cuda::LowerStats st;
+  auto cp = lower(b, &st);
+  EXPECT_EQ(st.kernels, 5);  // Cast+Relu+Cast fused, Cast to bf16, NLL, LogSoftmax + NLL for SCE
+  auto src = targets::cuda::decode_bundle(cp.kernels, "test").source;
+  EXPECT_NE(src.find("kl_f2h("), std::string::npos);
+  EXPECT_NE(src.find("kl_f2bf("), std::string::npos);
+}
+
+TEST(CudaCodegen, PadDepthToSpaceResizeCompile) {
+  ModelBuilder b(19);
+  b.input("x", 1, {1, 8, 3, 4});
+  b.initializer_i64("pads", {8}, {0, 1, 2, 1, 0, 2, 1, 3});
+  auto str = [](onnx::NodeProto& nd, const std::string& k, const std::string& v) {
+    auto* a = nd.add_attribute();
+    a->set_name(k);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  };
+  str(b.node("Pad", {"x", "pads"}, {"pr"}), "mode", "reflect");
+  b.initializer("pv", {}, {2.5f});
+  b.node("Pad", {"x", "pads", "pv"}, {"pc"});
+  ModelBuilder::attr_int(b.node("DepthToSpace", {"x"}, {"d2s"}), "blocksize", 2);
+  ModelBuilder::attr_int(b.node("SpaceToDepth", {"d2s"}, {"s2d"}), "blocksize", 2);
+  b.initializer("scales", {4}, {1.f, 1.f, 2.f, 1.5f});
+  str(b.node("Resize", {"x", "", "scales"}, {"lin"}), "mode", "linear");
+  str(b.node("Resize", {"x", "", "scales"}, {"cub"}), "mode", "cubic");
+  b.output("pr", 1, {1, 11, 6, 8}).output("pc", 1, {1, 11, 6, 8}).output("s2d", 1, {1, 8, 3, 4});
+  b.output("lin", 1, {1, 8, 6, 6}).output("cub", 1, {1, 8, 6, 6});
+  targets::cuda::LowerStats st;
+  lower(b, &st);
+  EXPECT_EQ(st.kernels, 6);
 }
 
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
@@ -131,17 +196,17 @@ TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {
 
 TEST(CudaCodegen, UnsupportedNodeNamesNodeOpAndCuda) {
   ModelBuilder b(17);
-  b.input("x", 1, {2, 3});
-  b.node("Hardmax", {"x"}, {"y"}, "hardmax1");
-  b.output("y", 1, {2, 3});
+  b.input("x", 1, {2, 3, 3});
+  b.node("Det", {"x"}, {"y"}, "det1");
+  b.output("y", 1, {2});
   try {
     lower(b);
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string m = e.what();
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_NE(m.find("hardmax1"), std::string::npos) << m;
-    EXPECT_NE(m.find("Hardmax"), std::string::npos) << m;
+    EXPECT_NE(m.find("det1"), std::string::npos) << m;
+    EXPECT_NE(m.find("Det"), std::string::npos) << m;
     EXPECT_NE(m.find("cuda"), std::string::npos) << m;
   }
 }

@@ -102,6 +102,72 @@ TEST(CudaGpu, ConvNetMatchesRef) {
   compare_with_ref(dir / "c.onnx", {{"x", filled(DType::f32, {2, 3, 16, 16}, 1.f, 0.9f)}});
 }
 
+TEST(CudaGpu, HalfCastAndLossesMatchRef) {
+  TempDir dir;
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 5, 3});
+  b.input("t", 7, {4, 3});
+  ModelBuilder::attr_int(b.node("Cast", {"x"}, {"h"}), "to", 10);
+  b.node("Relu", {"h"}, {"hr"});
+  ModelBuilder::attr_int(b.node("Cast", {"hr"}, {"f"}), "to", 1);
+  b.node("NegativeLogLikelihoodLoss", {"x", "t"}, {"nll"});
+  b.node("SoftmaxCrossEntropyLoss", {"x", "t"}, {"sce", "lp"});
+  b.output("f", 1, {4, 5, 3}).output("nll", 1, {}).output("sce", 1, {}).output("lp", 1, {4, 5, 3});
+  b.save(dir / "h.onnx");
+  Tensor t(DType::i64, {4, 3});
+  for (int64_t i = 0; i < 12; ++i) t.data<int64_t>()[i] = (i * 7) % 5;
+  compare_with_ref(dir / "h.onnx", {{"x", filled(DType::f32, {4, 5, 3}, 3.f, 0.2f)}, {"t", t}});
+}
+
+TEST(CudaGpu, ResizeMatchesRef) {
+  TempDir dir;
+  ModelBuilder b(19);
+  b.input("x", 1, {1, 2, 5, 7});
+  b.initializer("scales", {4}, {1.f, 1.f, 2.f, 1.5f});
+  b.initializer_i64("sizes", {4}, {1, 2, 8, 4});
+  auto str = [](onnx::NodeProto& nd, const std::string& k, const std::string& v) {
+    auto* a = nd.add_attribute();
+    a->set_name(k);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  };
+  auto& lin = b.node("Resize", {"x", "", "scales"}, {"lin"});
+  str(lin, "mode", "linear");
+  auto& cub = b.node("Resize", {"x", "", "", "sizes"}, {"cub"});
+  str(cub, "mode", "cubic");
+  str(cub, "coordinate_transformation_mode", "align_corners");
+  auto& nn = b.node("Resize", {"x", "", "scales"}, {"nn"});
+  str(nn, "coordinate_transformation_mode", "asymmetric");
+  str(nn, "nearest_mode", "floor");
+  b.output("lin", 1, {1, 2, 10, 10}).output("cub", 1, {1, 2, 8, 4}).output("nn", 1, {1, 2, 10, 10});
+  b.save(dir / "r.onnx");
+  compare_with_ref(dir / "r.onnx", {{"x", filled(DType::f32, {1, 2, 5, 7}, 2.f, 0.3f)}});
+}
+
+TEST(CudaGpu, PadAndDepthToSpaceMatchRef) {
+  TempDir dir;
+  ModelBuilder b(18);
+  b.input("x", 1, {1, 8, 3, 4});
+  b.initializer_i64("pads", {8}, {0, 1, 2, 1, 0, 2, 1, 3});
+  auto str = [](onnx::NodeProto& nd, const std::string& k, const std::string& v) {
+    auto* a = nd.add_attribute();
+    a->set_name(k);
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(v);
+  };
+  b.node("Pad", {"x", "pads"}, {"pc"});
+  str(b.node("Pad", {"x", "pads"}, {"pr"}), "mode", "reflect");
+  str(b.node("Pad", {"x", "pads"}, {"pe"}), "mode", "edge");
+  auto& d2s = b.node("DepthToSpace", {"x"}, {"d2s"});
+  ModelBuilder::attr_int(d2s, "blocksize", 2);
+  str(d2s, "mode", "CRD");
+  ModelBuilder::attr_int(b.node("SpaceToDepth", {"d2s"}, {"s2d"}), "blocksize", 2);
+  b.output("pc", 1, {1, 11, 6, 8}).output("pr", 1, {1, 11, 6, 8}).output("pe", 1, {1, 11, 6, 8});
+  b.output("d2s", 1, {1, 2, 6, 8}).output("s2d", 1, {1, 8, 3, 4});
+  b.save(dir / "p.onnx");
+  compare_with_ref(dir / "p.onnx", {{"x", filled(DType::f32, {1, 8, 3, 4}, 2.f, 0.1f)}});
+}
+
 TEST(CudaGpu, GraphReplayWithNewInputs) {
   TempDir dir;
   matmul_model().save(dir / "m.onnx");
@@ -159,16 +225,16 @@ TEST(CudaGpu, MismatchingArtifactIsRefusedNamingTheField) {
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   TempDir dir;
   ModelBuilder b(17);
-  b.input("x", 1, {2, 3});
-  b.node("Hardmax", {"x"}, {"y"}, "hardmax1");
-  b.output("y", 1, {2, 3});
+  b.input("x", 1, {2, 3, 3});
+  b.node("Det", {"x"}, {"y"}, "det1");
+  b.output("y", 1, {2});
   b.save(dir / "p.onnx");
   try {
     Session s(dir / "p.onnx", options(Target::cuda()));
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_NE(std::string(e.what()).find("Hardmax"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("Det"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("cuda"), std::string::npos) << e.what();
   }
 }

@@ -1,4 +1,4 @@
-// kiln inspect ART.kiln / kiln check ART.kiln
+// kiln inspect ART.kiln|MODEL.onnx / kiln check ART.kiln
 #include <fmt/format.h>
 
 #include <cstdio>
@@ -9,6 +9,7 @@
 
 #include "artifact/artifact.h"
 #include "cli.h"
+#include "onnx/importer.h"
 #include "runtime/program.h"
 #include "support/error.h"
 #include "targets/host.h"
@@ -23,7 +24,60 @@ json compat_json(const artifact::CompatInfo& c) {
   return j;
 }
 
+/// kiln inspect MODEL.onnx: what a user needs before compiling (input names,
+/// dtypes, which dims are symbolic and so need --shape or --dim, opset,
+/// operators, weight bytes). Imports the model; compiles nothing.
+void inspect_model(const std::string& path, bool as_json) {
+  ir::Model m = onnx_import::import_file(path);
+  std::map<std::string, int> ops;
+  size_t nodes = 0;
+  for_each_graph(m.main, [&](ir::Graph& g) {
+    for (auto& n : g.nodes) {
+      ++ops[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
+      ++nodes;
+    }
+  });
+  uint64_t weight_bytes = 0;
+  int weights = 0;
+  for (auto& v : m.values)
+    if (v.constant) {
+      weight_bytes += v.constant->nbytes();
+      ++weights;
+    }
+  json ins = json::array(), outs = json::array();
+  std::set<std::string> symbols;
+  for (auto id : m.main.inputs) {
+    TensorInfo t = tensor_info(m.value(id));
+    for (size_t k = 0; k < t.dims.size(); ++k)
+      if (t.dims[k] < 0) symbols.insert(t.symbols[k].empty() ? t.name + "[" + std::to_string(k) + "]" : t.symbols[k]);
+    ins.push_back(info_json(t));
+  }
+  for (auto id : m.main.outputs) outs.push_back(info_json(tensor_info(m.value(id))));
+  if (as_json) {
+    print_json({{"model", path}, {"opset", m.opset}, {"inputs", ins}, {"outputs", outs}, {"nodes", nodes},
+                {"operators", ops}, {"weights", weights}, {"weight_bytes", weight_bytes},
+                {"symbolic_dims", std::vector<std::string>(symbols.begin(), symbols.end())}});
+    return;
+  }
+  std::printf("%s: ONNX model, default-domain opset %d\n", path.c_str(), m.opset);
+  std::printf("inputs:\n");
+  for (auto& i : ins) std::printf("  %s\n", i.dump().c_str());
+  std::printf("outputs:\n");
+  for (auto& o : outs) std::printf("  %s\n", o.dump().c_str());
+  std::printf("graph: %zu nodes, %d weights (%.2f MiB)\n", nodes, weights, weight_bytes / 1048576.0);
+  std::string hist;
+  for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);
+  std::printf("operators: %s\n", hist.c_str());
+  if (!symbols.empty()) {
+    std::string list;
+    for (auto& sym : symbols) list += (list.empty() ? "" : ", ") + sym;
+    std::printf("symbolic dims: %s (fix them with --shape NAME=DxDx..., or compile buckets with --dim)\n",
+                list.c_str());
+  }
+}
+
 void inspect(const std::string& path, bool as_json) {
+  if (!is_artifact(path)) return inspect_model(path, as_json);
   auto cp = artifact::read_file(path);
   std::map<std::string, int> ops;
   size_t nodes = 0;
@@ -126,8 +180,11 @@ void check(const std::string& path, const std::string& target_text, bool as_json
 
 void add_inspect(CLI::App& app, Common& common) {
   auto path = std::make_shared<std::string>();
-  auto* sub = app.add_subcommand("inspect", "Show what an artifact was built from and for (validates every checksum).");
-  sub->add_option("artifact", *path, "Compiled artifact (.kiln)")->required();
+  auto* sub = app.add_subcommand(
+      "inspect",
+      "Show what an artifact was built from and for (validates every checksum), or, for an ONNX model, its inputs "
+      "and outputs (symbolic dims to fix with --shape / --dim), opset, operators and weights.");
+  sub->add_option("artifact", *path, "Compiled artifact (.kiln) or ONNX model (.onnx)")->required();
   sub->add_flag("--json", common.json, "Print one JSON object on stdout");
   sub->callback([path, &common] { inspect(*path, common.json); });
 }

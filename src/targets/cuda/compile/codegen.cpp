@@ -187,6 +187,8 @@ KL_D double kl_sin(double x) { return sin(x); }
 KL_D float kl_cos(float x) { return cosf(x); }
 KL_D double kl_cos(double x) { return cos(x); }
 KL_D float kl_pow(float x, float y) { return powf(x, y); }
+KL_D float kl_fmod(float x, float y) { return fmodf(x, y); }
+KL_D double kl_fmod(double x, double y) { return fmod(x, y); }
 KL_D double kl_pow(double x, double y) { return pow(x, y); }
 KL_D float kl_log1p(float x) { return log1pf(x); }
 KL_D double kl_log1p(double x) { return log1p(x); }
@@ -196,6 +198,17 @@ KL_MATH1(kl_sinh, sinhf, sinh) KL_MATH1(kl_cosh, coshf, cosh) KL_MATH1(kl_asinh,
 KL_MATH1(kl_acosh, acoshf, acosh) KL_MATH1(kl_atanh, atanhf, atanh)
 KL_D bool kl_isnan(float x) { return isnan(x); }
 KL_D bool kl_isnan(double x) { return isnan(x); }
+// float16 / bfloat16 are stored as 16-bit patterns and computed in float.
+KL_D float kl_h2f(unsigned short h) { float f; asm("{ cvt.f32.f16 %0, %1; }" : "=f"(f) : "h"(h)); return f; }
+KL_D unsigned short kl_f2h(float f) { unsigned short h; asm("{ cvt.rn.f16.f32 %0, %1; }" : "=h"(h) : "f"(f)); return h; }
+KL_D unsigned short kl_f2h(double d) { return kl_f2h((float)d); }
+KL_D float kl_bf2f(unsigned short h) { return __int_as_float(((unsigned)h) << 16); }
+KL_D unsigned short kl_f2bf(float f) {
+  unsigned u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (unsigned short)((u >> 16) | 0x40u);  // NaN stays NaN
+  u += 0x7fffu + ((u >> 16) & 1u);                                                   // round to nearest even
+  return (unsigned short)(u >> 16);
+}
 template <class T> KL_D T kl_abs(T x) { return x < T(0) ? T(-x) : x; }
 template <class T> KL_D T kl_max(T a, T b) { return (a != a) ? a : (b != b) ? b : (a > b ? a : b); }
 template <class T> KL_D T kl_min(T a, T b) { return (a != a) ? a : (b != b) ? b : (a < b ? a : b); }

@@ -97,13 +97,26 @@ bool is_elementwise(const Lowering& L, const ir::Node& n);
 /// shape). Inputs not produced inside the chain are loaded with broadcasting.
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members);
 
-/// Transpose, Gather, Concat, Slice, Split; Reshape / Flatten / Squeeze /
+/// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,
+/// CumSum, Pad (constant / reflect / edge / wrap), DepthToSpace,
+/// SpaceToDepth; Reshape / Flatten / Squeeze /
 /// Unsqueeze / Dropout (inference) become kiln.cuda.Copy.
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
-/// MaxPool (one output) and AveragePool, any number of spatial dims.
+/// Resize: nearest (any dtype), linear and cubic (float32), scales or sizes
+/// constant, optional axes, every coordinate transformation but
+/// tf_crop_and_resize, stretch policy only. Taps are computed at compile time
+/// into two constant tables (input indices, weights) the kernel reads.
+std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n);
+/// NegativeLogLikelihoodLoss and SoftmaxCrossEntropyLoss (float32 scores and
+/// weights, int32/int64 targets, every reduction, ignore_index; the second is
+/// a LogSoftmax kernel followed by the first). Targets outside [0, C) are
+/// clamped (the reference kernel reports them; a kernel cannot).
+std::vector<ir::Node> gen_loss(Lowering& L, const ir::Node& n);
+/// MaxPool (one output), AveragePool and LpPool, any number of spatial dims.
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
-/// Softmax, LogSoftmax, LayerNormalization, Reduce* (Sum, Mean, Max, Min,
-/// Prod, SumSquare, L1, L2, LogSum, LogSumExp), GlobalAveragePool, GlobalMaxPool.
+/// Softmax, LogSoftmax, Hardmax, LayerNormalization, ArgMax, ArgMin, Reduce*
+/// (Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp),
+/// GlobalAveragePool, GlobalMaxPool.
 std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n);
 
 }  // namespace kiln::targets::cuda

@@ -216,6 +216,118 @@ ir::Node trilu(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
+ir::Node tile(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
+  auto st = strides_of(x);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string idx = "unsigned long long j = 0";
+  for (size_t d = 0; d < x.size(); ++d) idx += fmt::format(" + (unsigned long long)(c{} % {}u) * {}ull", d, x[d], st[d]);
+  std::string name = L.kernel_name("tile");
+  int64_t N = numel(y);
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+                          (y.empty() ? std::string("") : coords(y)) + " " + idx + "; y[i] = x[j];");
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// CumSum: one thread per (outer, inner) line along the axis.
+ir::Node cumsum(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]);
+  auto ax = const_ints(L.model, n, 1);
+  if (!ax || ax->size() != 1) refuse(n, "axis must be a constant scalar");
+  DType dt = L.model.value(n.inputs[0]).dtype;
+  auto T = c_type(dt);
+  if (!T || dt == DType::boolean) refuse(n, "dtype not supported");
+  int64_t r = static_cast<int64_t>(x.size());
+  int64_t axis = norm_axis(n, (*ax)[0], r), outer = 1, len = x[axis], inner = 1;
+  for (int64_t d = 0; d < axis; ++d) outer *= x[d];
+  for (int64_t d = axis + 1; d < r; ++d) inner *= x[d];
+  bool excl = n.i("exclusive", 0) != 0, rev = n.i("reverse", 0) != 0;
+  int64_t N = outer * inner;
+  std::string name = L.kernel_name("cumsum");
+  std::string loop = rev ? fmt::format("for (long long j = {} - 1; j >= 0; --j)", len) : fmt::format("for (long long j = 0; j < {}; ++j)", len);
+  std::string step = excl ? "{ y[b + j * S] = acc; acc += x[b + j * S]; }" : "{ acc += x[b + j * S]; y[b + j * S] = acc; }";
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, const void* axis, {0}* __restrict__ y", *T), N,
+                          fmt::format("const unsigned long long S = {}ull; unsigned long long b = (unsigned long long)(i / {}u) * {}ull + i % {}u; "
+                                      "{} acc = 0; {} {}",
+                                      inner, inner, len * inner, inner, *T, loop, step));
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// Pad: constant (the value may be a run-time scalar input), reflect, edge, wrap.
+ir::Node pad(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
+  int64_t r = static_cast<int64_t>(x.size());
+  auto pads = const_ints(L.model, n, 1);
+  if (!pads) refuse(n, "pads must be given");
+  auto axes = const_ints(L.model, n, 3);
+  std::vector<int64_t> begin(r, 0);
+  size_t na = axes ? axes->size() : static_cast<size_t>(r);
+  if (pads->size() != 2 * na) refuse(n, "pads has the wrong length");
+  for (size_t j = 0; j < na; ++j) begin[axes ? norm_axis(n, (*axes)[j], r) : static_cast<int64_t>(j)] = (*pads)[j];
+  std::string mode = n.s("mode", "constant");
+  DType dt = L.model.value(n.inputs[0]).dtype;
+  auto T = c_type(dt);
+  if (!T) refuse(n, "dtype not supported");
+  bool has_value = mode == "constant" && n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue;
+  auto xs = strides_of(x);
+  std::string body = coords(y) + " long long j = 0; bool outside = false; long long c;";
+  for (int64_t d = 0; d < r; ++d) {
+    int64_t D = x[d];
+    body += fmt::format(" c = (long long)c{} - {};", d, begin[d]);
+    if (mode == "constant") body += fmt::format(" if (c < 0 || c >= {}) outside = true;", D);
+    else if (mode == "edge") body += fmt::format(" if (c < 0) c = 0; if (c >= {0}) c = {0} - 1;", D);
+    else if (mode == "wrap") body += fmt::format(" c = ((c % {0}) + {0}) % {0};", D);
+    else if (mode == "reflect")
+      body += D > 1 ? fmt::format(" {{ long long p = 2 * ({0} - 1); c = ((c % p) + p) % p; if (c >= {0}) c = p - c; }}", D)
+                    : std::string(" c = 0;");
+    else refuse(n, "mode '" + mode + "'");
+    body += fmt::format(" j += c * {}LL;", xs[d]);
+  }
+  body += fmt::format(" y[i] = outside ? {} : x[outside ? 0 : j];", has_value ? "v[0]" : fmt::format("({})0", *T));
+  std::string name = L.kernel_name("pad");
+  std::vector<ir::ValueId> ins = {n.inputs[0]};
+  std::string params = fmt::format("const {0}* __restrict__ x, ", *T);
+  if (has_value) {
+    ins.push_back(n.inputs[2]);
+    params += fmt::format("const {}* __restrict__ v, ", *T);
+  }
+  params += fmt::format("{}* __restrict__ y", *T);
+  int64_t N = numel(y);
+  L.source += loop_kernel(n.label() + " mode " + mode, name, params, N, body);
+  return L.kernel_node(n, name, ins, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// DepthToSpace (DCR / CRD) and SpaceToDepth on [N, C, H, W].
+ir::Node depth_space(Lowering& L, const ir::Node& n) {
+  auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
+  if (x.size() != 4) refuse(n, "input rank must be 4");
+  int64_t b = n.i("blocksize");
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string src;
+  if (n.op_type == "DepthToSpace") {
+    int64_t Cy = y[1];
+    bool crd = n.s("mode", "DCR") == "CRD";
+    // y[n, c, h*b+i, w*b+j] = x[n, ch, h, w]
+    src = fmt::format("I h = c2 / {0}u, ii = c2 % {0}u, w = c3 / {0}u, jj = c3 % {0}u; "
+                      "unsigned long long ch = {1}; "
+                      "unsigned long long j = ((c0 * {2}ull + ch) * {3}ull + h) * {4}ull + w;",
+                      b, crd ? fmt::format("(unsigned long long)c1 * {} + ii * {} + jj", b * b, b)
+                             : fmt::format("((unsigned long long)ii * {} + jj) * {} + c1", b, Cy),
+                      x[1], x[2], x[3]);
+  } else {
+    int64_t Cx = x[1];
+    // y[n, (i*b+j)*C + c, h, w] = x[n, c, h*b+i, w*b+j]
+    src = fmt::format("I c = c1 % {0}u, blk = c1 / {0}u, ii = blk / {1}u, jj = blk % {1}u; "
+                      "unsigned long long j = ((c0 * {0}ull + c) * {2}ull + (c2 * {1}u + ii)) * {3}ull + (c3 * {1}u + jj);",
+                      Cx, b, x[2], x[3]);
+  }
+  std::string name = L.kernel_name(n.op_type);
+  int64_t N = numel(y);
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+                          coords(y) + " " + src + " y[i] = x[j];");
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
 }  // namespace
 
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
@@ -233,6 +345,10 @@ std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
   if (op == "Split") return {split(L, n)};
   if (op == "GatherElements") return {gather_elements(L, n)};
   if (op == "Trilu") return {trilu(L, n)};
+  if (op == "Tile") return {tile(L, n)};
+  if (op == "CumSum") return {cumsum(L, n)};
+  if (op == "Pad") return {pad(L, n)};
+  if (op == "DepthToSpace" || op == "SpaceToDepth") return {depth_space(L, n)};
   return {};
 }
 

@@ -13,7 +13,21 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-bool is_float(DType t) { return t == DType::f32 || t == DType::f64; }
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
+
+/// Type of a value in memory: float16 / bfloat16 are stored as their 16 bits.
+std::optional<std::string> storage(DType t) { return is_half(t) ? std::optional<std::string>("unsigned short") : c_type(t); }
+/// Type a value is computed in: float16 / bfloat16 in float, rounded back at
+/// each node's output (so a fused chain rounds where the unfused one would).
+std::optional<std::string> compute(DType t) { return is_half(t) ? std::optional<std::string>("float") : c_type(t); }
+/// `e` (computed in float) as stored for dtype t, and read back.
+std::string to_storage(DType t, const std::string& e) {
+  return t == DType::f16 ? "kl_f2h(" + e + ")" : t == DType::bf16 ? "kl_f2bf(" + e + ")" : e;
+}
+std::string from_storage(DType t, const std::string& e) {
+  return t == DType::f16 ? "kl_h2f(" + e + ")" : t == DType::bf16 ? "kl_bf2f(" + e + ")" : e;
+}
 
 /// Indices of the inputs a node reads element-wise (Expand's shape and
 /// Dropout's ratio / training_mode inputs are not).
@@ -60,6 +74,24 @@ std::optional<std::string> expr(const ir::Node& n, const std::vector<std::string
   if (op == "And" && need(2)) return fmt::format("({} && {})", a[0], a[1]);
   if (op == "Or" && need(2)) return fmt::format("({} || {})", a[0], a[1]);
   if (op == "Xor" && need(2)) return fmt::format("({} != {})", a[0], a[1]);
+  if (!F) {  // integer-only bit operations
+    if (op == "BitwiseAnd" && need(2)) return fmt::format("({} & {})", a[0], a[1]);
+    if (op == "BitwiseOr" && need(2)) return fmt::format("({} | {})", a[0], a[1]);
+    if (op == "BitwiseXor" && need(2)) return fmt::format("({} ^ {})", a[0], a[1]);
+    if (op == "BitwiseNot") return fmt::format("(({})~{})", tin, x);
+    if (op == "BitShift" && need(2)) {
+      std::string dir = n.s("direction", "");
+      if (dir == "LEFT") return fmt::format("(({0})({1} << {2}))", tin, a[0], a[1]);
+      if (dir == "RIGHT") return fmt::format("(({0})({1} >> {2}))", tin, a[0], a[1]);
+      return std::nullopt;
+    }
+  }
+  if (op == "Mod" && need(2)) {
+    if (n.i("fmod", 0) != 0) return F ? std::optional(fmt::format("kl_fmod({}, {})", a[0], a[1])) : fmt::format("({} % {})", a[0], a[1]);
+    if (F) return std::nullopt;  // fmod=0 is defined for integers only
+    // Python's sign rule: the result has the divisor's sign.
+    return fmt::format("([&]() {{ {0} r = {1} % {2}; return (r != 0 && ((r < 0) != ({2} < 0))) ? ({0})(r + {2}) : r; }}())", tin, a[0], a[1]);
+  }
   if (op == "Where" && need(3)) return fmt::format("({} ? {} : {})", a[0], a[1], a[2]);
   if (op == "Not") return fmt::format("(!{})", x);
   if (op == "Cast" || op == "CastLike") return fmt::format("(({}){})", tout, x);
@@ -129,7 +161,7 @@ bool is_elementwise(const Lowering& L, const ir::Node& n) {
       if (n.outputs[k] != ir::kNoValue && n.op_type != "Dropout") return false;
   auto is_static = [&](ir::ValueId v) {
     const ir::Value& val = L.model.value(v);
-    return val.shape && ir::is_static(*val.shape) && c_type(val.dtype);
+    return val.shape && ir::is_static(*val.shape) && storage(val.dtype);
   };
   if (!is_static(n.outputs[0])) return false;
   auto ins = data_inputs(n);
@@ -139,7 +171,7 @@ bool is_elementwise(const Lowering& L, const ir::Node& n) {
   DType in = L.model.value(n.inputs[ins[0]]).dtype;
   std::vector<std::string> a(n.inputs.size());
   for (size_t i : ins) a[i] = "x";
-  return expr(n, a, in, *c_type(in), *c_type(L.model.value(n.outputs[0]).dtype)).has_value();
+  return expr(n, a, in, *compute(in), *compute(L.model.value(n.outputs[0]).dtype)).has_value();
 }
 
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members) {
@@ -158,21 +190,25 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   std::string params, body;
   for (size_t k = 0; k < ext.size(); ++k) {
     const ir::Value& v = m.value(ext[k]);
-    params += fmt::format("const {}* __restrict__ in{}, ", *c_type(v.dtype), k);
+    params += fmt::format("const {}* __restrict__ in{}, ", *storage(v.dtype), k);
     body += fmt::format("    {}\n", broadcast_index(fmt::format("j{}", k), "i", L.dims(root, ext[k]), out));
-    body += fmt::format("    const {} v{} = in{}[j{}];\n", *c_type(v.dtype), ext[k], k, k);
+    body += fmt::format("    const {} v{} = {};\n", *compute(v.dtype), ext[k],
+                        from_storage(v.dtype, fmt::format("in{}[j{}]", k, k)));
   }
   for (auto* n : members) {
     std::vector<std::string> a(n->inputs.size());
     for (size_t i : data_inputs(*n)) a[i] = fmt::format("v{}", n->inputs[i]);
     DType in = m.value(n->inputs[data_inputs(*n)[0]]).dtype;
-    std::string tout = *c_type(m.value(n->outputs[0]).dtype);
-    auto e = expr(*n, a, in, *c_type(in), tout);
+    DType od = m.value(n->outputs[0]).dtype;
+    std::string tout = *compute(od);
+    auto e = expr(*n, a, in, *compute(in), tout);
     if (!e) refuse(*n, "element-wise operator on this dtype is not generated");
-    body += fmt::format("    const {} v{} = ({}){};  // {}\n", tout, n->outputs[0], tout, *e, n->op_type);
+    std::string v = fmt::format("({}){}", tout, *e);
+    if (is_half(od) && n != members.back()) v = from_storage(od, to_storage(od, v));
+    body += fmt::format("    const {} v{} = {};  // {}\n", tout, n->outputs[0], v, n->op_type);
   }
-  std::string tout = *c_type(m.value(root.outputs[0]).dtype);
-  params += fmt::format("{}* __restrict__ out0", tout);
+  DType rd = m.value(root.outputs[0]).dtype;
+  params += fmt::format("{}* __restrict__ out0", *storage(rd));
   std::string ops;
   for (auto* n : members) ops += (ops.empty() ? "" : ", ") + n->op_type;
   L.source += fmt::format(
@@ -180,9 +216,10 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
       "extern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n"
       "  typedef {} I;\n"
       "  for (I i = (I)blockIdx.x * 256u + threadIdx.x; i < (I){}ull; i += (I)gridDim.x * 256u) {{\n"
-      "{}    out0[i] = v{};\n"
+      "{}    out0[i] = {};\n"
       "  }}\n}}\n",
-      root.label(), ops, fmt::join(out, ","), name, params, index_type(N), N, body, root.outputs[0]);
+      root.label(), ops, fmt::join(out, ","), name, params, index_type(N), N, body,
+      to_storage(rd, fmt::format("v{}", root.outputs[0])));
   return L.kernel_node(root, name, ext, {root.outputs[0]}, L.grid_for(N, 256), 256);
 }
 

@@ -9,8 +9,9 @@
 namespace kiln::targets::cuda {
 
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
-  if (!n.domain.empty() || (n.op_type != "MaxPool" && n.op_type != "AveragePool")) return {};
-  bool is_max = n.op_type == "MaxPool";
+  if (!n.domain.empty() || (n.op_type != "MaxPool" && n.op_type != "AveragePool" && n.op_type != "LpPool")) return {};
+  bool is_max = n.op_type == "MaxPool", is_lp = n.op_type == "LpPool";
+  float p = static_cast<float>(n.i("p", 2));
   if (L.model.value(n.inputs[0]).dtype != DType::f32) refuse(n, "float32 only in this version");
   if (n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue) refuse(n, "the Indices output is not supported");
   auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
@@ -43,12 +44,16 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
   if (is_max)
     body += fmt::format(" if ({}) acc = kl_max(acc, xp[{}]);", inside, idx);
   else
-    body += fmt::format(" if ({}) {{ acc += xp[{}]; ++cnt; }}", inside, idx);
+    body += fmt::format(" if ({}) {{ acc += {}; ++cnt; }}", inside,
+                        is_lp ? fmt::format("powf(fabsf(xp[{}]), {})", idx, float_literal(p)) : fmt::format("xp[{}]", idx));
   for (size_t d = 0; d < k; ++d) body += " }";
   // count_include_pad divides by the whole kernel, even where a ceil-mode
   // window hangs past the end padding (as the reference kernel, onnxruntime
   // and the ONNX reference do).
-  body += is_max ? " y[i] = acc;" : fmt::format(" y[i] = acc / (float)({});", include_pad ? std::to_string(numel(kernel)) : "cnt");
+  if (is_lp)
+    body += fmt::format(" y[i] = powf(acc, 1.f / {});", float_literal(p));
+  else
+    body += is_max ? " y[i] = acc;" : fmt::format(" y[i] = acc / (float)({});", include_pad ? std::to_string(numel(kernel)) : "cnt");
   std::string name = L.kernel_name(n.op_type);
   L.source += fmt::format(
       "\n// {} kernel [{}] strides [{}] pads [{}|{}]\nextern \"C\" __global__ void __launch_bounds__(256) {}(const float* __restrict__ x, float* __restrict__ y) {{\n"

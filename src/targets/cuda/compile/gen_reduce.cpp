@@ -21,7 +21,7 @@ void need_f32(const Lowering& L, const ir::Node& n, size_t count = 1) {
                             dtype_name(L.model.value(v).dtype)));
 }
 
-/// Softmax / LogSoftmax: rows of `len` elements `inner` apart.
+/// Softmax / LogSoftmax / Hardmax: rows of `len` elements `inner` apart.
 ir::Node softmax(Lowering& L, const ir::Node& n) {
   need_f32(L, n);
   auto x = L.dims(n, n.inputs[0]);
@@ -37,6 +37,18 @@ ir::Node softmax(Lowering& L, const ir::Node& n) {
     for (int64_t d = axis + 1; d < r; ++d) inner *= x[d];
   }
   std::string name = L.kernel_name(n.op_type);
+  if (n.op_type == "Hardmax") {  // one thread per line: 1 at the first maximum, 0 elsewhere
+    int64_t N = outer * inner;
+    L.source += fmt::format(
+        "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+        "  typedef unsigned long long I; const I S = {3}ull;\n"
+        "  for (I t = (I)blockIdx.x * 256 + threadIdx.x; t < {2}ull; t += (I)gridDim.x * 256) {{\n"
+        "    I b = (t / S) * S * {4}ull + t % S; int k = 0; float m = x[b];\n"
+        "    for (int j = 1; j < {4}; ++j) if (x[b + (I)j * S] > m) {{ m = x[b + (I)j * S]; k = j; }}\n"
+        "    for (int j = 0; j < {4}; ++j) y[b + (I)j * S] = j == k ? 1.f : 0.f;\n  }}\n}}\n",
+        n.label(), name, N, inner, len);
+    return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+  }
   std::string fin = log ? "y[b + (I)j * S] = v - m - logf(s);" : "y[b + (I)j * S] = expf(v - m) / s;";
   if (inner == 1) {
     // One block per row: block max, block sum of exp.
@@ -213,7 +225,7 @@ ir::Node arg_reduce(Lowering& L, const ir::Node& n) {
 std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n) {
   if (!n.domain.empty()) return {};
   const std::string& op = n.op_type;
-  if (op == "Softmax" || op == "LogSoftmax") return {softmax(L, n)};
+  if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") return {softmax(L, n)};
   if (op == "LayerNormalization") return {layer_norm(L, n)};
   if (op == "ArgMax" || op == "ArgMin") return {arg_reduce(L, n)};
   static const std::set<std::string> reductions = {"ReduceSum",    "ReduceMean",      "ReduceMax",      "ReduceMin",

@@ -118,6 +118,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     auto out = gen_data(L, n);
     if (out.empty()) out = gen_reduce(L, n);
     if (out.empty()) out = gen_pool(L, n);
+    if (out.empty()) out = gen_resize(L, n);
+    if (out.empty()) out = gen_loss(L, n);
     if (out.empty())
       refuse(n, n.domain.empty() ? "the cuda target has no kernel for this operator yet"
                                  : fmt::format("domain '{}' is not supported", n.domain));

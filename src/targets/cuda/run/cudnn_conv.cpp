@@ -108,6 +108,11 @@ ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::str
 
 void ConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, CUdeviceptr workspace,
                    size_t workspace_bytes) const {
+  // One handle for the process: setting its stream and enqueueing must not
+  // interleave with another program's (two sessions loading or, with
+  // KILN_CUDA_GRAPH=0, running at once). Graph replays do not come here.
+  static std::mutex mu;
+  std::lock_guard<std::mutex> lock(mu);
   cudnnHandle_t h = cudnn_handle();
   check_cudnn(cudnnSetStream(h, reinterpret_cast<cudaStream_t>(stream)), "cudnnSetStream");
   const float one = 1.f, zero = 0.f;
