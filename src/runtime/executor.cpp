@@ -126,6 +126,14 @@ std::unique_ptr<Program::Arena> Program::take_arena() const {
   return std::make_unique<Arena>(cp_.plan.arena_bytes);
 }
 
+void Program::release_arenas() const {
+  std::vector<std::unique_ptr<Arena>> drop;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    drop.swap(pool_);
+  }
+}
+
 void Program::give_back(std::unique_ptr<Arena> a) const {
   std::lock_guard<std::mutex> lock(pool_mu_);
   pool_.push_back(std::move(a));

@@ -41,6 +41,10 @@ class Program {
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
   const artifact::CompiledProgram& compiled() const { return cp_; }
+  /// Frees the arenas kept for later runs (those in use are untouched). A
+  /// bucketed session calls it on a program it stops using, so it keeps
+  /// scratch memory for one bucket, not for every bucket it has run.
+  void release_arenas() const;
 
  private:
   struct Arena;

@@ -146,6 +146,14 @@ std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor
   if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);
   std::vector<int64_t> request = buckets::request_sizes(set_, inputs), sizes;
   std::shared_ptr<const Program> p = pick(request, sizes);
+  {
+    // Scratch memory is kept for the bucket in use only: a stream over many
+    // buckets would otherwise hold one arena per bucket (BERT at 32x512:
+    // hundreds of MB each).
+    std::lock_guard<std::mutex> lock(mu_);
+    if (last_ && last_ != p) last_->release_arenas();
+    last_ = p;
+  }
   if (sizes == request) return p->run(inputs, threads, profile);
   auto out = p->run(buckets::pad_inputs(set_, inputs, sizes), threads, profile);
   buckets::slice_outputs(set_, out, request);

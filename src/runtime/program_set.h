@@ -81,6 +81,7 @@ class ProgramSet {
   mutable std::vector<Entry> programs_;
   mutable std::multimap<uint64_t, Tensor> constants_;  ///< XXH3-64 of the bytes -> a constant held
   mutable bool indexed_ = false;  ///< constants_ holds the constants of every program in programs_
+  mutable std::shared_ptr<const Program> last_;  ///< the program the latest run used
   mutable int compiles_ = 0;
   mutable double compile_ms_ = 0;
 };
