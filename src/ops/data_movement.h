@@ -14,19 +14,6 @@ namespace kiln::ops::data_movement {
 using ir::Dim;
 using ir::Shape;
 
-// Calls f(T{}) with T an unsigned integer as wide as one element of dt: data
-// movement then works for every dtype by moving raw elements.
-template <class F>
-void by_width(const ir::Node& n, DType dt, F&& f) {
-  switch (dtype_size(dt)) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: unsupported_dtype(n, dt, "input 0");
-  }
-}
-
 // dst[o] = src[offset + sum_d idx_d(o) * strides[d]] for every o of `shape` in
 // row-major order. Strides may be 0 (broadcast) or negative (reversed slices).
 template <class T>
