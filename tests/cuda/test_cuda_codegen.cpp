@@ -175,6 +175,33 @@ TEST(CudaCodegen, RunTimeAxesStartsPadsAndK) {
   EXPECT_EQ(st.kernels, 5);
 }
 
+TEST(CudaCodegen, QuantScatterGatherNdCompile) {
+  ModelBuilder b(18);
+  b.input("x", 1, {2, 3, 4});
+  b.input("ind", 7, {2, 1});
+  b.input("upd", 1, {2, 3, 4});
+  b.input("ie", 7, {2, 3, 4});
+  b.initializer("sc", {3}, {0.1f, 0.2f, 0.5f});
+  b.node("QuantizeLinear", {"x", "sc"}, {"q"});
+  b.node("DequantizeLinear", {"q", "sc"}, {"dq"});
+  b.node("GatherND", {"x", "ind"}, {"gn"});
+  b.node("ScatterND", {"x", "ind", "upd"}, {"sn"});
+  auto& se = b.node("ScatterElements", {"x", "ie", "upd"}, {"se"});
+  auto* a = se.add_attribute();
+  a->set_name("reduction");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("add");
+  b.node("Shrink", {"x"}, {"sh"});
+  b.output("dq", 1, {2, 3, 4}).output("gn", 1, {2, 3, 4}).output("sn", 1, {2, 3, 4}).output("se", 1, {2, 3, 4});
+  b.output("sh", 1, {2, 3, 4});
+  targets::cuda::LowerStats st;
+  auto cp = lower(b, &st);
+  EXPECT_EQ(st.kernels, 6);
+  int init = 0;
+  for (auto& n : cp.model.main.nodes) init += n.has("init_from");
+  EXPECT_EQ(init, 2);
+}
+
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
   // Without a device the convolution itself is refused, after the split.
   auto bytes = conv_model().bytes();

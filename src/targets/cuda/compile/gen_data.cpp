@@ -420,6 +420,80 @@ ir::Node depth_space(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
+/// GatherND: one thread per output element.
+ir::Node gather_nd(Lowering& L, const ir::Node& n) {
+  auto data = L.dims(n, n.inputs[0]), ind = L.dims(n, n.inputs[1]), y = L.dims(n, n.outputs[0]);
+  if (L.model.value(n.inputs[1]).dtype != DType::i64) refuse(n, "indices must be int64");
+  int64_t b = n.i("batch_dims", 0), k = ind.empty() ? 0 : ind.back();
+  int64_t q = static_cast<int64_t>(ind.size());
+  if (k < 1 || b + k > static_cast<int64_t>(data.size())) refuse(n, "indices' last dim is out of range");
+  int64_t slice = 1;
+  for (size_t d = b + k; d < data.size(); ++d) slice *= data[d];
+  int64_t tuples = numel(ind) / k;  // index tuples, batch dims included
+  int64_t per_batch = 1;
+  for (int64_t d = b; d < q - 1; ++d) per_batch *= ind[d];
+  auto ds = strides_of(data);
+  std::string body = fmt::format("unsigned long long t = i / {0}u, e = i % {0}u, bt = t / {1}ull; long long off = 0;", slice, per_batch);
+  // batch coordinates of t (the first b dims of indices) index the first b dims of data
+  if (b > 0) {
+    body += " { unsigned long long bb = bt;";
+    for (int64_t d = b - 1; d >= 0; --d) body += fmt::format(" off += (long long)(bb % {0}ull) * {1}LL; bb /= {0}ull;", data[d], ds[d]);
+    body += " }";
+  }
+  for (int64_t j = 0; j < k; ++j)
+    body += fmt::format(" {{ long long v = idx[t * {0} + {1}]; if (v < 0) v += {2}; if (v < 0) v = 0; if (v >= {2}) v = {2} - 1; off += v * {3}LL; }}",
+                        k, j, data[b + j], ds[b + j]);
+  body += " y[i] = x[off + (long long)e];";
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("gathernd");
+  int64_t N = numel(y);
+  (void)tuples;
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, const long long* __restrict__ idx, {0}* __restrict__ y", T),
+                          N, body);
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// ScatterElements / ScatterND with reduction none or add: output 0 starts
+/// as a copy of the data (init_from), then one thread per update writes
+/// (none: duplicates race, as the spec leaves them undefined) or adds atomically.
+ir::Node scatter(Lowering& L, const ir::Node& n) {
+  auto data = L.dims(n, n.inputs[0]), ind = L.dims(n, n.inputs[1]), upd = L.dims(n, n.inputs[2]);
+  if (L.model.value(n.inputs[1]).dtype != DType::i64) refuse(n, "indices must be int64");
+  std::string red = n.s("reduction", "none");
+  DType dt = L.model.value(n.inputs[0]).dtype;
+  if (red != "none" && !(red == "add" && (dt == DType::f32 || dt == DType::i32)))
+    refuse(n, "reduction '" + red + "' on " + std::string(dtype_name(dt)));
+  std::string T = red == "add" ? *c_type(dt) : raw_type(elem_size(L.model, n, n.inputs[0]));
+  auto ds = strides_of(data);
+  std::string body, write = red == "add" ? "atomicAdd(&y[off], u[i]);" : "y[off] = u[i];";
+  int64_t N;
+  if (n.op_type == "ScatterElements") {
+    int64_t axis = norm_axis(n, n.i("axis", 0), static_cast<int64_t>(data.size()));
+    N = numel(ind);
+    body = coords(ind) + fmt::format(" long long v = idx[i]; if (v < 0) v += {0}; if (v < 0) v = 0; if (v >= {0}) v = {0} - 1; long long off = 0", data[axis]);
+    for (size_t d = 0; d < data.size(); ++d)
+      body += static_cast<int64_t>(d) == axis ? fmt::format(" + v * {}LL", ds[d]) : fmt::format(" + (long long)c{} * {}LL", d, ds[d]);
+    body += "; " + write;
+  } else {
+    int64_t k = ind.back();
+    int64_t slice = 1;
+    for (size_t d = k; d < data.size(); ++d) slice *= data[d];
+    N = numel(upd);
+    body = fmt::format("unsigned long long t = i / {0}u, e = i % {0}u; long long off = (long long)e;", slice);
+    for (int64_t j = 0; j < k; ++j)
+      body += fmt::format(" {{ long long v = idx[t * {0} + {1}]; if (v < 0) v += {2}; if (v < 0) v = 0; if (v >= {2}) v = {2} - 1; off += v * {3}LL; }}",
+                          k, j, data[j], ds[j]);
+    body += " " + write;
+  }
+  std::string name = L.kernel_name(n.op_type);
+  L.source += loop_kernel(n.label() + " reduction " + red, name,
+                          fmt::format("const {0}* __restrict__ x, const long long* __restrict__ idx, const {0}* __restrict__ u, {0}* y", T), N,
+                          body);
+  ir::Node k = L.kernel_node(n, name, {n.inputs[0], n.inputs[1], n.inputs[2]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+  k.attrs["init_from"] = int64_t{0};
+  return k;
+}
+
 }  // namespace
 
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
@@ -440,6 +514,8 @@ std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
   if (op == "Tile") return {tile(L, n)};
   if (op == "CumSum") return {cumsum(L, n)};
   if (op == "Pad") return {pad(L, n)};
+  if (op == "GatherND") return {gather_nd(L, n)};
+  if (op == "ScatterElements" || op == "ScatterND") return {scatter(L, n)};
   if (op == "DepthToSpace" || op == "SpaceToDepth") return {depth_space(L, n)};
   return {};
 }
