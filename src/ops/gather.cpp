@@ -20,18 +20,6 @@ namespace {
 using ir::Dim;
 using ir::Shape;
 
-/// Calls f(T{}) with T an unsigned integer as wide as one element of dt.
-template <class F>
-void by_width(const ir::Node& n, DType dt, F&& f) {
-  switch (dtype_size(dt)) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: unsupported_dtype(n, dt, "input 0");
-  }
-}
-
 /// Indices input i as int64 values (int32/int64 only, as the spec allows).
 std::vector<int64_t> read_indices(const KernelContext& c, size_t i) {
   const Tensor& t = c.in(i);

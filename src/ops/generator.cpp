@@ -19,18 +19,6 @@ using ir::Shape;
 
 std::vector<OutType> one(DType dt, std::optional<Shape> s) { return {OutType{dt, std::move(s)}}; }
 
-/// Calls f(T{}) with T an unsigned integer as wide as one element of dt.
-template <class F>
-void by_width(const ir::Node& n, DType dt, F&& f) {
-  switch (dtype_size(dt)) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: unsupported_dtype(n, dt, "input 0");
-  }
-}
-
 /// The one element of a scalar-like input (shape [] or [1]) as int64.
 int64_t scalar_int(const ir::Node& n, const Tensor& t, const char* what) {
   if (t.numel() != 1) fail(ErrorCode::invalid_input, "{}: {} must have one element, got {}", n.label(), what, t.describe());

@@ -65,6 +65,8 @@ const Registry& registry() {
     register_matmul(reg);
     register_resize(reg);
     register_shape_ops(reg);
+    register_pad(reg);
+    register_space_depth(reg);
     register_gather(reg);
     register_generator(reg);
     register_control_flow(reg);

@@ -122,6 +122,8 @@ void register_normalization(Registry&);
 void register_matmul(Registry&);
 void register_resize(Registry&);
 void register_shape_ops(Registry&);
+void register_pad(Registry&);
+void register_space_depth(Registry&);
 void register_gather(Registry&);
 void register_generator(Registry&);
 void register_control_flow(Registry&);

@@ -1,6 +1,7 @@
 // Data-movement operators that change shape or layout: Shape, Size, Reshape,
-// Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Expand, Tile,
-// Pad, DepthToSpace, SpaceToDepth (https://onnx.ai/onnx/operators/, newest
+// Flatten, Squeeze, Unsqueeze, Transpose, Concat, Split, Slice, Expand, Tile
+// (Pad: pad.cpp; DepthToSpace, SpaceToDepth: space_depth.cpp)
+// (https://onnx.ai/onnx/operators/, newest
 // opset semantics; onnx/parsers/shape_ops.cpp turns older forms into these).
 //
 // Kernels move elements by their byte width, so every fixed-size dtype
@@ -13,61 +14,12 @@
 #include <cstring>
 #include <limits>
 
-#include "ops/util.h"
+#include "ops/data_movement.h"
 
 namespace kiln::ops {
 namespace {
 
-using ir::Dim;
-using ir::Shape;
-
-// Calls f(T{}) with T an unsigned integer as wide as one element of dt: data
-// movement then works for every dtype by moving raw elements.
-template <class F>
-void by_width(const ir::Node& n, DType dt, F&& f) {
-  switch (dtype_size(dt)) {
-    case 1: f(uint8_t{}); break;
-    case 2: f(uint16_t{}); break;
-    case 4: f(uint32_t{}); break;
-    case 8: f(uint64_t{}); break;
-    default: unsupported_dtype(n, dt, "input 0");
-  }
-}
-
-// dst[o] = src[offset + sum_d idx_d(o) * strides[d]] for every o of `shape` in
-// row-major order. Strides may be 0 (broadcast) or negative (reversed slices).
-template <class T>
-void gather_strided(const T* src, T* dst, const std::vector<int64_t>& shape, const std::vector<int64_t>& strides,
-                    int64_t offset) {
-  int64_t total = prod(shape);
-  if (total == 0) return;
-  size_t r = shape.size();
-  if (r == 0) {
-    dst[0] = src[offset];
-    return;
-  }
-  std::vector<int64_t> idx(r, 0);
-  const int64_t inner = shape[r - 1], istride = strides[r - 1];
-  int64_t off = offset;
-  for (int64_t o = 0; o < total; o += inner) {
-    for (int64_t j = 0; j < inner; ++j) dst[o + j] = src[off + j * istride];
-    for (size_t d = r - 1; d-- > 0;) {
-      off += strides[d];
-      if (++idx[d] < shape[d]) break;
-      off -= strides[d] * shape[d];
-      idx[d] = 0;
-    }
-  }
-}
-
-/// Type-erased gather_strided from `src` into `dst` (dst's element count = prod(shape)).
-void copy_strided(const ir::Node& n, const Tensor& src, Tensor& dst, const std::vector<int64_t>& shape,
-                  const std::vector<int64_t>& strides, int64_t offset) {
-  by_width(n, src.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    gather_strided(src.data<T>(), dst.data<T>(), shape, strides, offset);
-  });
-}
+using namespace data_movement;
 
 /// Output 0 = input 0's bytes under a new shape (Reshape, Flatten, Squeeze, Unsqueeze).
 void copy_reshaped(KernelContext& c, const std::vector<int64_t>& shape) {
@@ -75,36 +27,6 @@ void copy_reshaped(KernelContext& c, const std::vector<int64_t>& shape) {
   if (dtype_size(x.dtype()) == 0) unsupported_dtype(c.node, x.dtype(), "input 0");
   Tensor& y = c.output(0, x.dtype(), shape);
   if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
-}
-
-/// Constant integer input i of an inference context, if known.
-std::optional<std::vector<int64_t>> const_ints(const InferContext& c, size_t i) {
-  if (!c.has(i) || !c.inputs[i].value) return std::nullopt;
-  return to_int64s(*c.inputs[i].value);
-}
-
-/// Length of a 1-D input whose shape is statically known (e.g. a non-constant shape tensor).
-std::optional<int64_t> static_length(const InferContext& c, size_t i) {
-  if (!c.has(i) || !c.inputs[i].shape || c.inputs[i].shape->size() != 1 || !(*c.inputs[i].shape)[0].is_static())
-    return std::nullopt;
-  return (*c.inputs[i].shape)[0].value;
-}
-
-Shape unknown_dims(size_t rank) { return Shape(rank, Dim::sym("")); }
-
-/// 0, 1, ..., k-1: the default axes list.
-std::vector<int64_t> first_axes(size_t k) {
-  std::vector<int64_t> a(k);
-  for (size_t i = 0; i < k; ++i) a[i] = static_cast<int64_t>(i);
-  return a;
-}
-
-/// a*b for dims: exact when both static, the symbol when the other factor is 1.
-Dim mul_dim(const Dim& a, const Dim& b) {
-  if (a.is_static() && b.is_static()) return Dim::known(a.value * b.value);
-  if (a.is_static() && a.value == 1) return b;
-  if (b.is_static() && b.value == 1) return a;
-  return Dim::sym("");
 }
 
 /// A product of dims as a static factor times named symbols; `opaque` once an
@@ -123,8 +45,6 @@ struct DimProduct {
     return syms.empty() ? Dim::known(known) : Dim::sym(syms[0]);
   }
 };
-
-std::vector<OutType> one(DType dt, std::optional<Shape> s) { return {OutType{dt, std::move(s)}}; }
 
 // ---- Shape, Size -------------------------------------------------------------
 
@@ -240,15 +160,6 @@ void kernel_flatten(KernelContext& c) {
 }
 
 // ---- Squeeze, Unsqueeze ------------------------------------------------------------
-
-/// Sorted, normalised axes; throws Error(invalid_model) when one repeats.
-std::vector<int64_t> unique_axes(const ir::Node& n, std::vector<int64_t> axes, int64_t rank) {
-  for (auto& a : axes) a = normalize_axis(n, a, rank, "axes entry");
-  std::sort(axes.begin(), axes.end());
-  if (std::adjacent_find(axes.begin(), axes.end()) != axes.end())
-    fail(ErrorCode::invalid_model, "{}: axes contain a repeated axis", n.label());
-  return axes;
-}
 
 /// Squeeze output shape; without axes every static 1 goes (nullopt when a
 /// symbolic dim might be 1, since then even the rank is unknown).
@@ -652,188 +563,6 @@ void kernel_tile(KernelContext& c) {
   copy_strided(c.node, x, c.output(0, x.dtype(), out), view, strides, 0);
 }
 
-// ---- Pad ------------------------------------------------------------------------------------
-
-/// Pad-18 begin/end amounts for every axis (2*rank entries, begins first),
-/// expanding the optional axes input.
-std::vector<int64_t> full_pads(const ir::Node& n, const std::vector<int64_t>& pads,
-                               const std::optional<std::vector<int64_t>>& axes, int64_t rank, ErrorCode code) {
-  std::vector<int64_t> ax = axes ? *axes : first_axes(static_cast<size_t>(rank));
-  unique_axes(n, ax, rank);  // rejects repeats; pads follow the given order
-  if (pads.size() != 2 * ax.size())
-    fail(code, "{}: pads has {} entries, expected {} (2 per padded axis)", n.label(), pads.size(), 2 * ax.size());
-  std::vector<int64_t> out(2 * rank, 0);
-  for (size_t i = 0; i < ax.size(); ++i) {
-    int64_t a = normalize_axis(n, ax[i], rank, "axes entry");
-    out[a] = pads[i];
-    out[a + rank] = pads[i + ax.size()];
-  }
-  return out;
-}
-
-std::string pad_mode(const ir::Node& n) {
-  std::string m = n.s("mode", "constant");
-  if (m != "constant" && m != "reflect" && m != "edge" && m != "wrap")
-    fail(ErrorCode::unsupported, "{}: mode '{}' is not supported", n.label(), m);
-  return m;
-}
-
-std::vector<OutType> infer_pad(const InferContext& c) {
-  const InType& x = c.in(0);
-  c.in(1);
-  pad_mode(c.node);
-  if (!x.shape) return one(x.dtype, std::nullopt);
-  int64_t rank = static_cast<int64_t>(x.shape->size());
-  auto pads = const_ints(c, 1);
-  auto axes = const_ints(c, 3);
-  if (!pads || (c.has(3) && !axes)) return one(x.dtype, unknown_dims(x.shape->size()));
-  auto p = full_pads(c.node, *pads, axes, rank, ErrorCode::invalid_model);
-  Shape out = *x.shape;
-  for (int64_t d = 0; d < rank; ++d) {
-    int64_t add = p[d] + p[d + rank];
-    if (out[d].is_static()) {
-      if (out[d].value + add < 0)
-        fail(ErrorCode::invalid_model, "{}: pads {} remove more than axis {} of size {}", c.node.label(),
-             fmt::join(*pads, ","), d, out[d].value);
-      out[d] = Dim::known(out[d].value + add);
-    } else if (add != 0) {
-      out[d] = Dim::sym("");
-    }
-  }
-  return one(x.dtype, out);
-}
-
-/// Input coordinate for output coordinate o on an axis of size dim padded
-/// by `begin` in front; -1 where the constant value goes.
-int64_t pad_source(const std::string& mode, int64_t o, int64_t begin, int64_t dim) {
-  int64_t i = o - begin;
-  if (i >= 0 && i < dim) return i;
-  if (mode == "constant") return -1;
-  if (mode == "edge") return std::clamp<int64_t>(i, 0, dim - 1);
-  if (mode == "wrap") return ((i % dim) + dim) % dim;
-  if (dim == 1) return 0;  // reflect: mirror without repeating the edge, period 2*(dim-1)
-  int64_t period = 2 * (dim - 1);
-  i = ((i % period) + period) % period;
-  return i < dim ? i : period - i;
-}
-
-/// The constant pad value converted to dt (the spec requires dt already; converting is lenient).
-Tensor pad_value(const KernelContext& c, DType dt) {
-  Tensor v(dt, {});
-  if (!c.has(2) || c.in(2).numel() == 0) return v;
-  const Tensor& cv = c.in(2);
-  if (cv.dtype() == dt) {
-    std::memcpy(v.raw(), cv.raw(), dtype_size(dt));
-    return v;
-  }
-  double d = element_as_double(cv, 0);
-  if (dt == DType::f16) v.data<uint16_t>()[0] = float_to_half(static_cast<float>(d));
-  else if (dt == DType::bf16) v.data<uint16_t>()[0] = float_to_bf16(static_cast<float>(d));
-  else KILN_DISPATCH_ALL(dt, c.node, "input 0", { v.data<scalar_t>()[0] = static_cast<scalar_t>(d); });
-  return v;
-}
-
-void kernel_pad(KernelContext& c) {
-  const Tensor& x = c.in(0);
-  std::string mode = pad_mode(c.node);
-  int64_t rank = x.rank();
-  std::optional<std::vector<int64_t>> axes;
-  if (c.has(3)) axes = to_int64s(c.in(3));
-  auto p = full_pads(c.node, to_int64s(c.in(1)), axes, rank, ErrorCode::invalid_input);
-  std::vector<int64_t> shape(rank);
-  std::vector<std::vector<int64_t>> source(rank);  // per axis: output coordinate -> input coordinate
-  for (int64_t d = 0; d < rank; ++d) {
-    shape[d] = x.dim(d) + p[d] + p[d + rank];
-    if (shape[d] < 0)
-      fail(ErrorCode::invalid_input, "{}: pads remove more than axis {} of {}", c.node.label(), d, x.describe());
-    if (mode != "constant" && x.dim(d) == 0 && shape[d] > 0)
-      fail(ErrorCode::invalid_input, "{}: mode '{}' cannot pad the empty axis {} of {}", c.node.label(), mode, d,
-           x.describe());
-    for (int64_t o = 0; o < shape[d]; ++o) source[d].push_back(pad_source(mode, o, p[d], x.dim(d)));
-  }
-  Tensor value = pad_value(c, x.dtype());
-  Tensor& y = c.output(0, x.dtype(), shape);
-  auto st = strides_of(x.shape());
-  int64_t total = prod(shape);
-  by_width(c.node, x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    const T* src = x.data<T>();
-    T* dst = y.data<T>();
-    T fill = value.data<T>()[0];
-    std::vector<int64_t> idx(rank, 0);
-    for (int64_t o = 0; o < total; ++o) {
-      int64_t off = 0;
-      bool inside = true;
-      for (int64_t d = 0; d < rank && inside; ++d) {
-        int64_t s = source[d][idx[d]];
-        inside = s >= 0;
-        off += s * st[d];
-      }
-      dst[o] = inside ? src[off] : fill;
-      for (int64_t d = rank; d-- > 0;) {
-        if (++idx[d] < shape[d]) break;
-        idx[d] = 0;
-      }
-    }
-  });
-}
-
-// ---- DepthToSpace, SpaceToDepth -----------------------------------------------------------
-
-int64_t block_size(const ir::Node& n) {
-  int64_t b = n.i("blocksize");
-  if (b <= 0) fail(ErrorCode::invalid_model, "{}: blocksize must be positive, got {}", n.label(), b);
-  return b;
-}
-
-/// dim / by, exact when static (error if not divisible), unknown when symbolic.
-Dim div_dim(const ir::Node& n, const Dim& d, int64_t by, const char* what, ErrorCode code) {
-  if (!d.is_static()) return Dim::sym("");
-  if (d.value % by != 0) fail(code, "{}: {} {} is not divisible by {}", n.label(), what, d.value, by);
-  return Dim::known(d.value / by);
-}
-
-std::vector<OutType> infer_space_depth(const InferContext& c) {
-  const InType& x = c.in(0);
-  if (!x.shape) return one(x.dtype, unknown_dims(4));
-  if (x.shape->size() != 4) fail(ErrorCode::invalid_model, "{}: input must be 4-D, got {}", c.node.label(), ir::shape_str(x.shape));
-  int64_t b = block_size(c.node);
-  const Shape& s = *x.shape;
-  auto e = ErrorCode::invalid_model;
-  Dim bb = Dim::known(b);
-  if (c.node.op_type == "DepthToSpace")
-    return one(x.dtype, Shape{s[0], div_dim(c.node, s[1], b * b, "channels", e), mul_dim(s[2], bb), mul_dim(s[3], bb)});
-  return one(x.dtype, Shape{s[0], mul_dim(s[1], Dim::known(b * b)), div_dim(c.node, s[2], b, "height", e),
-                            div_dim(c.node, s[3], b, "width", e)});
-}
-
-void kernel_space_depth(KernelContext& c) {
-  const Tensor& x = c.in(0);
-  if (x.rank() != 4) fail(ErrorCode::invalid_input, "{}: input must be 4-D, got {}", c.node.label(), x.describe());
-  int64_t b = block_size(c.node), N = x.dim(0), C = x.dim(1), H = x.dim(2), W = x.dim(3);
-  int64_t sN = C * H * W, sC = H * W, sH = W;
-  auto e = ErrorCode::invalid_input;
-  std::vector<int64_t> view, strides, out;
-  if (c.node.op_type == "DepthToSpace") {
-    std::string mode = c.node.s("mode", "DCR");
-    int64_t Co = div_dim(c.node, Dim::known(C), b * b, "channels", e).value;
-    // Output [N, C', H, b, W, b] in row-major order; where each (c', i, j) reads its input channel.
-    view = {N, Co, H, b, W, b};
-    if (mode == "DCR") strides = {sN, sC, sH, b * Co * sC, 1, Co * sC};
-    else if (mode == "CRD") strides = {sN, b * b * sC, sH, b * sC, 1, sC};
-    else fail(ErrorCode::unsupported, "{}: mode '{}' is not supported", c.node.label(), mode);
-    out = {N, Co, H * b, W * b};
-  } else {
-    int64_t Ho = div_dim(c.node, Dim::known(H), b, "height", e).value;
-    int64_t Wo = div_dim(c.node, Dim::known(W), b, "width", e).value;
-    // Output channel (i*b + j)*C + c takes pixel (h*b + i, w*b + j) of channel c.
-    view = {N, b, b, C, Ho, Wo};
-    strides = {sN, sH, 1, sC, b * sH, b};
-    out = {N, C * b * b, Ho, Wo};
-  }
-  copy_strided(c.node, x, c.output(0, x.dtype(), out), view, strides, 0);
-}
-
 }  // namespace
 
 void register_shape_ops(Registry& r) {
@@ -849,9 +578,6 @@ void register_shape_ops(Registry& r) {
   r.add({"", "Slice", infer_slice, kernel_slice});
   r.add({"", "Expand", infer_expand, kernel_expand});
   r.add({"", "Tile", infer_tile, kernel_tile});
-  r.add({"", "Pad", infer_pad, kernel_pad});
-  r.add({"", "DepthToSpace", infer_space_depth, kernel_space_depth});
-  r.add({"", "SpaceToDepth", infer_space_depth, kernel_space_depth});
 }
 
 }  // namespace kiln::ops

@@ -43,6 +43,21 @@ int64_t prod(const std::vector<int64_t>& sizes, size_t begin = 0, size_t end = S
 /// Throws Error(unsupported) "<node label>: dtype X is not supported (input i)".
 [[noreturn]] void unsupported_dtype(const ir::Node& n, DType t, const char* where);
 
+/// Calls f(T{}) with T an unsigned integer as wide as one element of dt
+/// (1, 2, 4 or 8 bytes): data movement (gather, copy, pad) then works for
+/// every fixed-size dtype, bool and 16-bit floats included, by moving raw
+/// elements. Error(unsupported) naming `n` for other dtypes.
+template <class F>
+void by_width(const ir::Node& n, DType dt, F&& f) {
+  switch (dtype_size(dt)) {
+    case 1: f(uint8_t{}); break;
+    case 2: f(uint16_t{}); break;
+    case 4: f(uint32_t{}); break;
+    case 8: f(uint64_t{}); break;
+    default: unsupported_dtype(n, dt, "input 0");
+  }
+}
+
 }  // namespace kiln::ops
 
 /// Calls BODY with `scalar_t` bound to the C++ type of DTYPE for the listed

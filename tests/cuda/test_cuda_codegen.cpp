@@ -151,6 +151,57 @@ TEST(CudaCodegen, PadDepthToSpaceResizeCompile) {
   EXPECT_EQ(st.kernels, 6);
 }
 
+TEST(CudaCodegen, RunTimeAxesStartsPadsAndK) {
+  // Inputs that ONNX allows at run time: the static output shapes decide
+  // what the kernel needs, the rest is read on the device.
+  ModelBuilder b(18);
+  b.input("x", 1, {3, 4, 5});
+  b.input("axes", 7, {1});
+  b.input("k", 7, {});
+  b.input("starts", 7, {1});
+  b.input("ends", 7, {1});
+  b.input("pads", 7, {6});
+  b.input("ax", 7, {});
+  b.node("ReduceSum", {"x", "axes"}, {"rs"});
+  b.node("Trilu", {"x", "k"}, {"tu"});
+  b.initializer_i64("sax", {1}, {1});
+  b.node("Slice", {"x", "starts", "ends", "sax"}, {"sl"});
+  b.node("Pad", {"x", "pads"}, {"pd"});
+  b.node("CumSum", {"x", "ax"}, {"cs"});
+  b.output("rs", 1, {3, 1, 5}).output("tu", 1, {3, 4, 5}).output("sl", 1, {3, 2, 5}).output("pd", 1, {4, 6, 8});
+  b.output("cs", 1, {3, 4, 5});
+  targets::cuda::LowerStats st;
+  lower(b, &st);
+  EXPECT_EQ(st.kernels, 5);
+}
+
+TEST(CudaCodegen, QuantScatterGatherNdCompile) {
+  ModelBuilder b(18);
+  b.input("x", 1, {2, 3, 4});
+  b.input("ind", 7, {2, 1});
+  b.input("upd", 1, {2, 3, 4});
+  b.input("ie", 7, {2, 3, 4});
+  b.initializer("sc", {3}, {0.1f, 0.2f, 0.5f});
+  b.node("QuantizeLinear", {"x", "sc"}, {"q"});
+  b.node("DequantizeLinear", {"q", "sc"}, {"dq"});
+  b.node("GatherND", {"x", "ind"}, {"gn"});
+  b.node("ScatterND", {"x", "ind", "upd"}, {"sn"});
+  auto& se = b.node("ScatterElements", {"x", "ie", "upd"}, {"se"});
+  auto* a = se.add_attribute();
+  a->set_name("reduction");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("add");
+  b.node("Shrink", {"x"}, {"sh"});
+  b.output("dq", 1, {2, 3, 4}).output("gn", 1, {2, 3, 4}).output("sn", 1, {2, 3, 4}).output("se", 1, {2, 3, 4});
+  b.output("sh", 1, {2, 3, 4});
+  targets::cuda::LowerStats st;
+  auto cp = lower(b, &st);
+  EXPECT_EQ(st.kernels, 6);
+  int init = 0;
+  for (auto& n : cp.model.main.nodes) init += n.has("init_from");
+  EXPECT_EQ(init, 2);
+}
+
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
   // Without a device the convolution itself is refused, after the split.
   auto bytes = conv_model().bytes();

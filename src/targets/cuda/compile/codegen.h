@@ -99,7 +99,8 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
 
 /// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,
 /// CumSum, Pad (constant / reflect / edge / wrap), DepthToSpace,
-/// SpaceToDepth; Reshape / Flatten / Squeeze /
+/// SpaceToDepth, GatherND, ScatterElements / ScatterND (reduction none, add);
+/// Reshape / Flatten / Squeeze /
 /// Unsqueeze / Dropout (inference) become kiln.cuda.Copy.
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
 /// Resize: nearest (any dtype), linear and cubic (float32), scales or sizes
@@ -112,6 +113,8 @@ std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n);
 /// a LogSoftmax kernel followed by the first). Targets outside [0, C) are
 /// clamped (the reference kernel reports them; a kernel cannot).
 std::vector<ir::Node> gen_loss(Lowering& L, const ir::Node& n);
+/// QuantizeLinear / DequantizeLinear, per tensor or per axis, 8/16-bit integers.
+std::vector<ir::Node> gen_quant(Lowering& L, const ir::Node& n);
 /// MaxPool (one output), AveragePool and LpPool, any number of spatial dims.
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
 /// Softmax, LogSoftmax, Hardmax, LayerNormalization, ArgMax, ArgMin, Reduce*

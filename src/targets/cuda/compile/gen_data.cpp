@@ -123,9 +123,56 @@ ir::Node concat(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, ins, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
+/// Slice whose starts (and steps) are run-time inputs: the output shape is
+/// static, so ends are not needed; the kernel normalises each start like
+/// the constant case. Axes must be constant.
+ir::Node slice_runtime(Lowering& L, const ir::Node& n) {
+  auto in = L.dims(n, n.inputs[0]), out = L.dims(n, n.outputs[0]);
+  int64_t r = static_cast<int64_t>(in.size());
+  auto axes = const_ints(L.model, n, 3);
+  auto ns = numel(L.dims(n, n.inputs[1]));
+  for (size_t i : {size_t{1}, size_t{4}})
+    if (i < n.inputs.size() && n.inputs[i] != ir::kNoValue && L.model.value(n.inputs[i]).dtype != DType::i64)
+      refuse(n, "run-time starts / steps must be int64");
+  bool has_steps = n.inputs.size() > 4 && n.inputs[4] != ir::kNoValue;
+  bool const_steps = has_steps && L.model.value(n.inputs[4]).constant.has_value();
+  auto csteps = const_steps ? const_ints(L.model, n, 4) : std::nullopt;
+  auto ist = strides_of(in);
+  std::vector<std::string> start(r, "0LL"), step(r, "1LL");
+  std::string pre;
+  for (int64_t j = 0; j < ns; ++j) {
+    int64_t a = axes ? norm_axis(n, (*axes)[j], r) : j;
+    std::string st = !has_steps ? "1LL" : const_steps ? fmt::format("{}LL", (*csteps)[j]) : fmt::format("sp[{}]", j);
+    pre += fmt::format(" long long st{0} = {1}, s{0} = ss[{2}]; if (s{0} < 0) s{0} += {3}LL;"
+                       " if (st{0} > 0) {{ if (s{0} < 0) s{0} = 0; if (s{0} > {3}LL) s{0} = {3}LL; }}"
+                       " else {{ if (s{0} < 0) s{0} = 0; if (s{0} > {3}LL - 1) s{0} = {3}LL - 1; }}",
+                       a, st, j, in[a]);
+    start[a] = fmt::format("s{}", a);
+    step[a] = fmt::format("st{}", a);
+  }
+  std::string idx = "long long j = 0";
+  for (int64_t d = 0; d < r; ++d) idx += fmt::format(" + ({} + (long long)c{} * {}) * {}LL", start[d], d, step[d], ist[d]);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("slice");
+  int64_t N = numel(out);
+  std::vector<ir::ValueId> ins = {n.inputs[0], n.inputs[1]};
+  std::string params = fmt::format("const {0}* __restrict__ x, const long long* __restrict__ ss, ", T);
+  if (has_steps && !const_steps) {
+    ins.push_back(n.inputs[4]);
+    params += "const long long* __restrict__ sp, ";
+  }
+  params += fmt::format("{}* __restrict__ y", T);
+  L.source += loop_kernel(n.label() + " (run-time starts)", name, params, N, coords(out) + pre + " " + idx + "; y[i] = x[j];");
+  return L.kernel_node(n, name, ins, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
 ir::Node slice(Lowering& L, const ir::Node& n) {
   auto in = L.dims(n, n.inputs[0]), out = L.dims(n, n.outputs[0]);
   int64_t r = static_cast<int64_t>(in.size());
+  auto is_runtime = [&](size_t i) {
+    return i < n.inputs.size() && n.inputs[i] != ir::kNoValue && !L.model.value(n.inputs[i]).constant;
+  };
+  if (is_runtime(1) || is_runtime(2) || is_runtime(4)) return slice_runtime(L, n);
   auto starts = const_ints(L.model, n, 1), ends = const_ints(L.model, n, 2);
   auto axes = const_ints(L.model, n, 3), steps = const_ints(L.model, n, 4);
   if (!starts || !ends) refuse(n, "starts and ends must be given");
@@ -203,17 +250,26 @@ ir::Node gather_elements(Lowering& L, const ir::Node& n) {
 ir::Node trilu(Lowering& L, const ir::Node& n) {
   auto x = L.dims(n, n.inputs[0]);
   if (x.size() < 2) refuse(n, "input rank below 2");
-  auto k = const_ints(L.model, n, 1);
-  int64_t kk = k && !k->empty() ? (*k)[0] : 0;
+  // k: a constant baked in, or a run-time scalar read by the kernel.
+  bool runtime_k = n.inputs.size() > 1 && n.inputs[1] != ir::kNoValue && !L.model.value(n.inputs[1]).constant;
+  auto k = runtime_k ? std::nullopt : const_ints(L.model, n, 1);
+  std::string kk = runtime_k ? "kp[0]" : fmt::format("{}LL", k && !k->empty() ? (*k)[0] : 0);
   bool upper = n.i("upper", 1) != 0;
   int64_t M = x[x.size() - 2], N2 = x.back(), N = numel(x);
   std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
   std::string name = L.kernel_name("trilu");
-  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
+  std::string params = fmt::format("const {0}* __restrict__ x, {1}{0}* __restrict__ y", T,
+                                   runtime_k ? "const long long* __restrict__ kp, " : "");
+  L.source += loop_kernel(n.label(), name, params, N,
                           fmt::format("long long c = (long long)(i % {0}u), rr = (long long)((i / {0}u) % {1}u); "
-                                      "y[i] = (c - rr {2} {3}LL) ? x[i] : ({4})0;",
+                                      "y[i] = (c - rr {2} {3}) ? x[i] : ({4})0;",
                                       N2, M, upper ? ">=" : "<=", kk, T));
-  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+  std::vector<ir::ValueId> ins = {n.inputs[0]};
+  if (runtime_k) {
+    if (L.model.value(n.inputs[1]).dtype != DType::i64) refuse(n, "k must be int64");
+    ins.push_back(n.inputs[1]);
+  }
+  return L.kernel_node(n, name, ins, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
 ir::Node tile(Lowering& L, const ir::Node& n) {
@@ -232,12 +288,38 @@ ir::Node tile(Lowering& L, const ir::Node& n) {
 /// CumSum: one thread per (outer, inner) line along the axis.
 ir::Node cumsum(Lowering& L, const ir::Node& n) {
   auto x = L.dims(n, n.inputs[0]);
-  auto ax = const_ints(L.model, n, 1);
-  if (!ax || ax->size() != 1) refuse(n, "axis must be a constant scalar");
   DType dt = L.model.value(n.inputs[0]).dtype;
   auto T = c_type(dt);
   if (!T || dt == DType::boolean) refuse(n, "dtype not supported");
   int64_t r = static_cast<int64_t>(x.size());
+  if (r == 0) refuse(n, "a scalar input");
+  if (!L.model.value(n.inputs[1]).constant) {
+    // Run-time axis: the kernel reads it and works out the line layout; one
+    // thread per element start (threads past outer * inner stop at once).
+    DType at = L.model.value(n.inputs[1]).dtype;
+    if (at != DType::i64 && at != DType::i32) refuse(n, "axis must be int64 or int32");
+    bool excl = n.i("exclusive", 0) != 0, rev = n.i("reverse", 0) != 0;
+    std::string dims;
+    for (auto d : x) dims += fmt::format("{}{}LL", dims.empty() ? "" : ", ", d);
+    int64_t N = numel(x);
+    std::string name = L.kernel_name("cumsum");
+    L.source += loop_kernel(
+        n.label() + " (run-time axis)", name,
+        fmt::format("const {0}* __restrict__ x, const {1}* __restrict__ axis, {0}* __restrict__ y", *T,
+                    at == DType::i64 ? "long long" : "int"),
+        N,
+        fmt::format("const long long D[{0}] = {{{1}}}; long long a = (long long)axis[0]; if (a < 0) a += {0}; "
+                    "if (a < 0 || a >= {0}) return; long long inner = 1; for (long long d = a + 1; d < {0}; ++d) inner *= D[d]; "
+                    "const long long len = D[a]; if ((long long)i >= {2}LL / (len > 0 ? len : 1)) continue; "
+                    "const unsigned long long S = inner; unsigned long long b = (i / inner) * len * inner + i % inner; "
+                    "{3} acc = 0; {4} {5}",
+                    r, dims, N, *T,
+                    rev ? "for (long long j = len - 1; j >= 0; --j)" : "for (long long j = 0; j < len; ++j)",
+                    excl ? "{ y[b + j * S] = acc; acc += x[b + j * S]; }" : "{ acc += x[b + j * S]; y[b + j * S] = acc; }"));
+    return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+  }
+  auto ax = const_ints(L.model, n, 1);
+  if (!ax || ax->size() != 1) refuse(n, "axis must be a constant scalar");
   int64_t axis = norm_axis(n, (*ax)[0], r), outer = 1, len = x[axis], inner = 1;
   for (int64_t d = 0; d < axis; ++d) outer *= x[d];
   for (int64_t d = axis + 1; d < r; ++d) inner *= x[d];
@@ -257,13 +339,19 @@ ir::Node cumsum(Lowering& L, const ir::Node& n) {
 ir::Node pad(Lowering& L, const ir::Node& n) {
   auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
   int64_t r = static_cast<int64_t>(x.size());
-  auto pads = const_ints(L.model, n, 1);
-  if (!pads) refuse(n, "pads must be given");
+  if (n.inputs.size() < 2 || n.inputs[1] == ir::kNoValue) refuse(n, "pads must be given");
+  // pads: constant (baked in) or a run-time int64 input the kernel reads.
+  bool runtime_pads = !L.model.value(n.inputs[1]).constant;
+  auto pads = runtime_pads ? std::nullopt : const_ints(L.model, n, 1);
   auto axes = const_ints(L.model, n, 3);
-  std::vector<int64_t> begin(r, 0);
+  std::vector<std::string> begin(r, "0LL");
   size_t na = axes ? axes->size() : static_cast<size_t>(r);
-  if (pads->size() != 2 * na) refuse(n, "pads has the wrong length");
-  for (size_t j = 0; j < na; ++j) begin[axes ? norm_axis(n, (*axes)[j], r) : static_cast<int64_t>(j)] = (*pads)[j];
+  if (runtime_pads && (L.model.value(n.inputs[1]).dtype != DType::i64 || numel(L.dims(n, n.inputs[1])) != static_cast<int64_t>(2 * na)))
+    refuse(n, "pads must be int64 with 2 entries per padded axis");
+  if (pads && pads->size() != 2 * na) refuse(n, "pads has the wrong length");
+  for (size_t j = 0; j < na; ++j)
+    begin[axes ? norm_axis(n, (*axes)[j], r) : static_cast<int64_t>(j)] =
+        runtime_pads ? fmt::format("pp[{}]", j) : fmt::format("{}LL", (*pads)[j]);
   std::string mode = n.s("mode", "constant");
   DType dt = L.model.value(n.inputs[0]).dtype;
   auto T = c_type(dt);
@@ -287,6 +375,10 @@ ir::Node pad(Lowering& L, const ir::Node& n) {
   std::string name = L.kernel_name("pad");
   std::vector<ir::ValueId> ins = {n.inputs[0]};
   std::string params = fmt::format("const {0}* __restrict__ x, ", *T);
+  if (runtime_pads) {
+    ins.push_back(n.inputs[1]);
+    params += "const long long* __restrict__ pp, ";
+  }
   if (has_value) {
     ins.push_back(n.inputs[2]);
     params += fmt::format("const {}* __restrict__ v, ", *T);
@@ -328,6 +420,80 @@ ir::Node depth_space(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
+/// GatherND: one thread per output element.
+ir::Node gather_nd(Lowering& L, const ir::Node& n) {
+  auto data = L.dims(n, n.inputs[0]), ind = L.dims(n, n.inputs[1]), y = L.dims(n, n.outputs[0]);
+  if (L.model.value(n.inputs[1]).dtype != DType::i64) refuse(n, "indices must be int64");
+  int64_t b = n.i("batch_dims", 0), k = ind.empty() ? 0 : ind.back();
+  int64_t q = static_cast<int64_t>(ind.size());
+  if (k < 1 || b + k > static_cast<int64_t>(data.size())) refuse(n, "indices' last dim is out of range");
+  int64_t slice = 1;
+  for (size_t d = b + k; d < data.size(); ++d) slice *= data[d];
+  int64_t tuples = numel(ind) / k;  // index tuples, batch dims included
+  int64_t per_batch = 1;
+  for (int64_t d = b; d < q - 1; ++d) per_batch *= ind[d];
+  auto ds = strides_of(data);
+  std::string body = fmt::format("unsigned long long t = i / {0}u, e = i % {0}u, bt = t / {1}ull; long long off = 0;", slice, per_batch);
+  // batch coordinates of t (the first b dims of indices) index the first b dims of data
+  if (b > 0) {
+    body += " { unsigned long long bb = bt;";
+    for (int64_t d = b - 1; d >= 0; --d) body += fmt::format(" off += (long long)(bb % {0}ull) * {1}LL; bb /= {0}ull;", data[d], ds[d]);
+    body += " }";
+  }
+  for (int64_t j = 0; j < k; ++j)
+    body += fmt::format(" {{ long long v = idx[t * {0} + {1}]; if (v < 0) v += {2}; if (v < 0) v = 0; if (v >= {2}) v = {2} - 1; off += v * {3}LL; }}",
+                        k, j, data[b + j], ds[b + j]);
+  body += " y[i] = x[off + (long long)e];";
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("gathernd");
+  int64_t N = numel(y);
+  (void)tuples;
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, const long long* __restrict__ idx, {0}* __restrict__ y", T),
+                          N, body);
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// ScatterElements / ScatterND with reduction none or add: output 0 starts
+/// as a copy of the data (init_from), then one thread per update writes
+/// (none: duplicates race, as the spec leaves them undefined) or adds atomically.
+ir::Node scatter(Lowering& L, const ir::Node& n) {
+  auto data = L.dims(n, n.inputs[0]), ind = L.dims(n, n.inputs[1]), upd = L.dims(n, n.inputs[2]);
+  if (L.model.value(n.inputs[1]).dtype != DType::i64) refuse(n, "indices must be int64");
+  std::string red = n.s("reduction", "none");
+  DType dt = L.model.value(n.inputs[0]).dtype;
+  if (red != "none" && !(red == "add" && (dt == DType::f32 || dt == DType::i32)))
+    refuse(n, "reduction '" + red + "' on " + std::string(dtype_name(dt)));
+  std::string T = red == "add" ? *c_type(dt) : raw_type(elem_size(L.model, n, n.inputs[0]));
+  auto ds = strides_of(data);
+  std::string body, write = red == "add" ? "atomicAdd(&y[off], u[i]);" : "y[off] = u[i];";
+  int64_t N;
+  if (n.op_type == "ScatterElements") {
+    int64_t axis = norm_axis(n, n.i("axis", 0), static_cast<int64_t>(data.size()));
+    N = numel(ind);
+    body = coords(ind) + fmt::format(" long long v = idx[i]; if (v < 0) v += {0}; if (v < 0) v = 0; if (v >= {0}) v = {0} - 1; long long off = 0", data[axis]);
+    for (size_t d = 0; d < data.size(); ++d)
+      body += static_cast<int64_t>(d) == axis ? fmt::format(" + v * {}LL", ds[d]) : fmt::format(" + (long long)c{} * {}LL", d, ds[d]);
+    body += "; " + write;
+  } else {
+    int64_t k = ind.back();
+    int64_t slice = 1;
+    for (size_t d = k; d < data.size(); ++d) slice *= data[d];
+    N = numel(upd);
+    body = fmt::format("unsigned long long t = i / {0}u, e = i % {0}u; long long off = (long long)e;", slice);
+    for (int64_t j = 0; j < k; ++j)
+      body += fmt::format(" {{ long long v = idx[t * {0} + {1}]; if (v < 0) v += {2}; if (v < 0) v = 0; if (v >= {2}) v = {2} - 1; off += v * {3}LL; }}",
+                          k, j, data[j], ds[j]);
+    body += " " + write;
+  }
+  std::string name = L.kernel_name(n.op_type);
+  L.source += loop_kernel(n.label() + " reduction " + red, name,
+                          fmt::format("const {0}* __restrict__ x, const long long* __restrict__ idx, const {0}* __restrict__ u, {0}* y", T), N,
+                          body);
+  ir::Node k = L.kernel_node(n, name, {n.inputs[0], n.inputs[1], n.inputs[2]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+  k.attrs["init_from"] = int64_t{0};
+  return k;
+}
+
 }  // namespace
 
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
@@ -348,6 +514,8 @@ std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
   if (op == "Tile") return {tile(L, n)};
   if (op == "CumSum") return {cumsum(L, n)};
   if (op == "Pad") return {pad(L, n)};
+  if (op == "GatherND") return {gather_nd(L, n)};
+  if (op == "ScatterElements" || op == "ScatterND") return {scatter(L, n)};
   if (op == "DepthToSpace" || op == "SpaceToDepth") return {depth_space(L, n)};
   return {};
 }

@@ -135,6 +135,9 @@ std::optional<std::string> expr(const ir::Node& n, const std::vector<std::string
   if (op == "HardSigmoid")
     return fmt::format("kl_max(({1})0, kl_min(({1})1, {2} * {0} + {3}))", x, tin, lit(n.f("alpha", 0.2f)), lit(n.f("beta", 0.5f)));
   if (op == "HardSwish") return fmt::format("({0} * kl_max(({1})0, kl_min(({1})1, {0} / ({1})6 + ({1})0.5)))", x, tin);
+  if (op == "Shrink")
+    return fmt::format("({0} < -{2} ? {0} + {3} : ({0} > {2} ? {0} - {3} : ({1})0))", x, tin, lit(n.f("lambd", 0.5f)),
+                       lit(n.f("bias", 0.f)));
   if (op == "ThresholdedRelu") return fmt::format("({0} > {2} ? {0} : ({1})0)", x, tin, lit(n.f("alpha", 1.f)));
   if (op == "Mish") return fmt::format("({0} * kl_tanh(kl_softplus({0})))", x);
   if (op == "Gelu") {

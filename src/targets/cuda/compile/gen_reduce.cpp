@@ -134,6 +134,46 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
   return L.kernel_node(n, name, ins, outs, rows, 256);
 }
 
+/// The reduced axes of a Reduce* whose axes are a run-time input, from the
+/// static shapes: with keepdims, the dims that became 1 (reducing a dim of
+/// size 1 changes nothing, so those are left alone); without, the one set of
+/// removed dims that turns x's shape into y's. Refuses the node when the
+/// shapes do not say (several removals fit).
+std::vector<bool> axes_from_shapes(const ir::Node& n, const std::vector<int64_t>& x, const std::vector<int64_t>& y) {
+  const size_t r = x.size();
+  std::vector<bool> red(r, false);
+  if (n.i("keepdims", 1) != 0) {
+    if (y.size() != r) refuse(n, "the output rank does not match keepdims");
+    for (size_t d = 0; d < r; ++d) {
+      if (y[d] == x[d]) continue;
+      if (y[d] != 1) refuse(n, "the output shape is not a reduction of the input shape");
+      red[d] = true;
+    }
+    return red;
+  }
+  if (r > 20 || y.size() > r) refuse(n, "run-time axes with this rank");
+  int found = 0;
+  for (uint32_t mask = 0; mask < (1u << r); ++mask) {
+    std::vector<int64_t> kept;
+    for (size_t d = 0; d < r; ++d)
+      if (!(mask >> d & 1)) kept.push_back(x[d]);
+    if (kept != y) continue;
+    // Removing a different set of size-1 dims gives the same result: count distinct outcomes.
+    bool same = found > 0;
+    if (found) {
+      for (size_t d = 0; d < r; ++d)
+        if (red[d] != static_cast<bool>(mask >> d & 1) && x[d] != 1) same = false;
+    }
+    if (!found || !same) {
+      ++found;
+      for (size_t d = 0; d < r; ++d) red[d] = mask >> d & 1;
+    }
+  }
+  if (found != 1)
+    refuse(n, "the axes are a run-time input and the static shapes do not say which dims are reduced (keepdims 0)");
+  return red;
+}
+
 /// Reduce* and global pools: the reduced axes of x, and the op's accumulate / finish code.
 ir::Node reduce(Lowering& L, const ir::Node& n) {
   const std::string& op = n.op_type;
@@ -143,6 +183,8 @@ ir::Node reduce(Lowering& L, const ir::Node& n) {
   std::vector<bool> red(r, false);
   if (op == "GlobalAveragePool" || op == "GlobalMaxPool") {
     for (int64_t d = 2; d < r; ++d) red[d] = true;
+  } else if (n.inputs.size() > 1 && n.inputs[1] != ir::kNoValue && !L.model.value(n.inputs[1]).constant) {
+    red = axes_from_shapes(n, x, L.dims(n, n.outputs[0]));
   } else {
     auto axes = const_ints(L.model, n, 1);
     bool noop = n.i("noop_with_empty_axes", 0) != 0;

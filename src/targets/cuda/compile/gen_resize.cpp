@@ -89,7 +89,8 @@ std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n) {
       a.resized = true;
     }
   } else {
-    if (!sz || !sz->constant) refuse(n, "sizes must be a constant");
+    // sizes (constant or not): the static output shape says what they are.
+    if (!sz) refuse(n, "neither scales nor sizes is given");
     for (int64_t a : axes) {
       Axis& p = ax[a];
       p.length = static_cast<double>(p.out);

@@ -120,6 +120,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     if (out.empty()) out = gen_pool(L, n);
     if (out.empty()) out = gen_resize(L, n);
     if (out.empty()) out = gen_loss(L, n);
+    if (out.empty()) out = gen_quant(L, n);
     if (out.empty())
       refuse(n, n.domain.empty() ? "the cuda target has no kernel for this operator yet"
                                  : fmt::format("domain '{}' is not supported", n.domain));

@@ -51,10 +51,11 @@ std::pair<std::vector<int64_t>, int64_t> choose_algo(const ir::Node& n, const Ge
 
 bool f32(const ir::Model& m, ir::ValueId v) { return v != ir::kNoValue && m.value(v).dtype == DType::f32; }
 
-/// A constant float32 vector of n elements (dims [n] or [1, .., 1, n]).
-bool bias_vector(const Lowering& L, ir::ValueId v, int64_t n) {
+/// A float32 vector of n elements (dims [n] or [1, .., 1, n]); a constant
+/// one when `need_constant`.
+bool bias_vector(const Lowering& L, ir::ValueId v, int64_t n, bool need_constant = true) {
   const ir::Value& val = L.model.value(v);
-  if (!val.constant || val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return false;
+  if ((need_constant && !val.constant) || val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return false;
   auto d = ir::to_sizes(*val.shape);
   return !d.empty() && d.back() == n && numel(d) == n;
 }
@@ -112,7 +113,7 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
     if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue && beta != 0.f) {
       ir::ValueId cv = n.inputs[2];
       auto cd = L.dims(n, cv);
-      if (bias_vector(L, cv, s.n)) {
+      if (bias_vector(L, cv, s.n, /*need_constant=*/beta != 1.f)) {
         bias = cv;
         if (beta != 1.f) {  // fold beta into a new constant
           Tensor t = m.value(cv).constant->clone();

@@ -11,6 +11,8 @@
 //    (ints[3]), block (ints[3]), smem (int, dynamic shared bytes). The kernel
 //    takes one pointer per node input (absent inputs are not passed) followed
 //    by one pointer per output, in order; shapes are baked into its code.
+//    Optional init_from (int): output 0 is first a copy of that input (the
+//    scatters update a copy of their data).
 //  - kiln.cuda.Gemm: a cuBLASLt matmul, fp32 (gemm_spec_from / blaslt.h give
 //    the attributes: m, n, k, batch, trans_a, trans_b, stride_a, stride_b,
 //    alpha, beta, epilogue, algo (ints[8], the cublasLtMatmulAlgo_t words),

@@ -184,6 +184,13 @@ class CudaProgram final : public DeviceProgram {
       for (auto id : n.outputs)
         if (id != ir::kNoValue) args.push_back(addr_[id]);
       std::string label = n.label();
+      // init_from = i: output 0 starts as a copy of input i (scatters write into it).
+      if (int64_t from = n.i("init_from", -1); from >= 0) {
+        size_t bytes = value_bytes(m, n.outputs.at(0), &n);
+        CUdeviceptr src = addr_[n.inputs.at(static_cast<size_t>(from))], dst = addr_[n.outputs.at(0)];
+        if (bytes && src != dst)
+          steps_.push_back([src, dst, bytes, &d](CUstream s) { check(d.cuMemcpyDtoDAsync(dst, src, bytes, s), "cuMemcpyDtoDAsync"); });
+      }
       if (grid[0] * grid[1] * grid[2] == 0) return;  // nothing to compute (an empty tensor)
       steps_.push_back([f, args, grid, block, smem, label, &d](CUstream s) {
         std::vector<CUdeviceptr> a = args;
