@@ -168,6 +168,26 @@ TEST(CudaGpu, PadAndDepthToSpaceMatchRef) {
   compare_with_ref(dir / "p.onnx", {{"x", filled(DType::f32, {1, 8, 3, 4}, 2.f, 0.1f)}});
 }
 
+TEST(CudaGpu, NormalizationsAndOneHotMatchRef) {
+  TempDir dir;
+  ModelBuilder b(18);
+  b.input("x", 1, {2, 4, 3, 3});
+  b.initializer("c4", {4}, {1.f, 0.5f, 2.f, -1.f});
+  b.initializer("v4", {4}, {1.f, 0.5f, 2.f, 3.f});
+  b.initializer("g2", {2}, {1.f, 0.5f});
+  b.initializer_i64("ind", {2, 3}, {0, 4, -1, 2, 3, 1});
+  b.initializer_i64("depth", {}, {5});
+  b.initializer("vals", {2}, {0.f, 7.f});
+  b.node("InstanceNormalization", {"x", "c4", "c4"}, {"in"});
+  ModelBuilder::attr_int(b.node("GroupNormalization", {"x", "g2", "g2"}, {"gn"}), "num_groups", 2);
+  b.node("BatchNormalization", {"x", "c4", "c4", "c4", "v4"}, {"bn"});
+  b.node("Relu", {"bn"}, {"bnr"});
+  b.node("OneHot", {"ind", "depth", "vals"}, {"oh"});
+  b.output("in", 1, {2, 4, 3, 3}).output("gn", 1, {2, 4, 3, 3}).output("bnr", 1, {2, 4, 3, 3}).output("oh", 1, {2, 3, 5});
+  b.save(dir / "n.onnx");
+  compare_with_ref(dir / "n.onnx", {{"x", filled(DType::f32, {2, 4, 3, 3}, 2.f, 0.7f)}});
+}
+
 TEST(CudaGpu, GraphReplayWithNewInputs) {
   TempDir dir;
   matmul_model().save(dir / "m.onnx");
