@@ -202,6 +202,29 @@ TEST(CudaCodegen, QuantScatterGatherNdCompile) {
   EXPECT_EQ(init, 2);
 }
 
+TEST(CudaCodegen, NormalizationsOneHotEyeDropoutCompile) {
+  ModelBuilder b(18);
+  b.input("x", 1, {2, 4, 3, 3});
+  b.input("ind", 7, {2, 3});
+  b.initializer("c4", {4}, {1.f, 0.5f, 2.f, -1.f});
+  b.initializer("v4", {4}, {1.f, 0.5f, 2.f, 3.f});
+  b.initializer("g2", {2}, {1.f, 0.5f});
+  b.initializer_i64("depth", {}, {5});
+  b.initializer("vals", {2}, {0.f, 7.f});
+  b.node("InstanceNormalization", {"x", "c4", "c4"}, {"in"});
+  ModelBuilder::attr_int(b.node("GroupNormalization", {"x", "g2", "g2"}, {"gn"}), "num_groups", 2);
+  b.node("BatchNormalization", {"x", "c4", "c4", "c4", "v4"}, {"bn"});
+  b.node("OneHot", {"ind", "depth", "vals"}, {"oh"});
+  b.input("m", 1, {3, 4});
+  b.node("EyeLike", {"m"}, {"ey"});
+  b.node("Dropout", {"x"}, {"dr", "mask"});
+  b.output("in", 1, {2, 4, 3, 3}).output("gn", 1, {2, 4, 3, 3}).output("bn", 1, {2, 4, 3, 3}).output("oh", 1, {2, 3, 5});
+  b.output("ey", 1, {3, 4}).output("dr", 1, {2, 4, 3, 3}).output("mask", 9, {2, 4, 3, 3});
+  targets::cuda::LowerStats st;
+  lower(b, &st);
+  EXPECT_EQ(st.kernels, 6);
+}
+
 TEST(CudaCodegen, ConvBiasBecomesAFusedAdd) {
   // Without a device the convolution itself is refused, after the split.
   auto bytes = conv_model().bytes();

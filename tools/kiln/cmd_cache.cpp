@@ -337,7 +337,7 @@ void add_cache(CLI::App& app, Common& common) {
       "which each differs (and, for options, which ones).",
       explain_cmd);
   ex_cmd->add_option("model", ex_args->model, "ONNX model (.onnx)")->required();
-  ex_cmd->add_option("--target", ex_args->target, "cpu or ref, as given to kiln run")->capture_default_str();
+  ex_cmd->add_option("--target", ex_args->target, "cpu, ref or cuda[:N], as given to kiln run")->capture_default_str();
   ex_cmd->add_option("--shape", ex_args->shapes, "NAME=DxDx..., as given to kiln run (repeatable)");
   ex_cmd->add_option("--dim", ex_args->dims, "NAME=SPEC shape buckets, as given to kiln run (repeatable)");
   ex_cmd->add_option("--limit", ex_args->limit, "How many nearest entries to show")->capture_default_str();

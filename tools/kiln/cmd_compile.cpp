@@ -18,7 +18,7 @@ void add_compile(CLI::App& app, Common& common) {
   sub->add_option("model", args->model, "ONNX model file (.onnx); external data files are read from its directory")
       ->required();
   sub->add_option("-o,--output", args->out, "Artifact to write; written atomically (never a partial file)")->required();
-  sub->add_option("--target", args->target, "cpu (default) or ref (the reference oracle)")->capture_default_str();
+  sub->add_option("--target", args->target, "cpu (default), ref (the reference oracle) or cuda[:N] (NVIDIA GPU N; only in a kiln built with CUDA)")->capture_default_str();
   sub->add_option("--shape", args->shapes,
                   "Fix an input's shape, NAME=DxDx... (repeatable); inputs not named keep the model's dims, "
                   "symbolic dims stay dynamic")

@@ -283,7 +283,7 @@ void add_perf(CLI::App& app, Common& common) {
       "Measure a model: compile time, load time in a fresh process, first-run and steady-state latency (median, "
       "p90), throughput at the input's batch, peak memory of the loading process.");
   sub->add_option("model", a->model, "ONNX model (.onnx)")->required();
-  sub->add_option("--target", a->target, "cpu (default) or ref")->capture_default_str();
+  sub->add_option("--target", a->target, "cpu (default), ref (the reference oracle) or cuda[:N] (NVIDIA GPU N; only in a kiln built with CUDA)")->capture_default_str();
   sub->add_option("--threads", a->threads, "Threads per run (0 = all cores)")->capture_default_str();
   sub->add_option("--runs", a->runs, "Timed runs after warm-up")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--warmup", a->warmup, "Untimed runs after the first")->capture_default_str();

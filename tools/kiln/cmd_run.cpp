@@ -185,7 +185,7 @@ void add_run(CLI::App& app, Common& common) {
       "Run a model. An .onnx goes through the compiled-program cache (compiled on the first run, loaded on later "
       "ones); a .kiln artifact is loaded and never recompiled.");
   sub->add_option("model", a->model, "ONNX model (.onnx) or compiled artifact (.kiln)")->required();
-  sub->add_option("--target", a->target, "cpu or ref; default cpu for .onnx, the artifact's own target for .kiln");
+  sub->add_option("--target", a->target, "cpu, ref or cuda[:N]; default cpu for .onnx, the artifact's own target for .kiln");
   sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

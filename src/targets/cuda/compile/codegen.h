@@ -99,8 +99,8 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
 
 /// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,
 /// CumSum, Pad (constant / reflect / edge / wrap), DepthToSpace,
-/// SpaceToDepth, GatherND, ScatterElements / ScatterND (reduction none, add);
-/// Reshape / Flatten / Squeeze /
+/// SpaceToDepth, GatherND, ScatterElements / ScatterND (reduction none, add),
+/// EyeLike, OneHot, Dropout with its mask (inference); Reshape / Flatten / Squeeze /
 /// Unsqueeze / Dropout (inference) become kiln.cuda.Copy.
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n);
 /// Resize: nearest (any dtype), linear and cubic (float32), scales or sizes
@@ -117,7 +117,8 @@ std::vector<ir::Node> gen_loss(Lowering& L, const ir::Node& n);
 std::vector<ir::Node> gen_quant(Lowering& L, const ir::Node& n);
 /// MaxPool (one output), AveragePool and LpPool, any number of spatial dims.
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
-/// Softmax, LogSoftmax, Hardmax, LayerNormalization, ArgMax, ArgMin, Reduce*
+/// Softmax, LogSoftmax, Hardmax, LayerNormalization, InstanceNormalization,
+/// GroupNormalization, BatchNormalization (inference), ArgMax, ArgMin, Reduce*
 /// (Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp),
 /// GlobalAveragePool, GlobalMaxPool.
 std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n);

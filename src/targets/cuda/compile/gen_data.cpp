@@ -494,6 +494,55 @@ ir::Node scatter(Lowering& L, const ir::Node& n) {
   return k;
 }
 
+/// Dropout (inference) with its mask output: y = x, mask = true.
+ir::Node dropout_mask(Lowering& L, const ir::Node& n) {
+  if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue) {
+    const ir::Value& t = L.model.value(n.inputs[2]);
+    if (!t.constant || t.constant->numel() != 1 || t.constant->data<bool>()[0]) refuse(n, "training mode");
+  }
+  auto x = L.dims(n, n.inputs[0]);
+  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
+  std::string name = L.kernel_name("dropout");
+  int64_t N = numel(x);
+  L.source += loop_kernel(n.label(), name, fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y, bool* __restrict__ mask", T),
+                          N, "y[i] = x[i]; mask[i] = true;");
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0], n.outputs[1]}, L.grid_for(N, 256), 256);
+}
+
+/// EyeLike: ones on the k-th diagonal of a 2-D output, zeros elsewhere.
+ir::Node eye_like(Lowering& L, const ir::Node& n) {
+  auto y = L.dims(n, n.outputs[0]);
+  if (y.size() != 2) refuse(n, "output rank must be 2");
+  auto T = c_type(L.model.value(n.outputs[0]).dtype);
+  if (!T) refuse(n, "dtype not supported");
+  std::string name = L.kernel_name("eyelike");
+  int64_t N = numel(y);
+  L.source += loop_kernel(n.label(), name, fmt::format("const void* x, {}* __restrict__ y", *T), N,
+                          fmt::format("y[i] = ((long long)(i % {0}u) - (long long)(i / {0}u) == {1}LL) ? 1 : 0;", y[1], n.i("k", 0)));
+  return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
+/// OneHot(indices, depth, values [off, on]): the depth is the output's dim
+/// on `axis` (static), values are read on the device.
+ir::Node one_hot(Lowering& L, const ir::Node& n) {
+  auto y = L.dims(n, n.outputs[0]);
+  int64_t r = static_cast<int64_t>(y.size());
+  int64_t axis = norm_axis(n, n.i("axis", -1), r);
+  int64_t depth = y[axis], inner = 1;
+  for (int64_t d = axis + 1; d < r; ++d) inner *= y[d];
+  DType it = L.model.value(n.inputs[0]).dtype;
+  auto IT = c_type(it), VT = c_type(L.model.value(n.inputs[2]).dtype);
+  if (!IT || !VT || it == DType::boolean) refuse(n, "dtypes not supported");
+  std::string name = L.kernel_name("onehot");
+  int64_t N = numel(y);
+  L.source += loop_kernel(
+      n.label(), name, fmt::format("const {0}* __restrict__ ind, const void* depth, const {1}* __restrict__ v, {1}* __restrict__ y", *IT, *VT), N,
+      fmt::format("unsigned long long o = i / {0}ull, d = (i / {1}ull) % {2}ull, q = i % {1}ull; "
+                  "long long k = (long long)ind[o * {1}ull + q]; if (k < 0) k += {2}; y[i] = (k == (long long)d) ? v[1] : v[0];",
+                  depth * inner, inner, depth));
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1], n.inputs[2]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
+}
+
 }  // namespace
 
 std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
@@ -515,6 +564,9 @@ std::vector<ir::Node> gen_data(Lowering& L, const ir::Node& n) {
   if (op == "CumSum") return {cumsum(L, n)};
   if (op == "Pad") return {pad(L, n)};
   if (op == "GatherND") return {gather_nd(L, n)};
+  if (op == "Dropout" && n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue) return {dropout_mask(L, n)};
+  if (op == "EyeLike") return {eye_like(L, n)};
+  if (op == "OneHot") return {one_hot(L, n)};
   if (op == "ScatterElements" || op == "ScatterND") return {scatter(L, n)};
   if (op == "DepthToSpace" || op == "SpaceToDepth") return {depth_space(L, n)};
   return {};

@@ -174,6 +174,64 @@ std::vector<bool> axes_from_shapes(const ir::Node& n, const std::vector<int64_t>
   return red;
 }
 
+/// A normalisation over rows of D contiguous elements (one block per row, two
+/// passes): y = (x - mean) * inv * scale[<scale_idx>] + bias[<bias_idx>],
+/// with `row` and `j` (0..D) usable in the index expressions.
+ir::Node row_norm(Lowering& L, const ir::Node& n, std::vector<ir::ValueId> ins, int64_t rows, int64_t D, float eps,
+                  const std::string& scale_idx, const std::string& bias_idx) {
+  std::string name = L.kernel_name(n.op_type);
+  L.source += fmt::format(
+      "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}(const float* __restrict__ x, "
+      "const float* __restrict__ g, const float* __restrict__ bb, float* __restrict__ y) {{\n"
+      "  const unsigned long long row = blockIdx.x, b = row * {2}ull;\n"
+      "  float s = 0.f;\n"
+      "  for (long long j = threadIdx.x; j < {2}; j += 256) s += x[b + j];\n"
+      "  const float mean = kl_block_sum(s) / (float){2};\n"
+      "  float q = 0.f;\n"
+      "  for (long long j = threadIdx.x; j < {2}; j += 256) {{ float d = x[b + j] - mean; q += d * d; }}\n"
+      "  const float inv = 1.f / sqrtf(kl_block_sum(q) / (float){2} + {4});\n"
+      "  for (long long j = threadIdx.x; j < {2}; j += 256) y[b + j] = (x[b + j] - mean) * inv * g[{5}] + bb[{6}];\n}}\n",
+      n.label(), rows, D, name, float_literal(eps), scale_idx, bias_idx);
+  return L.kernel_node(n, name, std::move(ins), {n.outputs[0]}, rows, 256);
+}
+
+/// InstanceNormalization, GroupNormalization (scale / bias per group before
+/// opset 21, per channel from 21) and inference BatchNormalization.
+ir::Node other_norm(Lowering& L, const ir::Node& n) {
+  need_f32(L, n, n.inputs.size());
+  auto x = L.dims(n, n.inputs[0]);
+  if (x.size() < 2) refuse(n, "input rank below 2");
+  int64_t N = x[0], C = x[1], S = numel(x) / (N * C > 0 ? N * C : 1);
+  float eps = n.f("epsilon", 1e-5f);
+  if (n.op_type == "InstanceNormalization")
+    return row_norm(L, n, {n.inputs[0], n.inputs[1], n.inputs[2]}, N * C, S, eps, "row % " + std::to_string(C),
+                    "row % " + std::to_string(C));
+  if (n.op_type == "GroupNormalization") {
+    int64_t G = n.i("num_groups");
+    if (G <= 0 || C % G) refuse(n, "num_groups does not divide the channels");
+    int64_t per = numel(L.dims(n, n.inputs[1]));
+    std::string idx = per == G ? fmt::format("row % {}", G)
+                               : fmt::format("(row % {}) * {} + j / {}", G, C / G, S);
+    if (per != G && per != C) refuse(n, "scale is neither per group nor per channel");
+    return row_norm(L, n, {n.inputs[0], n.inputs[1], n.inputs[2]}, N * G, (C / G) * S, eps, idx, idx);
+  }
+  // BatchNormalization (inference): one thread per element.
+  if (n.i("training_mode", 0) != 0) refuse(n, "training mode");
+  for (size_t k = 1; k < n.outputs.size(); ++k)
+    if (n.outputs[k] != ir::kNoValue) refuse(n, "the running statistics outputs");
+  int64_t T = numel(x);
+  std::string name = L.kernel_name("batchnorm");
+  L.source += fmt::format(
+      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, const float* __restrict__ sc, "
+      "const float* __restrict__ bi, const float* __restrict__ mu, const float* __restrict__ va, float* __restrict__ y) {{\n"
+      "  for (unsigned long long i = (unsigned long long)blockIdx.x * 256 + threadIdx.x; i < {2}ull; i += (unsigned long long)gridDim.x * 256) {{\n"
+      "    const unsigned long long c = (i / {3}ull) % {4}ull;\n"
+      "    y[i] = (x[i] - mu[c]) / sqrtf(va[c] + {5}) * sc[c] + bi[c];\n  }}\n}}\n",
+      n.label(), name, T, S, C, float_literal(eps));
+  return L.kernel_node(n, name, {n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3], n.inputs[4]}, {n.outputs[0]},
+                       L.grid_for(T, 256), 256);
+}
+
 /// Reduce* and global pools: the reduced axes of x, and the op's accumulate / finish code.
 ir::Node reduce(Lowering& L, const ir::Node& n) {
   const std::string& op = n.op_type;
@@ -270,6 +328,7 @@ std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n) {
   if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") return {softmax(L, n)};
   if (op == "LayerNormalization") return {layer_norm(L, n)};
   if (op == "ArgMax" || op == "ArgMin") return {arg_reduce(L, n)};
+  if (op == "InstanceNormalization" || op == "GroupNormalization" || op == "BatchNormalization") return {other_norm(L, n)};
   static const std::set<std::string> reductions = {"ReduceSum",    "ReduceMean",      "ReduceMax",      "ReduceMin",
                                                    "ReduceProd",   "ReduceSumSquare", "ReduceL1",       "ReduceL2",
                                                    "ReduceLogSum", "ReduceLogSumExp", "GlobalAveragePool", "GlobalMaxPool"};

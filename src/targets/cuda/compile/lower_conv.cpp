@@ -19,7 +19,8 @@ int split_conv_bias(ir::Model& m) {
   int split = 0;
   std::vector<ir::Node> out;
   for (auto& n : m.main.nodes) {
-    if (!n.domain.empty() || n.op_type != "Conv" || n.inputs.size() < 3 || n.inputs[2] == ir::kNoValue) {
+    if (!n.domain.empty() || (n.op_type != "Conv" && n.op_type != "ConvTranspose") || n.inputs.size() < 3 ||
+        n.inputs[2] == ir::kNoValue) {
       out.push_back(n);
       continue;
     }
@@ -84,7 +85,29 @@ ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
   s.strides = n.ints("strides", std::vector<int64_t>(k, 1));
   s.dilations = n.ints("dilations", std::vector<int64_t>(k, 1));
   s.group = n.i("group", 1);
-  auto [pb, pe] = window_pads(n, in, out, kernel, s.strides, s.dilations);
+  std::vector<int64_t> pb(k), pe(k);
+  if (n.op_type == "ConvTranspose") {
+    s.transposed = true;
+    // y = s*(x-1) + output_padding + ((k-1)*d+1) - pad_begin - pad_end
+    auto op = n.ints("output_padding", std::vector<int64_t>(k, 0));
+    auto pads = n.ints("pads");
+    bool derive = n.s("auto_pad", "NOTSET") != "NOTSET" || n.has("output_shape") || pads.empty();
+    for (size_t i = 0; i < k; ++i) {
+      int64_t total = s.strides[i] * (in[i] - 1) + (op.size() > i ? op[i] : 0) + (kernel[i] - 1) * s.dilations[i] + 1 - out[i];
+      if (!derive) {
+        if (pads.size() != 2 * k) refuse(n, "pads must have 2 entries per spatial dim");
+        pb[i] = pads[i], pe[i] = pads[i + k];
+        if (pb[i] + pe[i] != total) refuse(n, "pads and output_padding do not give the output shape");
+      } else {
+        if (total < 0 || total % 2) refuse(n, "the padding the output shape needs is asymmetric");
+        pb[i] = pe[i] = total / 2;
+      }
+      if ((op.size() > i ? op[i] : 0) >= s.strides[i]) refuse(n, "output_padding >= stride");
+    }
+    // cuDNN's "input" of the convolution is our output: in/out swap in the window checks below.
+  } else {
+    std::tie(pb, pe) = window_pads(n, in, out, kernel, s.strides, s.dilations);
+  }
   if (pb != pe) refuse(n, fmt::format("asymmetric pads [{}] / [{}]", fmt::join(pb, ","), fmt::join(pe, ",")));
   s.pads = pb;
   if (k == 1) {  // cuDNN wants at least 2 spatial dims: add a unit one
@@ -103,6 +126,20 @@ ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
   if (opt.device < 0) refuse(n, "convolutions need a CUDA device at compile time (cuDNN chooses their algorithm)");
   use_device(opt.device);
   ConvDescs d(s);
+  if (s.transposed) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    check_cudnn(cudnnFindConvolutionBackwardDataAlgorithm(cudnn_handle(), d.w, d.x, d.conv, d.y,
+                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
+                n.label() + ": cudnnFindConvolutionBackwardDataAlgorithm");
+    for (int i = 0; i < count; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxConvWorkspace) {
+        c.attrs["algo"] = static_cast<int64_t>(perf[i].algo);
+        c.attrs["workspace"] = static_cast<int64_t>(perf[i].memory);
+        return c;
+      }
+    refuse(n, fmt::format("cuDNN {} has no algorithm for this transposed convolution", cudnnGetVersion()));
+  }
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
   int count = 0;
   check_cudnn(cudnnFindConvolutionForwardAlgorithm(cudnn_handle(), d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,

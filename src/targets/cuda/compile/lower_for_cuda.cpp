@@ -110,7 +110,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
       ++st.kernels;
       continue;
     }
-    if (n.domain.empty() && n.op_type == "Conv") {
+    if (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) {
       lowered.push_back(lower_conv(L, n, opt));
       ++st.convs;
       continue;

@@ -60,14 +60,15 @@ struct GemmLowered {
 /// workspace); the runtime replays it without asking again.
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt);
 
-/// Rewrites every main-graph Conv with a constant bias B [K] into Conv(x, w)
+/// Rewrites every main-graph Conv / ConvTranspose with a constant bias B [K] into Conv(x, w)
 /// followed by an ONNX Add of B as [K, 1, .., 1], so that the bias, and
 /// whatever element-wise work follows (Relu, a residual Add), fuse into one
 /// generated kernel after the cuDNN convolution. Returns the number split.
 int split_conv_bias(ir::Model& m);
 
-/// Lowers a Conv (float32, no bias left, symmetric pads, 1-3 spatial dims,
-/// any group) to kiln.cuda.Conv. With opt.device >= 0 the algorithm is the
+/// Lowers a Conv or ConvTranspose (float32, no bias left, symmetric pads,
+/// 1-3 spatial dims, any group; ConvTranspose as cuDNN backward-data, with
+/// output_padding below the stride) to kiln.cuda.Conv. With opt.device >= 0 the algorithm is the
 /// fastest cudnnFindConvolutionForwardAlgorithm measures on that device
 /// (strict fp32, at most 256 MiB workspace), stored in the node (algo,
 /// workspace); refused without a device.

@@ -24,6 +24,7 @@ ConvSpec conv_spec_from(const ir::Node& n) {
   s.strides = n.ints("strides");
   s.dilations = n.ints("dilations");
   s.group = n.i("group", 1);
+  s.transposed = n.i("transposed", 0) != 0;
   size_t k = s.x.size() < 3 ? 0 : s.x.size() - 2;
   if (k == 0 || k > 3 || s.w.size() != k + 2 || s.y.size() != k + 2 || s.pads.size() != k || s.strides.size() != k ||
       s.dilations.size() != k || s.group < 1)
@@ -39,6 +40,7 @@ void set_conv_attrs(ir::Node& n, const ConvSpec& s) {
   n.attrs["strides"] = s.strides;
   n.attrs["dilations"] = s.dilations;
   n.attrs["group"] = s.group;
+  n.attrs["transposed"] = int64_t{s.transposed};
 }
 
 cudnnHandle_t cudnn_handle() {
@@ -92,11 +94,16 @@ ConvDescs::~ConvDescs() {
 }
 
 ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::string& where)
-    : d_(s), algo_(static_cast<cudnnConvolutionFwdAlgo_t>(algo)) {
-  if (algo < 0 || algo >= CUDNN_CONVOLUTION_FWD_ALGO_COUNT)
+    : d_(s), transposed_(s.transposed), algo_(algo) {
+  int count = transposed_ ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT : CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
+  if (algo < 0 || algo >= count)
     fail(ErrorCode::incompatible_artifact, "{}: the artifact's cuDNN algorithm {} is unknown here; recompile", where, algo);
   size_t need = 0;
-  cudnnStatus_t st = cudnnGetConvolutionForwardWorkspaceSize(cudnn_handle(), d_.x, d_.w, d_.conv, d_.y, algo_, &need);
+  cudnnStatus_t st =
+      transposed_ ? cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_handle(), d_.w, d_.x, d_.conv, d_.y,
+                                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &need)
+                  : cudnnGetConvolutionForwardWorkspaceSize(cudnn_handle(), d_.x, d_.w, d_.conv, d_.y,
+                                                            static_cast<cudnnConvolutionFwdAlgo_t>(algo), &need);
   if (st != CUDNN_STATUS_SUCCESS)
     fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here does not support the stored convolution algorithm {} ({}); recompile",
          where, cudnnGetVersion(), algo, cudnnGetErrorString(st));
@@ -116,8 +123,20 @@ void ConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y,
   cudnnHandle_t h = cudnn_handle();
   check_cudnn(cudnnSetStream(h, reinterpret_cast<cudaStream_t>(stream)), "cudnnSetStream");
   const float one = 1.f, zero = 0.f;
+  if (transposed_) {
+    // The transposed convolution of x is the backward-data pass of the
+    // convolution whose output has x's shape.
+    check_cudnn(cudnnConvolutionBackwardData(h, &one, d_.w, reinterpret_cast<const void*>(w), d_.x,
+                                             reinterpret_cast<const void*>(x), d_.conv,
+                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(algo_),
+                                             reinterpret_cast<void*>(workspace), workspace_bytes, &zero, d_.y,
+                                             reinterpret_cast<void*>(y)),
+                "cudnnConvolutionBackwardData");
+    return;
+  }
   check_cudnn(cudnnConvolutionForward(h, &one, d_.x, reinterpret_cast<const void*>(x), d_.w,
-                                      reinterpret_cast<const void*>(w), d_.conv, algo_, reinterpret_cast<void*>(workspace),
+                                      reinterpret_cast<const void*>(w), d_.conv,
+                                      static_cast<cudnnConvolutionFwdAlgo_t>(algo_), reinterpret_cast<void*>(workspace),
                                       workspace_bytes, &zero, d_.y, reinterpret_cast<void*>(y)),
               "cudnnConvolutionForward");
 }

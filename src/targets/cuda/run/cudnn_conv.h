@@ -18,9 +18,14 @@ namespace kiln::targets::cuda {
 /// k1..kk], `y` [N, K, O1..Ok]; symmetric pads (begin == end), strides and
 /// dilations per spatial dim. Math is strict fp32 (CUDNN_FMA_MATH: no TF32),
 /// so results follow the reference kernels.
+/// With `transposed` (ONNX ConvTranspose): y = conv_transpose(x, w), run as
+/// cuDNN's backward-data of the convolution from y's shape to x's; `w` dims
+/// [C_in, M/group, k1..kk] (ONNX's layout, which is cuDNN's filter layout of
+/// that convolution).
 struct ConvSpec {
   std::vector<int64_t> x, w, y, pads, strides, dilations;
   int64_t group = 1;
+  bool transposed = false;
 };
 
 /// The spec of a kiln.cuda.Conv node (attributes x_dims, w_dims, y_dims,
@@ -51,6 +56,8 @@ class ConvDescs {
 /// A convolution ready to run with the stored algorithm.
 class ConvPlan {
  public:
+  /// `algo` is a cudnnConvolutionFwdAlgo_t, or for a transposed spec a
+  /// cudnnConvolutionBwdDataAlgo_t.
   /// Throws Error(incompatible_artifact) naming `where` when cuDNN here does
   /// not support algorithm `algo` for this convolution or needs more
   /// workspace than `workspace` bytes (recorded at compile time).
@@ -60,7 +67,8 @@ class ConvPlan {
 
  private:
   ConvDescs d_;
-  cudnnConvolutionFwdAlgo_t algo_;
+  bool transposed_;
+  int algo_;
 };
 
 }  // namespace kiln::targets::cuda
