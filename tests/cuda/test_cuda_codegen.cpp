@@ -11,6 +11,7 @@
 #include "kiln/session.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
+#include "runtime/compile.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/run/cuda_ops.h"
@@ -328,6 +329,25 @@ TEST(CudaCodegen, NoDeviceGivesACleanError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
     EXPECT_NE(std::string(e.what()).find("no CUDA driver or device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaCodegen, ArtifactWithoutDeviceIsRefusedNamingDeviceArch) {
+  if (targets::cuda::device_present()) GTEST_SKIP() << "a CUDA device is present";
+  auto cp = lower(kernels_model());
+  std::string arch = "sm_90";
+  cp.compat = build_facts(Target::cuda());
+  cp.compat.device_arch = arch;
+  TempDir dir;
+  artifact::write_file(dir / "k.kiln", cp);
+  SessionOptions opt;
+  opt.target = Target::cuda();
+  try {
+    Session::load(dir / "k.kiln", opt);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
+    EXPECT_NE(std::string(e.what()).find("device_arch"), std::string::npos) << e.what();
   }
 }
 
