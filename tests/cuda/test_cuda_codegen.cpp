@@ -256,6 +256,21 @@ TEST(CudaCodegen, ArtifactRoundTripKeepsKernelsAndPlan) {
   EXPECT_EQ(back.compat.device_arch, "sm_90");
 }
 
+TEST(CudaCodegen, KernelNodesRecordTheirCubin) {
+  auto a = lower(kernels_model());
+  auto b = lower(pool_model());
+  auto ba = targets::cuda::decode_bundle(a.kernels, "a"), bb = targets::cuda::decode_bundle(b.kernels, "b");
+  EXPECT_NO_THROW(targets::cuda::check_bundle_matches(a.model, ba));
+  EXPECT_NO_THROW(targets::cuda::check_bundle_matches(b.model, bb));
+  try {
+    targets::cuda::check_bundle_matches(a.model, bb);  // another program's kernels
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("another cubin"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {
   auto cp = lower(kernels_model());
   auto k = cp.kernels;
