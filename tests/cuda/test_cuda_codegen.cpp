@@ -11,6 +11,7 @@
 #include "kiln/session.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
+#include "runtime/compile.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/run/cuda_ops.h"
@@ -255,6 +256,21 @@ TEST(CudaCodegen, ArtifactRoundTripKeepsKernelsAndPlan) {
   EXPECT_EQ(back.compat.device_arch, "sm_90");
 }
 
+TEST(CudaCodegen, KernelNodesRecordTheirCubin) {
+  auto a = lower(kernels_model());
+  auto b = lower(pool_model());
+  auto ba = targets::cuda::decode_bundle(a.kernels, "a"), bb = targets::cuda::decode_bundle(b.kernels, "b");
+  EXPECT_NO_THROW(targets::cuda::check_bundle_matches(a.model, ba));
+  EXPECT_NO_THROW(targets::cuda::check_bundle_matches(b.model, bb));
+  try {
+    targets::cuda::check_bundle_matches(a.model, bb);  // another program's kernels
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("another cubin"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {
   auto cp = lower(kernels_model());
   auto k = cp.kernels;
@@ -328,6 +344,25 @@ TEST(CudaCodegen, NoDeviceGivesACleanError) {
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
     EXPECT_NE(std::string(e.what()).find("no CUDA driver or device"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaCodegen, ArtifactWithoutDeviceIsRefusedNamingDeviceArch) {
+  if (targets::cuda::device_present()) GTEST_SKIP() << "a CUDA device is present";
+  auto cp = lower(kernels_model());
+  std::string arch = "sm_90";
+  cp.compat = build_facts(Target::cuda());
+  cp.compat.device_arch = arch;
+  TempDir dir;
+  artifact::write_file(dir / "k.kiln", cp);
+  SessionOptions opt;
+  opt.target = Target::cuda();
+  try {
+    Session::load(dir / "k.kiln", opt);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
+    EXPECT_NE(std::string(e.what()).find("device_arch"), std::string::npos) << e.what();
   }
 }
 

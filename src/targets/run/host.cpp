@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 
+#include "support/error.h"
 #include "support/version.h"
 #include "targets/cpu/run/dnnl_util.h"
 #ifdef KILN_WITH_CUDA
@@ -58,10 +59,18 @@ artifact::CompatInfo host_facts(const Target& target) {
     // only valid where all of them are the same.
     c.cpu_isa = host_isa();
 #ifdef KILN_WITH_CUDA
-    auto f = cuda::device_facts(target.device);
-    c.device_arch = f.arch;
-    c.device_name = f.name;
-    c.library_versions = f.libraries;
+    // No usable device: facts that match no artifact, so that `kiln check`
+    // and loads refuse a cuda artifact naming device_arch (compiling still
+    // fails with the driver's reason, in the pipeline).
+    try {
+      auto f = cuda::device_facts(target.device);
+      c.device_arch = f.arch;
+      c.device_name = f.name;
+      c.library_versions = f.libraries;
+    } catch (const Error& e) {
+      c.device_arch = fmt::format("none ({})", e.what());
+      c.device_name = "none";
+    }
 #else
     c.device_arch = "none (this kiln was built without CUDA support)";
     c.device_name = "none";

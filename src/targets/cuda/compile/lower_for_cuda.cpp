@@ -139,6 +139,9 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   st.cubin_bytes = bundle.cubin.size();
   st.ptx_bytes = bundle.ptx.size();
   cp.kernels = encode_bundle(bundle);
+  const std::string digest = cubin_digest(bundle);
+  for (auto& n : m.main.nodes)
+    if (n.op_type == "Kernel" && n.domain == kCudaDomain) n.attrs["cubin"] = digest;
   cp.plan = passes::plan_memory(m);
   log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off), {} "
              "copies, {} nodes fused; cubin {} bytes, PTX {} bytes ({:.0f} ms)",

@@ -30,6 +30,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/graph.h"
+
 namespace kiln::targets::cuda {
 
 /// Domain of the cuda target's lowered operators.
@@ -43,6 +45,17 @@ struct KernelBundle {
   std::string ptx;             ///< PTX for compute_XX of the same source (kept for newer GPUs; not JIT-ed at load)
   std::string source;          ///< the CUDA C++ the cubin was compiled from (for kiln inspect / debugging)
 };
+
+/// XXH3-64 of a bundle's cubin as 16 hex digits: every kiln.cuda.Kernel node
+/// records the digest of the cubin its function was compiled into
+/// (attribute `cubin`), so a program is never run with another program's
+/// kernels (e.g. one kernels section shared by several shape buckets).
+std::string cubin_digest(const KernelBundle& b);
+
+/// Throws Error(unsupported) naming the node when a kiln.cuda.Kernel node of
+/// `model` records another cubin digest than `b`'s (its kernels are not in
+/// this bundle: cuda artifacts with several shape buckets are not supported yet).
+void check_bundle_matches(const ir::Model& model, const KernelBundle& b);
 
 /// Bytes of the kernels section: magic "KLNCUDA1", then four length-prefixed
 /// (u64, little-endian) fields: arch, cubin, ptx, source.

@@ -1,7 +1,10 @@
 // The kernels section of a cuda artifact (cuda_ops.h).
 #include <cstring>
 
+#include <fmt/format.h>
+
 #include "support/error.h"
+#include "support/hash.h"
 #include "targets/cuda/run/cuda_ops.h"
 
 namespace kiln::targets::cuda {
@@ -53,6 +56,18 @@ KernelBundle decode_bundle(const std::vector<uint8_t>& bytes, const std::string&
   if (b.arch.rfind("sm_", 0) != 0) bad("arch '" + b.arch + "' is not sm_XX");
   if (b.cubin.empty()) bad("no cubin");
   return b;
+}
+
+std::string cubin_digest(const KernelBundle& b) { return fmt::format("{:016x}", hash64(b.cubin.data(), b.cubin.size())); }
+
+void check_bundle_matches(const ir::Model& model, const KernelBundle& b) {
+  const std::string d = cubin_digest(b);
+  for (auto& n : model.main.nodes)
+    if (n.domain == kCudaDomain && n.op_type == "Kernel" && n.s("cubin", d) != d)
+      fail(ErrorCode::unsupported,
+           "{}: its kernel was compiled into another cubin than the artifact's kernels section holds (cuda artifacts "
+           "with several shape buckets are not supported yet)",
+           n.label());
 }
 
 }  // namespace kiln::targets::cuda

@@ -40,6 +40,7 @@ class CudaProgram final : public DeviceProgram {
     use_device(device_);
     DeviceFacts facts = device_facts(device_);
     KernelBundle bundle = decode_bundle(cp.kernels, "cuda program");
+    check_bundle_matches(m, bundle);
     if (bundle.arch != facts.arch)
       fail(ErrorCode::incompatible_artifact,
            "device_arch: the artifact's kernels are for {}, device {} ({}) is {}; recompile for this GPU", bundle.arch,
