@@ -1,6 +1,9 @@
 #include "runtime/compile.h"
 
 #include <fmt/ranges.h>
+
+#include <cstring>
+#include <unordered_map>
 #include <nlohmann/json.hpp>
 
 #include "cache/cache.h"
@@ -155,6 +158,38 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   return cp;
 }
 
+namespace {
+
+/// XXH3-64 of a constant's bytes -> the first bucket's tensor with them.
+using ConstantIndex = std::unordered_multimap<uint64_t, Tensor>;
+
+void index_constants(const ir::Model& m, ConstantIndex& index) {
+  for (auto& v : m.values)
+    if (v.constant && v.constant->defined() && v.constant->nbytes() > 0)
+      index.emplace(hash64(v.constant->raw(), v.constant->nbytes()), *v.constant);
+}
+
+/// Points every constant of `m` equal (dtype, shape, bytes) to one in
+/// `index` at that tensor, so a bucket's own copy is released as soon as it
+/// is compiled: compiling N buckets then holds the weights about once, not N
+/// times, until the writer stores them once anyway.
+void share_constants(ir::Model& m, const ConstantIndex& index) {
+  for (auto& v : m.values) {
+    if (!v.constant || !v.constant->defined() || v.constant->nbytes() == 0) continue;
+    const Tensor& t = *v.constant;
+    auto [it, end] = index.equal_range(hash64(t.raw(), t.nbytes()));
+    for (; it != end; ++it) {
+      const Tensor& c = it->second;
+      if (c.dtype() == t.dtype() && c.shape() == t.shape() && std::memcmp(c.raw(), t.raw(), t.nbytes()) == 0) {
+        v.constant = c;
+        break;
+      }
+    }
+  }
+}
+
+}  // namespace
+
 CompileResult compile(const std::filesystem::path& onnx_path, const std::filesystem::path& out, const SessionOptions& opt) {
   opt.validate();
   CompileResult r;
@@ -166,14 +201,20 @@ CompileResult compile(const std::filesystem::path& onnx_path, const std::filesys
   } else {
     // Ahead of time: every bucket, one program each, constants shared.
     auto all = all_buckets(bucket_skeleton(onnx_path, opt).set);
+    ConstantIndex shared;
     double ms = 0;
     for (size_t i = 0; i < all.size(); ++i) {
       CompileResult one;
       // Later buckets pack their weights like the first (stored once).
       auto p = compile_program(onnx_path, opt, request, key, i ? &one : &r, all[i], i ? &cp.model : nullptr);
       ms += i ? one.compile_ms : r.compile_ms;
-      if (i == 0) cp = std::move(p);
-      else cp.more.push_back({std::move(p.sizes), std::move(p.model), std::move(p.plan)});
+      if (i == 0) {
+        cp = std::move(p);
+        index_constants(cp.model, shared);
+      } else {
+        share_constants(p.model, shared);  // frees this bucket's copies now, not at the write
+        cp.more.push_back({std::move(p.sizes), std::move(p.model), std::move(p.plan)});
+      }
     }
     r.compile_ms = ms;
     r.programs = static_cast<int>(all.size());
