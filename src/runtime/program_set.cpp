@@ -41,8 +41,8 @@ ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket poli
   tuning_ = std::move(cp.tuning);
   metadata_json_ = std::move(cp.metadata_json);
   std::vector<artifact::ProgramVariant> more = std::move(cp.more);
-  add(cp.sizes, std::move(cp.model), std::move(cp.plan));
-  for (auto& v : more) add(std::move(v.sizes), std::move(v.model), std::move(v.plan));
+  add(cp.sizes, std::move(cp.model), std::move(cp.plan), /*share=*/false);
+  for (auto& v : more) add(std::move(v.sizes), std::move(v.model), std::move(v.plan), /*share=*/false);
   inputs_ = symbolic(programs_.front().program->inputs(), set_.inputs);
   outputs_ = symbolic(programs_.front().program->outputs(), set_.outputs);
 }
@@ -65,38 +65,52 @@ void ProgramSet::index_constants(const ir::Model& model) const {
       constants_.emplace(hash64(v.constant->raw(), v.constant->nbytes()), *v.constant);
 }
 
-void ProgramSet::add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan) const {
+void ProgramSet::add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan, bool share) const {
   // Equal constants (most weights are the same in every bucket) share one
-  // buffer: from a file they already view one mapping; this also covers
-  // programs compiled in this process.
-  if (!programs_.empty() && !indexed_) {
-    for (auto& e : programs_) index_constants(e.program->compiled().model);
-    indexed_ = true;
-  }
-  for (auto& v : model.values) {
-    if (programs_.empty()) break;  // nothing to share with yet
-    if (!v.constant || !v.constant->defined() || v.constant->nbytes() == 0) continue;
-    const Tensor& t = *v.constant;
-    uint64_t h = hash64(t.raw(), t.nbytes());
-    bool shared = false;
-    for (auto [it, end] = constants_.equal_range(h); it != end && !shared; ++it) {
-      const Tensor& c = it->second;
-      if (c.raw() == t.raw() ||
-          (c.dtype() == t.dtype() && c.shape() == t.shape() && std::memcmp(c.raw(), t.raw(), t.nbytes()) == 0)) {
-        v.constant = c;
-        shared = true;
-      }
+  // buffer, so a bucket compiled in this process does not keep its own copy.
+  if (share && !programs_.empty()) {
+    if (!indexed_) {
+      for (auto& e : programs_) index_constants(e.model());
+      indexed_ = true;
     }
-    if (!shared) constants_.emplace(h, t);
+    for (auto& v : model.values) {
+      if (!v.constant || !v.constant->defined() || v.constant->nbytes() == 0) continue;
+      const Tensor& t = *v.constant;
+      uint64_t h = hash64(t.raw(), t.nbytes());
+      bool shared = false;
+      for (auto [it, end] = constants_.equal_range(h); it != end && !shared; ++it) {
+        const Tensor& c = it->second;
+        if (c.raw() == t.raw() ||
+            (c.dtype() == t.dtype() && c.shape() == t.shape() && std::memcmp(c.raw(), t.raw(), t.nbytes()) == 0)) {
+          v.constant = c;
+          shared = true;
+        }
+      }
+      if (!shared) constants_.emplace(h, t);
+    }
+  } else if (indexed_) {
+    index_constants(model);
   }
-  artifact::CompiledProgram cp;
-  cp.compat = compat_;
-  cp.kernels = kernels_;
-  cp.tuning = tuning_;
-  cp.metadata_json = metadata_json_;
-  cp.model = std::move(model);
-  cp.plan = std::move(plan);
-  programs_.push_back({std::move(sizes), std::make_shared<const Program>(std::move(cp), device_)});
+  auto cp = std::make_shared<artifact::CompiledProgram>();
+  cp->compat = compat_;
+  cp->kernels = kernels_;
+  cp->tuning = tuning_;
+  cp->metadata_json = metadata_json_;
+  cp->model = std::move(model);
+  cp->plan = std::move(plan);
+  Entry e{std::move(sizes), nullptr, std::move(cp)};
+  if (programs_.empty()) built(e);
+  programs_.push_back(std::move(e));
+}
+
+const std::shared_ptr<const Program>& ProgramSet::built(const Entry& e) const {
+  if (!e.program) {
+    Stopwatch sw;
+    e.program = std::make_shared<const Program>(std::move(*e.pending), device_);
+    e.pending.reset();
+    if (!set_.empty()) log().debug("bucket {}: kernels bound in {:.2f} ms", buckets::sizes_str(set_, e.sizes), sw.ms());
+  }
+  return e.program;
 }
 
 std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {
@@ -105,7 +119,7 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
   for (auto& e : programs_)
     if (e.sizes == c.sizes) {
       sizes = e.sizes;
-      return e.program;
+      return built(e);
     }
   std::string req = buckets::sizes_str(set_, request);
   if (!c.inside && policy_ == OutOfBucket::error)
@@ -114,7 +128,7 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
   if (grow_) {
     Stopwatch sw;
     bool compiled = true;
-    const ir::Model* reference = programs_.empty() ? nullptr : &programs_.front().program->compiled().model;
+    const ir::Model* reference = programs_.empty() ? nullptr : &programs_.front().model();
     artifact::ProgramVariant v = grow_(c.sizes, reference, compiled);
     if (compiled) {
       ++compiles_;
@@ -122,9 +136,9 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
     }
     log().info("bucket {} for a request of {}: {} in {:.1f} ms", buckets::sizes_str(set_, c.sizes), req,
                compiled ? "compiled" : "loaded", sw.ms());
-    add(c.sizes, std::move(v.model), std::move(v.plan));
+    add(c.sizes, std::move(v.model), std::move(v.plan), /*share=*/true);
     sizes = c.sizes;
-    return programs_.back().program;
+    return built(programs_.back());
   }
   // No compiler (an explicit artifact): the smallest program that can take
   // the request padded, else an error naming what the artifact holds.
@@ -133,7 +147,7 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
     if (buckets::serves(set_, e.sizes, request) && (!best || volume(e.sizes) < volume(best->sizes))) best = &e;
   if (best) {
     sizes = best->sizes;
-    return best->program;
+    return built(*best);
   }
   std::string held;
   for (auto& e : programs_) held += (held.empty() ? "" : "; ") + buckets::sizes_str(set_, e.sizes);

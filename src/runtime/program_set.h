@@ -58,15 +58,23 @@ class ProgramSet {
  private:
   struct Entry {
     std::vector<int64_t> sizes;
-    std::shared_ptr<const Program> program;
+    /// Built on first use (see built()); the first program of a set is built
+    /// at once, so a load still checks that this machine can bind kernels.
+    mutable std::shared_ptr<const Program> program;
+    mutable std::shared_ptr<artifact::CompiledProgram> pending;  ///< until built
+    const ir::Model& model() const { return program ? program->compiled().model : pending->model; }
   };
-  /// Adds a program, first replacing each of its constants by an equal one
-  /// the set already holds (so the programs share one copy in memory too).
-  /// The first program's constants are hashed only when a second one comes:
-  /// a single-program load must not read every weight byte once more.
-  void add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan) const;
+  /// Adds a program. With `share`, each of its constants is first replaced by
+  /// an equal one the set already holds (programs compiled in this process;
+  /// programs read from one file already share the file's single copy, so
+  /// they skip the hashing). The first program is built at once, the others
+  /// when a run first needs them: a load makes only one program ready.
+  void add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan, bool share) const;
   /// Hashes one model's constants into constants_ (no sharing).
   void index_constants(const ir::Model& model) const;
+  /// e.program, building it first when it is still pending (mu_ held or
+  /// construction time).
+  const std::shared_ptr<const Program>& built(const Entry& e) const;
   std::shared_ptr<const Program> pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const;
 
   artifact::CompatInfo compat_;
