@@ -133,21 +133,16 @@ void unpack_4bit(const uint8_t* packed, Tensor& t) {
 }
 
 /// Reads a 4-bit tensor from raw_data, int32_data (one packed byte per
-/// entry) or external data.
-void read_4bit(const onnx::TensorProto& tp, const fs::path& base_dir, const std::string& where, Tensor& t) {
+/// entry) or external data `ext`; tensor_from_proto checked the sizes.
+void read_4bit(const onnx::TensorProto& tp, const std::optional<ExternalExtent>& ext, const std::string& where,
+               Tensor& t) {
   const size_t packed_bytes = static_cast<size_t>((t.numel() + 1) / 2);
   std::vector<uint8_t> packed(packed_bytes);
-  if (tp.data_location() == onnx::TensorProto::EXTERNAL) {
-    read_external(locate_external(tp, base_dir, where, packed_bytes), where, packed.data(), packed_bytes);
+  if (ext) {
+    read_external(*ext, where, packed.data(), packed_bytes);
   } else if (tp.has_raw_data()) {
-    if (tp.raw_data().size() != packed_bytes)
-      bad(where, fmt::format("raw_data has {} bytes, {} packed 4-bit elements need {}", tp.raw_data().size(),
-                             t.numel(), packed_bytes));
     if (packed_bytes) std::memcpy(packed.data(), tp.raw_data().data(), packed_bytes);
   } else {
-    if (static_cast<size_t>(tp.int32_data_size()) != packed_bytes)
-      bad(where, fmt::format("has {} int32_data entries, {} packed 4-bit elements need {}", tp.int32_data_size(),
-                             t.numel(), packed_bytes));
     for (size_t i = 0; i < packed_bytes; ++i) packed[i] = static_cast<uint8_t>(tp.int32_data(static_cast<int>(i)));
   }
   unpack_4bit(packed.data(), t);
@@ -207,7 +202,7 @@ Tensor tensor_from_proto(const onnx::TensorProto& tp, const fs::path& base_dir, 
   }
   Tensor t(dt, shape);
   if (four_bit) {
-    read_4bit(tp, base_dir, where, t);
+    read_4bit(tp, ext, where, t);
     return t;
   }
   if (ext) {

@@ -106,7 +106,9 @@ void ProgramSet::add(std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan
 const std::shared_ptr<const Program>& ProgramSet::built(const Entry& e) const {
   if (!e.program) {
     Stopwatch sw;
-    e.program = std::make_shared<const Program>(std::move(*e.pending), device_);
+    // A copy (the IR; constants are shared, not copied): if binding throws,
+    // the pending program stays intact and the next run reports the same error.
+    e.program = std::make_shared<const Program>(artifact::CompiledProgram(*e.pending), device_);
     e.pending.reset();
     if (!set_.empty()) log().debug("bucket {}: kernels bound in {:.2f} ms", buckets::sizes_str(set_, e.sizes), sw.ms());
   }

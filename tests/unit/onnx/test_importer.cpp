@@ -2,6 +2,7 @@
 
 #include <fstream>
 
+#include "../cache/cache_test_util.h"
 #include "model_builder.h"
 #include "onnx/importer.h"
 #include "support/error.h"
@@ -57,42 +58,20 @@ TEST(Importer, InputThatIsAlsoInitializerIsAConstant) {
 
 TEST(Importer, ReadsExternalData) {
   TempDir dir;
-  std::vector<float> w{1.5f, -2.f, 3.25f};
-  {
-    std::ofstream f(dir / "weights.bin", std::ios::binary);
-    f.write("PADDING!", 8);
-    f.write(reinterpret_cast<const char*>(w.data()), 12);
-  }
-  ModelBuilder b;
-  b.input("x", 1, {3});
-  auto* t = b.graph().add_initializer();
-  t->set_name("w");
-  t->set_data_type(1);
-  t->add_dims(3);
-  t->set_data_location(onnx::TensorProto::EXTERNAL);
-  auto kv = [&](const char* k, const char* v) {
-    auto* e = t->add_external_data();
-    e->set_key(k);
-    e->set_value(v);
-  };
-  kv("location", "weights.bin");
-  kv("offset", "8");
-  kv("length", "12");
-  b.node("Mul", {"x", "w"}, {"y"});
-  b.output("y");
-  b.save(dir / "m.onnx");
-  ir::Model m = onnx_import::import_file(dir / "m.onnx");
+  const std::vector<float> w{1.5f, -2.f, 3.25f};  // what external_data_model stores at offset 8
+  const auto model = external_data_model(dir.path());
+  ir::Model m = onnx_import::import_file(model);
   const Tensor& c = *m.value(m.main.nodes[0].inputs[1]).constant;
   EXPECT_EQ(std::vector<float>(c.data<float>(), c.data<float>() + 3), w);
 
   // The digest covers the external file: change one weight byte, the digest changes.
-  std::string d1 = onnx_import::model_digest(dir / "m.onnx");
+  std::string d1 = onnx_import::model_digest(model);
   {
     std::fstream f(dir / "weights.bin", std::ios::binary | std::ios::in | std::ios::out);
     f.seekp(12);
     f.put('\x7f');
   }
-  EXPECT_NE(d1, onnx_import::model_digest(dir / "m.onnx"));
+  EXPECT_NE(d1, onnx_import::model_digest(model));
 }
 
 TEST(Importer, ExternalDataOutsideTheModelDirectoryIsRefused) {

@@ -36,6 +36,15 @@ std::vector<T> values(const Tensor& t) {
   return std::vector<T>(t.data<T>(), t.data<T>() + t.numel());
 }
 
+/// Expects t to have `shape` and every float32 element within `tol` of
+/// `want` (absolute), naming the first differing flat index.
+inline void expect_tensor_near(const Tensor& t, const std::vector<int64_t>& shape, const std::vector<float>& want,
+                               float tol) {
+  ASSERT_EQ(t.shape(), shape);
+  ASSERT_EQ(static_cast<size_t>(t.numel()), want.size());
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(t.data<float>()[i], want[i], tol) << i;
+}
+
 /// Runs op `op_type` (default domain, opset 21 unless given) on `inputs`
 /// (an undefined Tensor = absent optional input). Also runs shape inference
 /// with the inputs as constants and checks that every output it predicts

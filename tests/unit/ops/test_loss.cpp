@@ -14,9 +14,7 @@ using testing::values;
 using Ints = std::vector<int64_t>;
 
 void expect_near(const Tensor& t, const Ints& shape, const std::vector<float>& want, float tol = 1e-5f) {
-  ASSERT_EQ(t.shape(), shape);
-  ASSERT_EQ(static_cast<size_t>(t.numel()), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(t.data<float>()[i], want[i], tol) << i;
+  testing::expect_tensor_near(t, shape, want, tol);
 }
 
 /// (arange(12) * 0.25 - 1) as [2, 3, 2].

@@ -23,9 +23,7 @@ Tensor pattern(Ints shape, int mod, float shift, float mul) {
 }
 
 void expect_near(const Tensor& t, const Ints& shape, const std::vector<float>& want, float tol = 2e-4f) {
-  ASSERT_EQ(t.shape(), shape);
-  ASSERT_EQ(static_cast<size_t>(t.numel()), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(t.data<float>()[i], want[i], tol) << i;
+  testing::expect_tensor_near(t, shape, want, tol);
 }
 
 TEST(BatchNormalization, Inference) {

@@ -24,9 +24,7 @@ Tensor scales(std::vector<float> v) { return make<float>({static_cast<int64_t>(v
 Tensor sizes(std::vector<int64_t> v) { return make<int64_t>({static_cast<int64_t>(v.size())}, v); }
 
 void expect_near(const Tensor& t, const Ints& shape, const std::vector<float>& want, float tol = 2e-4f) {
-  ASSERT_EQ(t.shape(), shape);
-  ASSERT_EQ(static_cast<size_t>(t.numel()), want.size());
-  for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(t.data<float>()[i], want[i], tol) << i;
+  testing::expect_tensor_near(t, shape, want, tol);
 }
 
 /// Runs Resize with attrs on (X, roi?, scales?, sizes?), absent ones as undefined tensors.

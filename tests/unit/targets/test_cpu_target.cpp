@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "../onnx/model_builder.h"
+#include "../passes/graph_pass_util.h"
 #include "artifact/artifact.h"
 #include "kiln/errors.h"
 #include "onnx/importer.h"
@@ -21,19 +22,6 @@
 
 namespace kiln::testing {
 namespace {
-
-void attr_float(onnx::NodeProto& n, const std::string& name, float v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::FLOAT);
-  a->set_f(v);
-}
-void attr_string(onnx::NodeProto& n, const std::string& name, const std::string& v) {
-  auto* a = n.add_attribute();
-  a->set_name(name);
-  a->set_type(onnx::AttributeProto::STRING);
-  a->set_s(v);
-}
 
 artifact::CompiledProgram compile_for(const ModelBuilder& b, const Target& t) {
   auto bytes = b.bytes();

@@ -24,16 +24,7 @@ dnnl::convolution_forward::primitive_desc conv_pd(const ir::Node& n) {
 }
 
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m) {
-  bool single = node_single_threaded(n);
-  auto pd = with_threads(single, [&] { return conv_pd(n); });
-  expect_same_md(n, "weights", pd.weights_desc(), md_attr(n, "md.wei"));
-  expect_same_impl(n, pd.impl_info_str());
-  expect_same_md(n, "source layout", pd.src_desc(), md_attr(n, "md.src"));
-  expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
-  std::vector<ArgBinding> ins{{0, DNNL_ARG_SRC, pd.src_desc()}, {1, DNNL_ARG_WEIGHTS, pd.weights_desc()}};
-  if (n.has("md.bias")) ins.push_back({2, DNNL_ARG_BIAS, pd.bias_desc()});
-  auto prim = with_threads(single, [&] { return guarded(n, "convolution primitive", [&] { return dnnl::convolution_forward(pd); }); });
-  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc(), single);
+  return weighted_primitive_kernel<dnnl::convolution_forward>(n, m, "convolution primitive", [&] { return conv_pd(n); });
 }
 
 }  // namespace kiln::targets::cpu

@@ -114,4 +114,24 @@ auto with_threads(bool single, F&& f) -> decltype(f()) {
   return f();
 }
 
+/// The kernel of a convolution or matmul node (Prim: dnnl::convolution_forward
+/// or dnnl::matmul): builds its primitive descriptor with `make_pd()`, checks
+/// that this machine picks the weights layout, implementation and src/dst
+/// layouts the compile stored (the weights were packed for them), then makes
+/// the primitive. Inputs: 0 source, 1 packed weights, 2 bias (when md.bias).
+/// Throws Error(incompatible_artifact / corrupt_artifact) naming the node.
+template <class Prim, class MakePd>
+BoundKernel weighted_primitive_kernel(const ir::Node& n, const ir::Model& m, const char* what, MakePd&& make_pd) {
+  bool single = node_single_threaded(n);
+  auto pd = with_threads(single, make_pd);
+  expect_same_md(n, "weights", pd.weights_desc(), md_attr(n, "md.wei"));
+  expect_same_impl(n, pd.impl_info_str());
+  expect_same_md(n, "source layout", pd.src_desc(), md_attr(n, "md.src"));
+  expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
+  std::vector<ArgBinding> ins{{0, DNNL_ARG_SRC, pd.src_desc()}, {1, DNNL_ARG_WEIGHTS, pd.weights_desc()}};
+  if (n.has("md.bias")) ins.push_back({2, DNNL_ARG_BIAS, pd.bias_desc()});
+  auto prim = with_threads(single, [&] { return guarded(n, what, [&] { return Prim(pd); }); });
+  return primitive_kernel(n, m, prim, pd.scratchpad_desc(), std::move(ins), pd.dst_desc(), single);
+}
+
 }  // namespace kiln::targets::cpu
