@@ -35,6 +35,23 @@ const char* precision_name(Precision p);
 /// Parses "fp32" / "fp16" / "bf16"; throws Error(invalid_option).
 Precision parse_precision(const std::string& text);
 
+/// How the cuda target makes its library choices at compile time (cuBLASLt
+/// algorithm per matmul, cuDNN algorithm per convolution). Every choice is
+/// stored in the artifact; a load replays it and does not tune again.
+///  - heuristic: the libraries' own heuristics, nothing timed. The only mode
+///    that needs no GPU: cross-compiling for SessionOptions::arch on a machine
+///    without one (or with another architecture) stores the requests, and the
+///    libraries' heuristics answer them once at load (docs/cuda.md).
+///  - fast: times the cuBLASLt heuristic's best 4 candidates per matmul and
+///    every cuDNN algorithm once per convolution (cudnnFind) on the device.
+///  - exhaustive: times up to 24 cuBLASLt candidates per matmul and every
+///    cuDNN algorithm 10 times (median) on the device.
+/// Equal problems (same shapes and options) are tuned once per compile.
+enum class Tuning { heuristic, fast, exhaustive };
+const char* tuning_name(Tuning t);
+/// Parses "heuristic" / "fast" / "exhaustive"; throws Error(invalid_option) naming `tuning`.
+Tuning parse_tuning(const std::string& text);
+
 /// What to do when an artifact does not match this machine, model or options.
 enum class MismatchPolicy {
   recompile,  ///< compile again and replace the cache entry (default for the cache)
@@ -89,6 +106,14 @@ struct SessionOptions {
   Target target = Target::cpu();
   Precision precision = Precision::fp32;
 
+  /// cuda only: how library algorithms are chosen (Tuning). Unset: fast.
+  /// Setting it for cpu / ref is Error(invalid_option) naming "tuning".
+  std::optional<Tuning> tuning;
+  /// cuda only: the GPU architecture to compile for, "sm_XY" (e.g. "sm_90").
+  /// Empty: the device's own. Another architecture than the device's (or no
+  /// device at all) is a cross-compilation and needs Tuning::heuristic.
+  std::string arch;
+
   /// Cache directory. Unset: $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln.
   /// Set to an empty path: invalid (an error naming "cache_dir").
   std::optional<std::filesystem::path> cache_dir;
@@ -140,6 +165,9 @@ struct SessionOptions {
 
   /// Throws Error(invalid_option) naming the first invalid field.
   void validate() const;
+  /// The tuning mode compiles use: `tuning`, else fast for cuda; cpu and ref
+  /// do not tune (std::nullopt).
+  std::optional<Tuning> effective_tuning() const;
 };
 
 /// The directory the cache uses when SessionOptions::cache_dir is unset.

@@ -22,15 +22,21 @@
 namespace kiln {
 
 std::string options_text(const SessionOptions& opt) {
-  std::string s = fmt::format("target={};precision={};tuning=none", opt.target.name(), precision_name(opt.precision));
+  auto tuning = opt.effective_tuning();
+  std::string s = fmt::format("target={};precision={};tuning={}", opt.target.name(), precision_name(opt.precision),
+                              tuning ? tuning_name(*tuning) : "none");
+  if (!opt.arch.empty()) s += ";arch=" + opt.arch;
   for (auto& [name, dims] : opt.input_shapes) s += fmt::format(";shape:{}={}", name, fmt::join(dims, "x"));
   // The bucket set (not the programs compiled so far) is what the key covers.
   for (auto& [name, spec] : opt.dims) s += fmt::format(";dim:{}={}", name, spec.str());
   return s;
 }
 
-artifact::CompatInfo build_facts(const Target& target) {
-  artifact::CompatInfo host = targets::host_facts(target);
+artifact::CompatInfo build_facts(const SessionOptions& opt) {
+  const Target& target = opt.target;
+  artifact::CompatInfo host = target.kind == Target::Kind::cuda && !opt.arch.empty()
+                                  ? targets::compile_facts_for_arch(target, opt.arch)
+                                  : targets::host_facts(target);
   artifact::CompatInfo f;
   f.kiln_version = KILN_VERSION_STRING;
   f.format_version = artifact::kFormatVersion;
@@ -47,7 +53,8 @@ artifact::CompatInfo request_compat(const std::string& model_digest, const Sessi
   artifact::CompatInfo c = facts;
   c.target = opt.target.name();
   c.precision = precision_name(opt.precision);
-  c.tuning = "none";
+  auto tuning = opt.effective_tuning();
+  c.tuning = tuning ? tuning_name(*tuning) : "none";
   Hasher128 h;
   h.field(options_text(opt));
   c.options_digest = h.hex_digest();
@@ -57,13 +64,19 @@ artifact::CompatInfo request_compat(const std::string& model_digest, const Sessi
   return c;
 }
 
+artifact::CompatInfo build_facts(const Target& target) {
+  SessionOptions opt;
+  opt.target = target;
+  return build_facts(opt);
+}
+
 std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt,
                                                             const artifact::CompatInfo& facts) {
   return cache::key_fields(request_compat(model_digest, opt, facts));
 }
 
 std::vector<std::pair<std::string, std::string>> key_fields(const std::string& model_digest, const SessionOptions& opt) {
-  return key_fields(model_digest, opt, build_facts(opt.target));
+  return key_fields(model_digest, opt, build_facts(opt));
 }
 
 namespace {
@@ -120,7 +133,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   std::map<std::string, int64_t> bound;
   for (size_t k = 0; k < sizes.size(); ++k) bound[im.set.dims[k].symbol] = sizes[k];
   passes::bind_symbols(cp.model, bound);
-  auto stats = targets::run_pipeline(cp, opt.target, !im.set.empty(), layout_reference);
+  auto stats = targets::run_pipeline(cp, opt, !im.set.empty(), layout_reference);
 
   cp.compat = request;
   // A bucketed artifact serves many shapes: its signature keeps the symbols.
@@ -193,7 +206,7 @@ void share_constants(ir::Model& m, const ConstantIndex& index) {
 CompileResult compile(const std::filesystem::path& onnx_path, const std::filesystem::path& out, const SessionOptions& opt) {
   opt.validate();
   CompileResult r;
-  auto request = request_compat(cache::digest_model(onnx_path).digest, opt, build_facts(opt.target));
+  auto request = request_compat(cache::digest_model(onnx_path).digest, opt, build_facts(opt));
   std::string key = cache::derive_key(cache::key_fields(request));
   artifact::CompiledProgram cp;
   if (opt.dims.empty()) {

@@ -25,6 +25,10 @@ std::string options_text(const SessionOptions& opt);
 /// features the target's code needs), library_versions, kiln_version,
 /// format_version. Everything below takes them as a parameter, so tests can
 /// change each one alone (library versions and ISA cannot vary on one machine).
+/// With a cuda opt.arch other than the device's (or no device): the facts of
+/// a cross-compiled artifact (targets::compile_facts_for_arch).
+artifact::CompatInfo build_facts(const SessionOptions& opt);
+/// build_facts of default options for `target` (no --arch).
 artifact::CompatInfo build_facts(const Target& target);
 
 /// The compatibility block a compile of the model with `model_digest` and

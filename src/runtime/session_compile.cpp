@@ -352,7 +352,7 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
 
 Session::Session(const fs::path& onnx_path, const SessionOptions& opt) {
   opt.validate();
-  program_ = obtain_program(onnx_path, opt, build_facts(opt.target), stats_);
+  program_ = obtain_program(onnx_path, opt, build_facts(opt), stats_);
 }
 
 }  // namespace kiln

@@ -47,6 +47,27 @@ Precision parse_precision(const std::string& text) {
   fail(ErrorCode::invalid_option, "precision: unknown precision '{}' (expected fp32, fp16 or bf16)", text);
 }
 
+const char* tuning_name(Tuning t) {
+  switch (t) {
+    case Tuning::heuristic: return "heuristic";
+    case Tuning::fast: return "fast";
+    case Tuning::exhaustive: return "exhaustive";
+  }
+  return "?";
+}
+
+Tuning parse_tuning(const std::string& text) {
+  if (text == "heuristic") return Tuning::heuristic;
+  if (text == "fast") return Tuning::fast;
+  if (text == "exhaustive") return Tuning::exhaustive;
+  fail(ErrorCode::invalid_option, "tuning: unknown tuning mode '{}' (expected heuristic, fast or exhaustive)", text);
+}
+
+std::optional<Tuning> SessionOptions::effective_tuning() const {
+  if (target.kind != Target::Kind::cuda) return std::nullopt;
+  return tuning.value_or(Tuning::fast);
+}
+
 namespace {
 
 // Strict decimal integer (no sign, no spaces, no trailing text).
@@ -138,6 +159,19 @@ void SessionOptions::validate() const {
   if (precision != Precision::fp32)
     fail(ErrorCode::invalid_option, "precision: target {} supports only fp32, not {}", target.name(),
          precision_name(precision));
+  if (tuning && target.kind != Target::Kind::cuda)
+    fail(ErrorCode::invalid_option, "tuning: only the cuda target tunes library algorithms (target is {})",
+         target.name());
+  if (!arch.empty()) {
+    if (target.kind != Target::Kind::cuda)
+      fail(ErrorCode::invalid_option, "arch: only the cuda target compiles for a GPU architecture (target is {})",
+           target.name());
+    bool digits = arch.size() >= 5 && arch.size() <= 7 && arch.rfind("sm_", 0) == 0 &&
+                  arch.find_first_not_of("0123456789", 3) == std::string::npos && arch[3] != '0';
+    if (!digits)
+      fail(ErrorCode::invalid_option, "arch: '{}' is not a GPU architecture (expected sm_XY, e.g. sm_90 for H100/H200)",
+           arch);
+  }
   if (cache_dir && cache_dir->empty())
     fail(ErrorCode::invalid_option, "cache_dir: the cache directory path is empty (leave it unset for the default {})",
          default_cache_dir().string());

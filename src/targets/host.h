@@ -13,6 +13,14 @@ namespace kiln::targets {
 /// host has), library_versions. Fields about the model and options are empty.
 artifact::CompatInfo host_facts(const Target& target);
 
+/// The facts a cuda compile for GPU architecture `arch` records: this
+/// machine's host_facts when device target.device is of that architecture;
+/// otherwise (no device, or another architecture) those of a cross-compiled
+/// artifact: device_arch `arch`, device_name "any", library_versions from
+/// cuda::cross_compile_libraries(). Error(unsupported) in a kiln built
+/// without CUDA.
+artifact::CompatInfo compile_facts_for_arch(const Target& target, const std::string& arch);
+
 /// CPU ISA features the code of `target` needs (what an artifact records and
 /// a host must have). The ref and cpu targets are built for baseline x86-64.
 std::vector<std::string> required_isa(const Target& target);
@@ -27,7 +35,16 @@ struct Mismatch {
 
 /// Checks that an artifact can run here for `requested` (its target must be
 /// the requested one, same kiln and format version, same device arch, every
-/// required ISA feature present, same library versions). Empty = runnable.
+/// required ISA feature present, library versions as compare_facts says).
+/// Empty = runnable.
 std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target& requested);
+
+/// check_runnable against given facts `here` (host_facts of the requested
+/// target). Library versions: cuda_driver and cuda_runtime here must be at
+/// least the artifact's (a newer driver runs older cubins; an older one is
+/// refused, the field named "library_versions.cuda_driver"); a value "any
+/// ..." in the artifact (cross-compiled: decided at load) matches anything;
+/// every other library exactly, and a library missing on either side differs.
+std::vector<Mismatch> compare_facts(const artifact::CompatInfo& a, const artifact::CompatInfo& here);
 
 }  // namespace kiln::targets

@@ -19,7 +19,12 @@ struct PipelineStats {
 /// the constants, so the cpu target lays weights out independently of the
 /// input sizes; `layout_reference` (may be null) is a bucket compiled before,
 /// whose packed layouts are reused where they fit (so the bytes are equal).
-PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, bool bucketed = false,
+/// For cuda, opt.tuning and opt.arch decide where library algorithms are
+/// chosen: on opt.target's device, or (opt.arch names another architecture
+/// than the device's, or there is no device) at load by the libraries'
+/// heuristics, which needs Tuning::heuristic (else Error(invalid_option)
+/// naming "tuning").
+PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed = false,
                            const ir::Model* layout_reference = nullptr);
 
 }  // namespace kiln::targets

@@ -13,6 +13,10 @@
 #include "kiln/compile.h"
 #include "kiln/errors.h"
 #include "kiln/session.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "runtime/compile.h"
+#include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/run/driver.h"
 
 namespace kiln::testing {
@@ -265,6 +269,66 @@ TEST(CudaGpu, MismatchingArtifactIsRefusedNamingTheField) {
       EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
     }
   }
+}
+
+/// Inputs of conv_model() and matmul_model() (x and idx).
+std::map<std::string, Tensor> conv_inputs() { return {{"x", filled(DType::f32, {2, 3, 16, 16}, 1.f, 0.9f)}}; }
+
+TEST(CudaGpu, EveryTuningModeIsStoredAndMatchesRef) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  matmul_model().save(dir / "m.onnx");
+  Session ref_c(dir / "c.onnx", options(Target::ref())), ref_m(dir / "m.onnx", options(Target::ref()));
+  auto want_c = ref_c.run(conv_inputs()), want_m = ref_m.run(kernel_inputs(0.2f));
+  for (Tuning t : {Tuning::heuristic, Tuning::fast, Tuning::exhaustive}) {
+    SCOPED_TRACE(tuning_name(t));
+    SessionOptions o = options(Target::cuda());
+    o.tuning = t;
+    compile(dir / "c.onnx", dir / "c.kiln", o);
+    compile(dir / "m.onnx", dir / "m.kiln", o);
+    for (auto* f : {"c.kiln", "m.kiln"}) {
+      auto cp = artifact::read_file(dir / f);
+      EXPECT_EQ(cp.compat.tuning, tuning_name(t));
+      for (auto& n : cp.model.main.nodes) {
+        if (n.op_type == "Gemm") EXPECT_EQ(n.ints("algo").size(), 8u) << n.label();
+        if (n.op_type == "Conv") EXPECT_GE(n.i("algo", -1), 0) << n.label();
+      }
+    }
+    auto got_c = Session::load(dir / "c.kiln", o).run(conv_inputs());
+    expect_close(got_c.at("y"), want_c.at("y"), "y");
+    auto got_m = Session::load(dir / "m.kiln", o).run(kernel_inputs(0.2f));
+    for (auto& [name, w] : want_m) expect_close(got_m.at(name), w, name);
+  }
+}
+
+TEST(CudaGpu, CrossCompiledArtifactChoosesAlgorithmsAtLoadAndMatchesRef) {
+  // What `kiln compile --arch <this GPU's> --tuning heuristic` writes on a
+  // machine without a GPU: no algorithm stored, the heuristics choose here.
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  auto bytes = conv_model().bytes();
+  artifact::CompiledProgram cp;
+  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(cp.model, {});
+  passes::infer_and_fold(cp.model);
+  targets::cuda::LowerOptions lo;
+  auto facts = targets::cuda::device_facts(0);
+  lo.arch = facts.arch;
+  lo.device = -1;
+  lo.tuning = Tuning::heuristic;
+  targets::cuda::lower_for_cuda(cp, lo);
+  cp.compat = build_facts(Target::cuda());
+  cp.compat.device_name = "any (cross-compiled)";
+  cp.compat.library_versions = targets::cuda::cross_compile_libraries();
+  cp.compat.precision = "fp32";
+  cp.compat.tuning = "heuristic";
+  int deferred = 0;
+  for (auto& n : cp.model.main.nodes) deferred += n.i("algo_at_load", 0) == 1 || (n.op_type == "Conv" && n.i("algo") == -1);
+  EXPECT_EQ(deferred, 4);  // 3 convolutions + 1 Gemm
+  artifact::write_file(dir / "x.kiln", cp);
+  Session ref(dir / "c.onnx", options(Target::ref()));
+  auto got = Session::load(dir / "x.kiln", options(Target::cuda())).run(conv_inputs());
+  expect_close(got.at("y"), ref.run(conv_inputs()).at("y"), "y");
 }
 
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {

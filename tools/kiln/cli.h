@@ -26,6 +26,16 @@ struct Common {
   bool json = false;
 };
 
+/// cuda code-generation flags shared by compile, run, perf and cache explain.
+struct CodegenArgs {
+  std::string tuning;  ///< --tuning heuristic|fast|exhaustive (empty: the default)
+  std::string arch;    ///< --arch sm_XY (empty: the device's)
+};
+/// Adds --tuning and --arch to `sub` (their help explains cross-compiling).
+void add_codegen_options(CLI::App* sub, CodegenArgs& a);
+/// Sets opt.tuning / opt.arch. Throws Error(invalid_option) naming the flag.
+void apply_codegen(const CodegenArgs& a, SessionOptions& opt);
+
 /// Parses "NAME=DxDxD" (a rank-0 shape is "NAME=") into opt.input_shapes.
 /// Throws Error(invalid_option) naming the flag and the text.
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt);

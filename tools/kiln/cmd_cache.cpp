@@ -28,6 +28,7 @@ namespace {
 struct CacheArgs {
   std::string cache_dir, max_size = "2GiB", model, target = "cpu";
   std::vector<std::string> shapes, dims;
+  CodegenArgs codegen;
   bool cache_dir_given = false;
   size_t limit = 3;
 };
@@ -243,11 +244,12 @@ void explain_cmd(const CacheArgs& a, bool as_json) {
   opt.target = Target::parse(a.target);
   parse_shapes(a.shapes, opt);
   parse_dims(a.dims, opt);
+  apply_codegen(a.codegen, opt);
   opt.validate();
   Stopwatch digest_sw;
   auto md = cache::digest_model(a.model, cache::Cache(dir).memo_dir(), /*write_memo=*/false);
   double digest_ms = digest_sw.ms();
-  auto request = request_compat(md.digest, opt, build_facts(opt.target));
+  auto request = request_compat(md.digest, opt, build_facts(opt));
   auto ex = cache::explain(dir, request, a.limit);
   cache::Cache c(dir);
 
@@ -340,6 +342,7 @@ void add_cache(CLI::App& app, Common& common) {
   ex_cmd->add_option("--target", ex_args->target, "cpu, ref or cuda[:N], as given to kiln run")->capture_default_str();
   ex_cmd->add_option("--shape", ex_args->shapes, "NAME=DxDx..., as given to kiln run (repeatable)");
   ex_cmd->add_option("--dim", ex_args->dims, "NAME=SPEC shape buckets, as given to kiln run (repeatable)");
+  add_codegen_options(ex_cmd, ex_args->codegen);
   ex_cmd->add_option("--limit", ex_args->limit, "How many nearest entries to show")->capture_default_str();
 }
 

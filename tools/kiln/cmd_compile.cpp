@@ -12,6 +12,7 @@ void add_compile(CLI::App& app, Common& common) {
   struct Args {
     std::string model, out, target = "cpu";
     std::vector<std::string> shapes, dims;
+    CodegenArgs codegen;
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
@@ -30,16 +31,20 @@ void add_compile(CLI::App& app, Common& common) {
                   "padding. One program per bucket combination, constants stored once")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_codegen_options(sub, args->codegen);
   sub->add_flag("--json", common.json, "Print one JSON object with the facts on stdout");
   sub->callback([args, &common] {
     SessionOptions opt;
     opt.target = Target::parse(args->target);
     parse_shapes(args->shapes, opt);
     parse_dims(args->dims, opt);
+    apply_codegen(args->codegen, opt);
     if (!common.json) std::fprintf(stderr, "kiln: compiling '%s' for %s...\n", args->model.c_str(), opt.target.name().c_str());
     CompileResult r = compile(args->model, args->out, opt);
     if (common.json) {
       print_json({{"model", args->model}, {"artifact", args->out}, {"target", opt.target.name()},
+                  {"tuning", opt.effective_tuning() ? tuning_name(*opt.effective_tuning()) : "none"},
+                  {"arch", opt.arch},
                   {"compile_ms", r.compile_ms}, {"write_ms", r.write_ms}, {"nodes_imported", r.nodes_imported},
                   {"nodes_compiled", r.nodes_compiled}, {"nodes_folded", r.nodes_folded},
                   {"arena_bytes", r.arena_bytes}, {"naive_bytes", r.naive_bytes},

@@ -45,6 +45,7 @@ struct PerfArgs {
   uint64_t seed = 0;
   bool child = false;
   bool profile = false;
+  CodegenArgs codegen;
 };
 
 /// Mean per-node times over `runs` profiled runs, grouped by operator
@@ -231,6 +232,7 @@ void perf_main(const PerfArgs& a, bool as_json) {
   SessionOptions opt;
   opt.target = Target::parse(a.target);
   parse_shapes(a.shapes, opt);
+  apply_codegen(a.codegen, opt);
   namespace fs = std::filesystem;
   fs::path art = a.keep.empty() ? fs::temp_directory_path() / fmt::format("kiln-perf-{}.kiln", getpid()) : fs::path(a.keep);
   CompileResult cr = compile(a.model, art, opt);
@@ -252,7 +254,8 @@ void perf_main(const PerfArgs& a, bool as_json) {
   if (a.keep.empty()) fs::remove(art);
   json c = json::parse(out, nullptr, false);
   if (c.is_discarded() || !c.is_object()) fail(ErrorCode::internal, "kiln perf: the child printed no JSON: {}", out);
-  json r = {{"model", a.model}, {"target", opt.target.name()}, {"compile_ms", cr.compile_ms},
+  json r = {{"model", a.model}, {"target", opt.target.name()},
+            {"tuning", opt.effective_tuning() ? tuning_name(*opt.effective_tuning()) : "none"}, {"compile_ms", cr.compile_ms},
             {"write_ms", cr.write_ms}, {"artifact_bytes", cr.artifact_bytes}, {"arena_bytes", cr.arena_bytes},
             {"naive_bytes", cr.naive_bytes}};
   for (auto& [k, v] : c.items())
@@ -294,6 +297,7 @@ void add_perf(CLI::App& app, Common& common) {
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  add_codegen_options(sub, a->codegen);
   sub->add_option("--keep", a->keep, "Write the artifact here and keep it (default: a temporary file)");
   sub->add_flag("--profile", a->profile,
                 "After the timed runs, as many profiled runs: time per operator (kiln.cpu::* are oneDNN primitives, "

@@ -19,6 +19,7 @@ struct Args {
   std::string model, target, output_dir, cache_dir, on_mismatch;
   std::vector<std::string> inputs, shapes, dims;
   std::string out_of_bucket;
+  CodegenArgs codegen;
   bool random_inputs = false, no_cache = false, cache_dir_given = false, output_dir_given = false, trust_cache_dir = false;
   uint64_t seed = 0;
   int threads = 0;
@@ -99,6 +100,7 @@ void run_command(const Args& a, bool as_json) {
   else if (artifact_file) opt.target = Target::parse(artifact::read_compat(a.model).target);
   parse_shapes(a.shapes, opt);
   parse_dims(a.dims, opt);
+  apply_codegen(a.codegen, opt);
   if (a.out_of_bucket == "error") opt.out_of_bucket = OutOfBucket::error;
   opt.threads = a.threads;
   if (a.output_dir_given && a.output_dir.empty())
@@ -219,6 +221,7 @@ void add_run(CLI::App& app, Common& common) {
                 "Use the cache directory even if other users can write to it or another user owns it (by default "
                 "kiln then compiles in memory: an artifact holds code)");
   sub->add_option("--threads", a->threads, "Threads for the run (0 = all cores)")->capture_default_str();
+  add_codegen_options(sub, a->codegen);
   sub->add_flag("--json", common.json,
                 "Print one JSON object: cache (hit|miss|none), compile_ms, load_ms, run_ms, inputs, outputs");
   sub->callback([a, &common] { run_command(*a, common.json); });

@@ -42,6 +42,23 @@ void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt) {
   }
 }
 
+void add_codegen_options(CLI::App* sub, CodegenArgs& a) {
+  sub->add_option("--tuning", a.tuning,
+                  "cuda: how matmul (cuBLASLt) and convolution (cuDNN) algorithms are chosen, once, at compile time: "
+                  "heuristic (the libraries' heuristics, no timing; the only mode without a GPU), fast (default: "
+                  "times the best few candidates) or exhaustive (times many, slower compile)")
+      ->check(CLI::IsMember({"heuristic", "fast", "exhaustive"}));
+  sub->add_option("--arch", a.arch,
+                  "cuda: GPU architecture to compile for, e.g. sm_90 (H100/H200); default: the device's. Another "
+                  "architecture, or no GPU here, cross-compiles: needs --tuning heuristic, and the libraries choose "
+                  "their algorithms when the artifact is first loaded on such a GPU");
+}
+
+void apply_codegen(const CodegenArgs& a, SessionOptions& opt) {
+  if (!a.tuning.empty()) opt.tuning = parse_tuning(a.tuning);
+  opt.arch = a.arch;
+}
+
 void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt) {
   for (auto& spec : specs) {
     auto eq = spec.find('=');

@@ -2,6 +2,9 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <optional>
+
+#include <fmt/format.h>
 
 #include "passes/passes.h"
 #include "support/error.h"
@@ -14,8 +17,43 @@
 
 namespace kiln::targets {
 
-PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, bool bucketed,
+#ifdef KILN_WITH_CUDA
+namespace {
+/// Where the cuda lowering makes its library choices (pipeline.h).
+cuda::LowerOptions cuda_lower_options(const SessionOptions& opt) {
+  cuda::LowerOptions lo;
+  lo.tuning = opt.effective_tuning().value_or(Tuning::fast);
+  std::optional<cuda::DeviceFacts> facts;
+  std::string why;
+  try {
+    facts = cuda::device_facts(opt.target.device);
+  } catch (const Error& e) {
+    if (opt.arch.empty()) throw;  // no device and no --arch: the driver's reason
+    why = e.what();
+  }
+  if (facts && (opt.arch.empty() || opt.arch == facts->arch)) {
+    lo.arch = facts->arch;
+    lo.sm_count = facts->sm_count;
+    lo.device = opt.target.device;
+    return lo;
+  }
+  if (facts) why = fmt::format("device {} is {} ({})", opt.target.device, facts->arch, facts->name);
+  if (lo.tuning != Tuning::heuristic)
+    fail(ErrorCode::invalid_option,
+         "tuning: '{}' times candidate algorithms on a GPU of the target architecture, and there is none for {} here "
+         "({}); cross-compile with --tuning heuristic (the libraries' heuristics then choose at load)",
+         tuning_name(lo.tuning), opt.arch, why);
+  lo.arch = opt.arch;
+  lo.sm_count = cuda::sm_count_of(opt.arch);
+  lo.device = -1;
+  return lo;
+}
+}  // namespace
+#endif
+
+PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed,
                            const ir::Model* layout_reference) {
+  const Target& target = opt.target;
   PipelineStats st;
   st.folded = passes::infer_and_fold(cp.model).folded_nodes;
   st.dead = passes::eliminate_dead_code(cp.model);
@@ -49,12 +87,7 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, 
     log().info("cuda graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
                "{} Gelus recognised",
                simplified, merged, bn, gelu);
-    auto facts = cuda::device_facts(target.device);
-    cuda::LowerOptions lo;
-    lo.arch = facts.arch;
-    lo.sm_count = facts.sm_count;
-    lo.device = target.device;
-    cuda::lower_for_cuda(cp, lo);
+    cuda::lower_for_cuda(cp, cuda_lower_options(opt));
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
 #else
     fail(ErrorCode::unsupported, "target: this kiln was built without CUDA support");

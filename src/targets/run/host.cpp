@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <fstream>
+#include <map>
 
 #include "support/error.h"
 #include "support/version.h"
@@ -87,9 +88,46 @@ artifact::CompatInfo host_facts(const Target& target) {
   return c;
 }
 
-std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target& requested) {
+namespace {
+std::string fmt_libs(const std::vector<std::pair<std::string, std::string>>& v) {
+  std::string s;
+  for (auto& [k, x] : v) s += (s.empty() ? "" : ",") + k + "=" + x;
+  return s.empty() ? std::string("none") : s;
+}
+
+bool is_number(const std::string& s) {
+  return !s.empty() && s.size() < 12 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+/// The library fields in which `a` (the artifact) cannot run with `h` (here).
+void compare_libraries(const artifact::CompatInfo& a, const artifact::CompatInfo& h, std::vector<Mismatch>& out) {
+  std::map<std::string, std::string> here(h.library_versions.begin(), h.library_versions.end());
+  std::map<std::string, std::string> art(a.library_versions.begin(), a.library_versions.end());
+  bool differs = false;
+  for (auto& [k, v] : art) {
+    auto it = here.find(k);
+    if (it == here.end()) {
+      differs = true;
+      continue;
+    }
+    if (v.rfind("any", 0) == 0) continue;
+    if ((k == "cuda_driver" || k == "cuda_runtime") && is_number(v) && is_number(it->second)) {
+      if (std::stoll(it->second) < std::stoll(v))
+        out.push_back({"library_versions." + k, v + " or newer",
+                       it->second + fmt::format(" (too old: this artifact needs CUDA {}.{} or newer)",
+                                                std::stoll(v) / 1000, std::stoll(v) % 1000 / 10)});
+      continue;
+    }
+    if (v != it->second) differs = true;
+  }
+  for (auto& [k, v] : here)
+    if (!art.count(k)) differs = true;
+  if (differs) out.push_back({"library_versions", fmt_libs(a.library_versions), fmt_libs(h.library_versions)});
+}
+}  // namespace
+
+std::vector<Mismatch> compare_facts(const artifact::CompatInfo& a, const artifact::CompatInfo& h) {
   std::vector<Mismatch> out;
-  artifact::CompatInfo h = host_facts(requested);
   if (a.format_version != artifact::kFormatVersion)
     out.push_back({"format_version", std::to_string(a.format_version), std::to_string(artifact::kFormatVersion)});
   if (a.kiln_version != h.kiln_version) out.push_back({"kiln_version", a.kiln_version, h.kiln_version});
@@ -101,15 +139,28 @@ std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target
   if (!missing.empty())
     out.push_back({"cpu_isa", fmt::format("{}", fmt::join(a.cpu_isa, ",")),
                    fmt::format("{} (missing: {})", fmt::join(h.cpu_isa, ","), fmt::join(missing, ","))});
-  if (a.library_versions != h.library_versions) {
-    auto fmt_libs = [](auto& v) {
-      std::string s;
-      for (auto& [k, x] : v) s += (s.empty() ? "" : ",") + k + "=" + x;
-      return s.empty() ? std::string("none") : s;
-    };
-    out.push_back({"library_versions", fmt_libs(a.library_versions), fmt_libs(h.library_versions)});
-  }
+  // Without a device there are no library versions to compare: device_arch
+  // already says why the artifact cannot run.
+  if (h.device_arch.rfind("none", 0) != 0 || a.device_arch.rfind("none", 0) == 0) compare_libraries(a, h, out);
   return out;
+}
+
+std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target& requested) {
+  return compare_facts(a, host_facts(requested));
+}
+
+artifact::CompatInfo compile_facts_for_arch(const Target& target, const std::string& arch) {
+#ifdef KILN_WITH_CUDA
+  artifact::CompatInfo c = host_facts(target);
+  if (c.device_arch == arch) return c;
+  c.device_arch = arch;
+  c.device_name = "any (cross-compiled)";
+  c.library_versions = cuda::cross_compile_libraries();
+  return c;
+#else
+  (void)target;
+  fail(ErrorCode::unsupported, "arch: this kiln was built without CUDA support; it cannot compile for {}", arch);
+#endif
 }
 
 }  // namespace kiln::targets

@@ -28,7 +28,9 @@ artifact::CompiledProgram compile_for(const ModelBuilder& b, const Target& t) {
   artifact::CompiledProgram cp;
   cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
   passes::bind_input_shapes(cp.model, {});
-  targets::run_pipeline(cp, t);
+  SessionOptions opt;
+  opt.target = t;
+  targets::run_pipeline(cp, opt);
   cp.compat = targets::host_facts(t);
   return cp;
 }

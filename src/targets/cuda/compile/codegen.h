@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "targets/cuda/compile/tuning.h"
 #include "ir/graph.h"
 
 namespace kiln::targets::cuda {
@@ -23,6 +24,7 @@ struct Lowering {
   std::string source;   ///< the program's kernels (after the prelude), appended to by the gen_* functions
   int sm_count = 132;   ///< multiprocessors of the target GPU (grid sizing)
   int next_kernel = 0;
+  TuningStats tuning;   ///< what lower_gemm / lower_conv decided (tuning.h)
 
   /// A fresh kernel name "k<N>_<op>" (op lower-cased, letters and digits only).
   std::string kernel_name(const std::string& op);

@@ -5,6 +5,7 @@
 
 #include "support/error.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/tuning.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/cudnn_conv.h"
 #include "targets/cuda/run/driver.h"
@@ -123,36 +124,15 @@ ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
   c.outputs = {n.outputs[0]};
   c.attrs["source_op"] = n.op_type;
   set_conv_attrs(c, s);
-  if (opt.device < 0) refuse(n, "convolutions need a CUDA device at compile time (cuDNN chooses their algorithm)");
-  use_device(opt.device);
-  ConvDescs d(s);
-  if (s.transposed) {
-    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
-    int count = 0;
-    check_cudnn(cudnnFindConvolutionBackwardDataAlgorithm(cudnn_handle(), d.w, d.x, d.conv, d.y,
-                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
-                n.label() + ": cudnnFindConvolutionBackwardDataAlgorithm");
-    for (int i = 0; i < count; ++i)
-      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxConvWorkspace) {
-        c.attrs["algo"] = static_cast<int64_t>(perf[i].algo);
-        c.attrs["workspace"] = static_cast<int64_t>(perf[i].memory);
-        return c;
-      }
-    refuse(n, fmt::format("cuDNN {} has no algorithm for this transposed convolution", cudnnGetVersion()));
+  if (opt.device < 0) {
+    c.attrs["algo"] = static_cast<int64_t>(kConvAlgoAtLoad);
+    c.attrs["workspace"] = static_cast<int64_t>(kMaxConvWorkspace);
+    return c;
   }
-  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
-  int count = 0;
-  check_cudnn(cudnnFindConvolutionForwardAlgorithm(cudnn_handle(), d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
-                                                   &count, perf),
-              n.label() + ": cudnnFindConvolutionForwardAlgorithm");
-  for (int i = 0; i < count; ++i)
-    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= kMaxConvWorkspace) {
-      c.attrs["algo"] = static_cast<int64_t>(perf[i].algo);
-      c.attrs["workspace"] = static_cast<int64_t>(perf[i].memory);
-      return c;
-    }
-  refuse(n, fmt::format("cuDNN {} has no algorithm for this convolution (x [{}], w [{}], group {})", cudnnGetVersion(),
-                        fmt::join(s.x, ","), fmt::join(s.w, ","), s.group));
+  ConvAlgo chosen = tune_conv(s, opt.tuning, opt.device, n.label(), L.tuning);
+  c.attrs["algo"] = static_cast<int64_t>(chosen.algo);
+  c.attrs["workspace"] = static_cast<int64_t>(chosen.workspace);
+  return c;
 }
 
 }  // namespace kiln::targets::cuda

@@ -143,6 +143,14 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   for (auto& n : m.main.nodes)
     if (n.op_type == "Kernel" && n.domain == kCudaDomain) n.attrs["cubin"] = digest;
   cp.plan = passes::plan_memory(m);
+  st.tuning = L.tuning;
+  if (opt.device >= 0)
+    log().info("cuda tuning ({}): {} matmul / convolution problems decided, {} reused, {} candidate runs timed, {:.0f} ms",
+               tuning_name(opt.tuning), st.tuning.tuned, st.tuning.reused, st.tuning.timed, st.tuning.ms);
+  else
+    log().info("cuda: cross-compiling for {} without a device: {} matmul(s) and {} convolution(s) will be given "
+               "algorithms by the cuBLASLt / cuDNN heuristics at load",
+               opt.arch, st.gemms, st.convs);
   log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off), {} "
              "copies, {} nodes fused; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
              opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.fused, st.cubin_bytes, st.ptx_bytes,

@@ -7,6 +7,7 @@
 
 #include "support/error.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/tuning.h"
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/driver.h"
@@ -16,38 +17,6 @@ namespace kiln::targets::cuda {
 namespace {
 
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
-
-/// The cuBLASLt heuristic's first algorithm for `s` on `device`: 8 words + workspace bytes.
-std::pair<std::vector<int64_t>, int64_t> choose_algo(const ir::Node& n, const GemmSpec& s, int device) {
-  use_device(device);
-  GemmDescs d(s, s.has_bias ? CUdeviceptr{256} : 0);
-  cublasLtMatmulPreference_t pref;
-  check_blaslt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
-  struct Free {
-    cublasLtMatmulPreference_t p;
-    ~Free() { cublasLtMatmulPreferenceDestroy(p); }
-  } free_pref{pref};
-  size_t ws = kMaxWorkspace;
-  check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws),
-               "workspace preference");
-  // Every buffer of a cuda program is at least 64-byte aligned (arena slots,
-  // constants, inputs); promise 16.
-  uint32_t align = 16;
-  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
-                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align), "alignment preference");
-  cublasLtMatmulHeuristicResult_t r{};
-  int count = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(blaslt_handle(), d.op, d.a, d.b, d.c, d.d, pref, 1, &r, &count);
-  if (st != CUBLAS_STATUS_SUCCESS || count == 0)
-    refuse(n, fmt::format("cuBLASLt has no algorithm for this fp32 matmul (m={} n={} k={} batch={}, status {})", s.m, s.n,
-                          s.k, s.batch, static_cast<int>(st)));
-  uint64_t words[8];
-  std::memcpy(words, &r.algo, sizeof words);
-  std::vector<int64_t> out(8);
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<int64_t>(words[i]);
-  return {out, static_cast<int64_t>(r.workspaceSize)};
-}
 
 bool f32(const ir::Model& m, ir::ValueId v) { return v != ir::kNoValue && m.value(v).dtype == DType::f32; }
 
@@ -166,10 +135,14 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
   g.outputs = {y};
   if (numel(L.dims(n, y)) != s.batch * s.m * s.n) refuse(n, "the output size does not match the matmul");
   set_gemm_attrs(g, s);
-  if (opt.device < 0) refuse(n, "matmuls need a CUDA device at compile time (cuBLASLt chooses their algorithm)");
-  auto [algo, ws] = choose_algo(n, s, opt.device);
-  g.attrs["algo"] = algo;
-  g.attrs["workspace"] = ws;
+  if (opt.device < 0) {
+    g.attrs["algo_at_load"] = int64_t{1};
+    g.attrs["workspace"] = static_cast<int64_t>(kMaxWorkspace);
+  } else {
+    GemmAlgo chosen = tune_gemm(s, opt.tuning, opt.device, n.label(), L.tuning);
+    g.attrs["algo"] = std::vector<int64_t>(chosen.words.begin(), chosen.words.end());
+    g.attrs["workspace"] = static_cast<int64_t>(chosen.workspace);
+  }
   out.node = std::move(g);
   return out;
 }

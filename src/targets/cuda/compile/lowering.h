@@ -14,9 +14,11 @@ namespace kiln::targets::cuda {
 struct LowerOptions {
   std::string arch = "sm_90";  ///< cubin architecture
   int sm_count = 132;          ///< multiprocessors (grid sizing)
-  /// CUDA device whose cuBLASLt heuristic picks each matmul's algorithm; -1:
-  /// no device (then a MatMul / Gemm is refused; tests of the code generator).
+  /// CUDA device on which matmul / convolution algorithms are chosen (tuning.h);
+  /// -1: none (cross-compiling for `arch`): the nodes record that the
+  /// libraries' heuristics choose at load (algo_at_load / algo -1).
   int device = 0;
+  Tuning tuning = Tuning::fast;  ///< how the algorithms are chosen on `device`
 };
 
 /// What the lowering did, for reports and tests.
@@ -28,6 +30,7 @@ struct LowerStats {
   int copies = 0;        ///< kiln.cuda.Copy nodes
   size_t cubin_bytes = 0;
   size_t ptx_bytes = 0;
+  TuningStats tuning;    ///< matmul / convolution algorithm decisions
 };
 
 /// Lowers every node of cp.model's main graph (shapes inferred and static),
@@ -55,9 +58,10 @@ struct GemmLowered {
 };
 
 /// Lowers main-graph node `i` (a MatMul or Gemm on float32) or refuses it.
-/// With opt.device >= 0 the algorithm comes from the cuBLASLt heuristic on
-/// that device (32 MiB workspace at most) and is stored in the node (algo,
-/// workspace); the runtime replays it without asking again.
+/// With opt.device >= 0 the algorithm is chosen on that device by
+/// tune_gemm(opt.tuning) and stored in the node (algo, workspace); the
+/// runtime replays it without asking again. Without a device the node
+/// records algo_at_load = 1 and a 32 MiB workspace cap.
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt);
 
 /// Rewrites every main-graph Conv / ConvTranspose with a constant bias B [K] into Conv(x, w)
@@ -68,10 +72,10 @@ int split_conv_bias(ir::Model& m);
 
 /// Lowers a Conv or ConvTranspose (float32, no bias left, symmetric pads,
 /// 1-3 spatial dims, any group; ConvTranspose as cuDNN backward-data, with
-/// output_padding below the stride) to kiln.cuda.Conv. With opt.device >= 0 the algorithm is the
-/// fastest cudnnFindConvolutionForwardAlgorithm measures on that device
-/// (strict fp32, at most 256 MiB workspace), stored in the node (algo,
-/// workspace); refused without a device.
+/// output_padding below the stride) to kiln.cuda.Conv. With opt.device >= 0 the algorithm is
+/// chosen on that device by tune_conv(opt.tuning) (strict fp32, at most 256
+/// MiB workspace) and stored in the node (algo, workspace); without a device
+/// algo is kConvAlgoAtLoad and workspace the 256 MiB cap.
 ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt);
 
 }  // namespace kiln::targets::cuda

@@ -1,6 +1,7 @@
 // cuBLASLt descriptors and replay of stored algorithms (blaslt.h).
 #include "targets/cuda/run/blaslt.h"
 
+#include <algorithm>
 #include <cstring>
 #include <mutex>
 
@@ -106,11 +107,52 @@ GemmDescs::~GemmDescs() {
   if (op) cublasLtMatmulDescDestroy(op);
 }
 
-GemmPlan::GemmPlan(const GemmSpec& s, const std::array<uint64_t, 8>& algo, size_t workspace, CUdeviceptr bias,
-                   const std::string& where)
+std::vector<GemmAlgo> gemm_heuristic(const GemmDescs& d, size_t max_workspace, int count) {
+  cublasLtMatmulPreference_t pref;
+  check_blaslt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  struct Free {
+    cublasLtMatmulPreference_t p;
+    ~Free() { cublasLtMatmulPreferenceDestroy(p); }
+  } free_pref{pref};
+  check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+                                                    sizeof max_workspace),
+               "workspace preference");
+  uint32_t align = 16;
+  for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                    CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
+    check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align), "alignment preference");
+  std::vector<cublasLtMatmulHeuristicResult_t> r(static_cast<size_t>(std::max(count, 1)));
+  int got = 0;
+  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(blaslt_handle(), d.op, d.a, d.b, d.c, d.d, pref,
+                                                     static_cast<int>(r.size()), r.data(), &got);
+  std::vector<GemmAlgo> out;
+  if (st != CUBLAS_STATUS_SUCCESS) return out;
+  for (int i = 0; i < got; ++i) {
+    if (r[i].state != CUBLAS_STATUS_SUCCESS) continue;
+    GemmAlgo a;
+    std::memcpy(a.words.data(), &r[i].algo, sizeof a.words);
+    a.workspace = r[i].workspaceSize;
+    out.push_back(a);
+  }
+  return out;
+}
+
+GemmPlan::GemmPlan(const GemmSpec& s, const std::optional<std::array<uint64_t, 8>>& algo, size_t workspace,
+                   CUdeviceptr bias, const std::string& where)
     : spec_(s), descs_(s, bias) {
   static_assert(sizeof(cublasLtMatmulAlgo_t) == 8 * sizeof(uint64_t), "cublasLtMatmulAlgo_t is 8 words");
-  std::memcpy(&algo_, algo.data(), sizeof algo_);
+  if (!algo) {
+    auto found = gemm_heuristic(descs_, workspace, 1);
+    if (found.empty())
+      fail(ErrorCode::incompatible_artifact,
+           "{}: cuBLASLt here has no algorithm for this matmul within {} bytes of workspace (m={} n={} k={} batch={})",
+           where, workspace, s.m, s.n, s.k, s.batch);
+    std::memcpy(&algo_, found[0].words.data(), sizeof algo_);
+    workspace_ = found[0].workspace;
+    chosen_at_load_ = true;
+    return;
+  }
+  std::memcpy(&algo_, algo->data(), sizeof algo_);
   cublasLtMatmulHeuristicResult_t r{};
   cublasStatus_t st = cublasLtMatmulAlgoCheck(blaslt_handle(), descs_.op, descs_.a, descs_.b, descs_.c, descs_.d,
                                               &algo_, &r);
@@ -122,6 +164,7 @@ GemmPlan::GemmPlan(const GemmSpec& s, const std::array<uint64_t, 8>& algo, size_
     fail(ErrorCode::incompatible_artifact,
          "{}: the stored cuBLASLt algorithm needs {} bytes of workspace here, the artifact recorded {}; recompile", where,
          r.workspaceSize, workspace);
+  workspace_ = workspace;
 }
 
 void GemmPlan::run(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, CUdeviceptr workspace,

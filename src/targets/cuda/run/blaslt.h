@@ -8,7 +8,9 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
@@ -57,23 +59,45 @@ class GemmDescs {
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr, d = nullptr;
 };
 
+/// One cuBLASLt algorithm for a matmul: its 8 opaque words (the
+/// cublasLtMatmulAlgo_t, CUBLASLT_ALGO_CONFIG_* attributes included) and the
+/// workspace it needs (bytes).
+struct GemmAlgo {
+  std::array<uint64_t, 8> words{};
+  size_t workspace = 0;
+};
+
+/// The cuBLASLt heuristic's best `count` algorithms for `d` (a current
+/// device and handle are needed), each needing at most `max_workspace` bytes,
+/// with every buffer promised 16-byte aligned (kiln's arena slots, constants
+/// and inputs are at least 256-byte aligned). Best first; empty when cuBLASLt has none.
+std::vector<GemmAlgo> gemm_heuristic(const GemmDescs& d, size_t max_workspace, int count);
+
 /// A matmul ready to run: descriptors plus the stored algorithm, checked
 /// with cublasLtMatmulAlgoCheck at construction.
 class GemmPlan {
  public:
-  /// Throws Error(incompatible_artifact) naming `where` when cuBLASLt on
-  /// this machine refuses the stored algorithm or needs more workspace than
-  /// recorded.
-  GemmPlan(const GemmSpec& s, const std::array<uint64_t, 8>& algo, size_t workspace, CUdeviceptr bias,
+  /// `algo`: the stored decision. std::nullopt (an artifact cross-compiled
+  /// without a GPU): the cuBLASLt heuristic chooses once, here, within
+  /// `workspace` bytes. Throws Error(incompatible_artifact) naming `where`
+  /// when cuBLASLt on this machine refuses the stored algorithm, needs more
+  /// workspace than recorded, or (nullopt) has no algorithm.
+  GemmPlan(const GemmSpec& s, const std::optional<std::array<uint64_t, 8>>& algo, size_t workspace, CUdeviceptr bias,
            const std::string& where);
   /// Enqueues the matmul on `stream`. c may be 0 when the spec has no C.
   void run(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c, CUdeviceptr d, CUdeviceptr workspace,
            size_t workspace_bytes) const;
+  /// Workspace bytes the algorithm needs here (<= the recorded workspace).
+  size_t workspace() const { return workspace_; }
+  /// True when the algorithm was chosen at construction (no stored decision).
+  bool chosen_at_load() const { return chosen_at_load_; }
 
  private:
   GemmSpec spec_;
   GemmDescs descs_;
   cublasLtMatmulAlgo_t algo_{};
+  size_t workspace_ = 0;
+  bool chosen_at_load_ = false;
 };
 
 }  // namespace kiln::targets::cuda

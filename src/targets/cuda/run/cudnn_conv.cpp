@@ -93,8 +93,66 @@ ConvDescs::~ConvDescs() {
   if (conv) cudnnDestroyConvolutionDescriptor(conv);
 }
 
+std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t max_workspace) {
+  std::vector<ConvAlgo> out;
+  if (transposed) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(cudnn_handle(), d.w, d.x, d.conv, d.y,
+                                                            CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
+                "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+    for (int i = 0; i < count; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
+        out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, 0.f});
+    return out;
+  }
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int count = 0;
+  check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(cudnn_handle(), d.x, d.w, d.conv, d.y,
+                                                     CUDNN_CONVOLUTION_FWD_ALGO_COUNT, &count, perf),
+              "cudnnGetConvolutionForwardAlgorithm_v7");
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
+      out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, 0.f});
+  return out;
+}
+
+std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_workspace) {
+  std::vector<ConvAlgo> out;
+  if (transposed) {
+    cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
+    int count = 0;
+    check_cudnn(cudnnFindConvolutionBackwardDataAlgorithm(cudnn_handle(), d.w, d.x, d.conv, d.y,
+                                                          CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, &count, perf),
+                "cudnnFindConvolutionBackwardDataAlgorithm");
+    for (int i = 0; i < count; ++i)
+      if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
+        out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].time});
+    return out;
+  }
+  cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
+  int count = 0;
+  check_cudnn(cudnnFindConvolutionForwardAlgorithm(cudnn_handle(), d.x, d.w, d.conv, d.y, CUDNN_CONVOLUTION_FWD_ALGO_COUNT,
+                                                   &count, perf),
+              "cudnnFindConvolutionForwardAlgorithm");
+  for (int i = 0; i < count; ++i)
+    if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
+      out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].time});
+  return out;
+}
+
 ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::string& where)
     : d_(s), transposed_(s.transposed), algo_(algo) {
+  if (algo == kConvAlgoAtLoad) {
+    auto found = conv_heuristic(d_, transposed_, workspace);
+    if (found.empty())
+      fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here has no algorithm for this convolution within {} bytes of workspace",
+           where, cudnnGetVersion(), workspace);
+    algo_ = found[0].algo;
+    workspace_ = found[0].workspace;
+    chosen_at_load_ = true;
+    return;
+  }
   int count = transposed_ ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT : CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
   if (algo < 0 || algo >= count)
     fail(ErrorCode::incompatible_artifact, "{}: the artifact's cuDNN algorithm {} is unknown here; recompile", where, algo);
@@ -111,6 +169,7 @@ ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::str
     fail(ErrorCode::incompatible_artifact,
          "{}: the stored cuDNN algorithm needs {} bytes of workspace here, the artifact recorded {}; recompile", where, need,
          workspace);
+  workspace_ = workspace;
 }
 
 void ConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, CUdeviceptr workspace,

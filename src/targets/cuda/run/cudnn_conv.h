@@ -53,22 +53,49 @@ class ConvDescs {
   cudnnConvolutionDescriptor_t conv = nullptr;
 };
 
+/// One cuDNN convolution algorithm (cudnnConvolutionFwdAlgo_t, or
+/// cudnnConvolutionBwdDataAlgo_t when transposed) and its workspace (bytes).
+struct ConvAlgo {
+  int algo = -1;
+  size_t workspace = 0;
+  float ms = 0;  ///< time cuDNN measured (cudnnFind), 0 from the heuristic
+};
+
+/// `kiln.cuda.Conv` attribute `algo` of an artifact cross-compiled without a
+/// GPU: cuDNN's heuristic chooses at load.
+inline constexpr int kConvAlgoAtLoad = -1;
+
+/// cuDNN's heuristic ranking for `d` (cudnnGetConvolutionForwardAlgorithm_v7,
+/// or ...BackwardDataAlgorithm_v7 when `transposed`): the supported
+/// algorithms needing at most `max_workspace` bytes, best first. Nothing runs.
+std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t max_workspace);
+/// cuDNN's own measurement of every algorithm (cudnnFind...; runs each once
+/// on the current device): the supported ones within `max_workspace`, fastest first.
+std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_workspace);
+
 /// A convolution ready to run with the stored algorithm.
 class ConvPlan {
  public:
   /// `algo` is a cudnnConvolutionFwdAlgo_t, or for a transposed spec a
-  /// cudnnConvolutionBwdDataAlgo_t.
+  /// cudnnConvolutionBwdDataAlgo_t; kConvAlgoAtLoad: cuDNN's heuristic
+  /// chooses here, within `workspace` bytes.
   /// Throws Error(incompatible_artifact) naming `where` when cuDNN here does
   /// not support algorithm `algo` for this convolution or needs more
   /// workspace than `workspace` bytes (recorded at compile time).
   ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::string& where);
   /// Enqueues y = conv(x, w) on `stream`.
   void run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, CUdeviceptr workspace, size_t workspace_bytes) const;
+  /// Workspace bytes the algorithm needs here.
+  size_t workspace() const { return workspace_; }
+  int algo() const { return algo_; }
+  bool chosen_at_load() const { return chosen_at_load_; }
 
  private:
   ConvDescs d_;
   bool transposed_;
   int algo_;
+  size_t workspace_ = 0;
+  bool chosen_at_load_ = false;
 };
 
 }  // namespace kiln::targets::cuda

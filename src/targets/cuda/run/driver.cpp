@@ -120,6 +120,22 @@ DeviceFacts device_facts(int ordinal) {
   return f;
 }
 
+std::vector<std::pair<std::string, std::string>> cross_compile_libraries() {
+  return {{"cuda_driver", std::to_string(CUDA_VERSION)},
+          {"cuda_runtime", std::to_string(CUDART_VERSION)},
+          {"cublaslt", "any (chosen at load)"},
+          {"cudnn", "any (chosen at load)"}};
+}
+
+int sm_count_of(const std::string& arch) {
+  if (arch == "sm_80") return 108;
+  if (arch == "sm_86") return 84;
+  if (arch == "sm_89") return 128;
+  if (arch == "sm_90") return 132;
+  if (arch == "sm_100") return 148;
+  return 128;
+}
+
 CUcontext use_device(int ordinal) {
   static std::mutex mu;
   static std::vector<CUcontext> ctxs;

@@ -47,6 +47,17 @@ struct DeviceFacts {
   std::vector<std::pair<std::string, std::string>> libraries;
 };
 
+/// library_versions of an artifact compiled for an architecture without a
+/// device of it (cross-compiled): cuda_driver and cuda_runtime are this
+/// toolkit's CUDA version (what the cubin needs at least, e.g. "13000");
+/// cublaslt and cudnn are "any (chosen at load)": no decision of theirs is stored.
+std::vector<std::pair<std::string, std::string>> cross_compile_libraries();
+
+/// Multiprocessor count of the usual GPU of architecture `arch` (grid sizing
+/// when cross-compiling): sm_80 108 (A100), sm_86 84, sm_89 128, sm_90 132
+/// (H100 / H200), sm_100 148; 128 for others.
+int sm_count_of(const std::string& arch);
+
 /// Facts of device `ordinal`. Throws Error(unsupported) when there is no
 /// driver or no such device ("CUDA device 1 does not exist: 1 device visible").
 DeviceFacts device_facts(int ordinal);

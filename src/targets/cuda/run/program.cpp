@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <functional>
 #include <mutex>
+#include <optional>
 
 #include "support/error.h"
 #include "support/log.h"
@@ -91,12 +92,18 @@ class CudaProgram final : public DeviceProgram {
       outputs_.push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
     }
 
-    size_t workspace = 0;
-    for (auto& n : m.main.nodes)
-      if (n.domain == kCudaDomain && (n.op_type == "Gemm" || n.op_type == "Conv"))
-        workspace = std::max<size_t>(workspace, n.i("workspace", 0));
-    if (workspace) workspace_ = DeviceBuffer(workspace, "the cuBLASLt workspace");
     for (auto& n : m.main.nodes) bind(m, n);
+    // One workspace for every library call (they run one after another on
+    // one stream), sized for the largest need; steps read it when they run.
+    size_t workspace = 0;
+    int at_load = 0;
+    for (auto& g : gemms_) workspace = std::max(workspace, g->workspace()), at_load += g->chosen_at_load();
+    for (auto& c : convs_) workspace = std::max(workspace, c->workspace()), at_load += c->chosen_at_load();
+    if (workspace) workspace_ = DeviceBuffer(workspace, "the cuBLASLt / cuDNN workspace");
+    if (at_load)
+      log().info("cuda: {} library algorithm(s) chosen at load by the cuBLASLt / cuDNN heuristics (the artifact was "
+                 "cross-compiled without a GPU)",
+                 at_load);
 
     const char* g = std::getenv("KILN_CUDA_GRAPH");
     use_graph_ = !(g && std::string(g) == "0");
@@ -208,28 +215,31 @@ class CudaProgram final : public DeviceProgram {
       steps_.push_back([src, dst, bytes, &d](CUstream s) { check(d.cuMemcpyDtoDAsync(dst, src, bytes, s), "cuMemcpyDtoDAsync"); });
     } else if (n.op_type == "Gemm") {
       GemmSpec spec = gemm_spec_from(n);
-      auto words = n.ints("algo");
-      if (words.size() != 8) fail(ErrorCode::invalid_model, "{}: 'algo' must hold 8 words", n.label());
-      std::array<uint64_t, 8> algo;
-      for (int i = 0; i < 8; ++i) algo[i] = static_cast<uint64_t>(words[i]);
+      std::optional<std::array<uint64_t, 8>> algo;
+      if (n.has("algo")) {
+        auto words = n.ints("algo");
+        if (words.size() != 8) fail(ErrorCode::invalid_model, "{}: 'algo' must hold 8 words", n.label());
+        algo.emplace();
+        for (int i = 0; i < 8; ++i) (*algo)[i] = static_cast<uint64_t>(words[i]);
+      } else if (n.i("algo_at_load", 0) != 1) {
+        fail(ErrorCode::invalid_model, "{}: neither a stored cuBLASLt algorithm ('algo') nor 'algo_at_load'", n.label());
+      }
       size_t in = 2;
       CUdeviceptr bias = spec.has_bias ? addr_[n.inputs.at(in++)] : 0;
       CUdeviceptr c = spec.has_c ? addr_[n.inputs.at(in++)] : 0;
       gemms_.push_back(std::make_unique<GemmPlan>(spec, algo, static_cast<size_t>(n.i("workspace", 0)), bias, n.label()));
       const GemmPlan* plan = gemms_.back().get();
       CUdeviceptr a = addr_[n.inputs.at(0)], b = addr_[n.inputs.at(1)], dd = addr_[n.outputs.at(0)];
-      CUdeviceptr ws = workspace_.get();
-      size_t wsb = workspace_.bytes();
-      steps_.push_back([plan, a, b, c, dd, ws, wsb](CUstream s) { plan->run(s, a, b, c, dd, ws, wsb); });
+      steps_.push_back([this, plan, a, b, c, dd](CUstream s) {
+        plan->run(s, a, b, c, dd, workspace_.get(), workspace_.bytes());
+      });
     } else if (n.op_type == "Conv") {
       ConvSpec spec = conv_spec_from(n);
       convs_.push_back(std::make_unique<ConvPlan>(spec, static_cast<int>(n.i("algo")), static_cast<size_t>(n.i("workspace", 0)),
                                                   n.label()));
       const ConvPlan* plan = convs_.back().get();
       CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
-      CUdeviceptr ws = workspace_.get();
-      size_t wsb = workspace_.bytes();
-      steps_.push_back([plan, x, w, y, ws, wsb](CUstream s) { plan->run(s, x, w, y, ws, wsb); });
+      steps_.push_back([this, plan, x, w, y](CUstream s) { plan->run(s, x, w, y, workspace_.get(), workspace_.bytes()); });
     } else {
       fail(ErrorCode::unsupported, "{}: kiln.cuda.{} is not an operator of this kiln's cuda runtime", n.label(), n.op_type);
     }

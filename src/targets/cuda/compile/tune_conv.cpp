@@ -1,0 +1,97 @@
+// cuDNN algorithm choice per convolution at compile time (tuning.h: tune_conv).
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <map>
+#include <mutex>
+
+#include "support/error.h"
+#include "support/log.h"
+#include "targets/cuda/compile/tuning.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
+
+std::string problem_key(const ConvSpec& s, Tuning mode, int device) {
+  return fmt::format("{}|{}|x{} w{} y{} p{} s{} d{} g{} t{}", tuning_name(mode), device, fmt::join(s.x, ","),
+                     fmt::join(s.w, ","), fmt::join(s.y, ","), fmt::join(s.pads, ","), fmt::join(s.strides, ","),
+                     fmt::join(s.dilations, ","), s.group, s.transposed);
+}
+
+size_t fp32_bytes(const std::vector<int64_t>& dims) {
+  size_t n = 4;
+  for (auto d : dims) n *= static_cast<size_t>(d);
+  return n;
+}
+
+/// Times each of `cands` `reps` times (median) with real buffers and keeps the fastest.
+ConvAlgo time_candidates(const ConvSpec& s, const std::vector<ConvAlgo>& cands, int reps, const std::string& where,
+                         TuningStats& st) {
+  size_t ws = 0;
+  for (auto& c : cands) ws = std::max(ws, c.workspace);
+  const DriverApi& d = driver();
+  DeviceBuffer x(fp32_bytes(s.x), "a convolution tuning buffer"), w(fp32_bytes(s.w), "a convolution tuning buffer"),
+      y(fp32_bytes(s.y), "a convolution tuning buffer"), wsb(ws, "the tuning workspace");
+  for (auto* b : {&x, &w}) check(d.cuMemsetD8Async(b->get(), 0, b->bytes(), nullptr), "cuMemsetD8Async");
+  check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+  CUstream stream = nullptr;
+  check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  struct Free {
+    const DriverApi& d;
+    CUstream s;
+    ~Free() { d.cuStreamDestroy(s); }
+  } free_stream{d, stream};
+  ConvAlgo best = cands.front();
+  float best_ms = -1;
+  for (auto& c : cands) {
+    std::optional<ConvPlan> plan;
+    try {
+      plan.emplace(s, c.algo, c.workspace, where);
+    } catch (const Error&) {
+      continue;
+    }
+    float ms = time_median_ms(
+        stream, [&](CUstream str) { plan->run(str, x.get(), w.get(), y.get(), wsb.get(), wsb.bytes()); }, 2, reps);
+    ++st.timed;
+    if (best_ms < 0 || ms < best_ms) best_ms = ms, best = c, best.ms = ms;
+  }
+  log().debug("{}: cuDNN {} candidates, best algorithm {} {:.4f} ms", where, cands.size(), best.algo, best_ms);
+  return best;
+}
+
+}  // namespace
+
+ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st) {
+  static std::mutex mu;
+  static std::map<std::string, ConvAlgo> memo;
+  std::string key = problem_key(s, mode, device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = memo.find(key); it != memo.end()) {
+      ++st.reused;
+      return it->second;
+    }
+  }
+  Stopwatch sw;
+  use_device(device);
+  ConvDescs d(s);
+  std::vector<ConvAlgo> cands = mode == Tuning::heuristic ? conv_heuristic(d, s.transposed, kMaxConvWorkspace)
+                                                          : conv_find(d, s.transposed, kMaxConvWorkspace);
+  if (cands.empty())
+    fail(ErrorCode::unsupported, "{}: cuDNN {} has no algorithm for this {}convolution (x [{}], w [{}], group {})", where,
+         cudnnGetVersion(), s.transposed ? "transposed " : "", fmt::join(s.x, ","), fmt::join(s.w, ","), s.group);
+  ConvAlgo chosen = cands.front();
+  if (mode == Tuning::exhaustive && cands.size() > 1) chosen = time_candidates(s, cands, 10, where, st);
+  else if (mode == Tuning::fast) st.timed += static_cast<int>(cands.size());
+  ++st.tuned;
+  st.ms += sw.ms();
+  std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(key, chosen);
+  return chosen;
+}
+
+}  // namespace kiln::targets::cuda

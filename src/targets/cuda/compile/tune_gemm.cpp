@@ -1,0 +1,109 @@
+// cuBLASLt algorithm choice per matmul at compile time (tuning.h: tune_gemm).
+// The heuristic ranks the candidates; fast / exhaustive time the best few on
+// the device, because the heuristic's first pick is often not the fastest
+// for the small-m matmuls of batch-1 inference.
+#include <fmt/format.h>
+
+#include <map>
+#include <mutex>
+
+#include "support/error.h"
+#include "support/log.h"
+#include "targets/cuda/compile/tuning.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+constexpr size_t kMaxWorkspace = size_t{32} << 20;
+
+std::string problem_key(const GemmSpec& s, Tuning mode, int device) {
+  return fmt::format("{}|{}|m{} n{} k{} b{} ta{} tb{} sa{} sb{} al{} be{} bias{} c{} epi{}", tuning_name(mode), device,
+                     s.m, s.n, s.k, s.batch, s.trans_a, s.trans_b, s.stride_a, s.stride_b, s.alpha, s.beta, s.has_bias,
+                     s.has_c, s.epilogue);
+}
+
+/// Device buffers for timing one matmul (zeros; fp32-sized, enough for any dtype).
+struct GemmBuffers {
+  DeviceBuffer a, b, c, d, bias, ws;
+  explicit GemmBuffers(const GemmSpec& s, size_t workspace) {
+    auto bytes = [](int64_t n) { return static_cast<size_t>(n) * 4; };
+    a = DeviceBuffer(bytes(std::max(s.m * s.k, s.batch * s.stride_a)), "a matmul tuning buffer");
+    b = DeviceBuffer(bytes(std::max(s.k * s.n, s.batch * s.stride_b)), "a matmul tuning buffer");
+    c = DeviceBuffer(bytes(s.batch * s.m * s.n), "a matmul tuning buffer");
+    d = DeviceBuffer(bytes(s.batch * s.m * s.n), "a matmul tuning buffer");
+    bias = DeviceBuffer(bytes(s.n), "a matmul tuning buffer");
+    ws = DeviceBuffer(workspace, "the tuning workspace");
+    const DriverApi& drv = driver();
+    for (auto* buf : {&a, &b, &c, &d, &bias})
+      check(drv.cuMemsetD8Async(buf->get(), 0, buf->bytes(), nullptr), "cuMemsetD8Async");
+    check(drv.cuCtxSynchronize(), "cuCtxSynchronize");
+  }
+};
+
+GemmAlgo time_candidates(const GemmSpec& s, const std::vector<GemmAlgo>& cands, int reps, const std::string& where,
+                         TuningStats& st) {
+  size_t ws = 0;
+  for (auto& c : cands) ws = std::max(ws, c.workspace);
+  GemmBuffers buf(s, ws);
+  const DriverApi& d = driver();
+  CUstream stream = nullptr;
+  check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
+  struct Free {
+    const DriverApi& d;
+    CUstream s;
+    ~Free() { d.cuStreamDestroy(s); }
+  } free_stream{d, stream};
+  GemmAlgo best = cands.front();
+  float best_ms = -1;
+  for (auto& c : cands) {
+    std::optional<GemmPlan> plan;
+    try {
+      plan.emplace(s, c.words, c.workspace, s.has_bias ? buf.bias.get() : 0, where);
+    } catch (const Error&) {
+      continue;  // a candidate AlgoCheck refuses is skipped, not fatal
+    }
+    float ms = time_median_ms(
+        stream,
+        [&](CUstream str) { plan->run(str, buf.a.get(), buf.b.get(), buf.c.get(), buf.d.get(), buf.ws.get(), buf.ws.bytes()); },
+        1, reps);
+    ++st.timed;
+    if (best_ms < 0 || ms < best_ms) best_ms = ms, best = c;
+  }
+  log().debug("{}: cuBLASLt m={} n={} k={} batch={}: {} candidates, best {:.4f} ms", where, s.m, s.n, s.k, s.batch,
+              cands.size(), best_ms);
+  return best;
+}
+
+}  // namespace
+
+GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st) {
+  static std::mutex mu;
+  static std::map<std::string, GemmAlgo> memo;
+  std::string key = problem_key(s, mode, device);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = memo.find(key); it != memo.end()) {
+      ++st.reused;
+      return it->second;
+    }
+  }
+  Stopwatch sw;
+  use_device(device);
+  GemmDescs descs(s, s.has_bias ? CUdeviceptr{256} : 0);
+  int count = mode == Tuning::heuristic ? 1 : mode == Tuning::fast ? 4 : 24;
+  auto cands = gemm_heuristic(descs, kMaxWorkspace, count);
+  if (cands.empty())
+    fail(ErrorCode::unsupported, "{}: cuBLASLt has no algorithm for this matmul (m={} n={} k={} batch={})", where, s.m,
+         s.n, s.k, s.batch);
+  GemmAlgo chosen = cands.size() == 1 ? cands.front()
+                                      : time_candidates(s, cands, mode == Tuning::fast ? 5 : 20, where, st);
+  ++st.tuned;
+  st.ms += sw.ms();
+  std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(key, chosen);
+  return chosen;
+}
+
+}  // namespace kiln::targets::cuda

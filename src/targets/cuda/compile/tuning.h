@@ -1,0 +1,47 @@
+// Tuning of the cuda target's library calls at compile time (--tuning):
+// which cuBLASLt algorithm each matmul and which cuDNN algorithm each
+// convolution uses. The decisions are stored in the lowered nodes; a load
+// replays them (run/blaslt.h, run/cudnn_conv.h) and never tunes again.
+#pragma once
+#include <cuda.h>
+
+#include <functional>
+#include <string>
+
+#include "kiln/options.h"
+#include "targets/cuda/run/blaslt.h"
+#include "targets/cuda/run/cudnn_conv.h"
+
+namespace kiln::targets::cuda {
+
+/// Counters of one compile's tuning, for the log and reports.
+struct TuningStats {
+  int tuned = 0;        ///< problems decided (heuristic asked or candidates timed)
+  int reused = 0;       ///< problems equal to one decided before in this process
+  int timed = 0;        ///< candidate runs measured on the device
+  double ms = 0;        ///< wall time spent deciding (ms)
+};
+
+/// Chooses the cuBLASLt algorithm of `s` on `device` (current context):
+///  - heuristic: the heuristic's first algorithm;
+///  - fast: the fastest of the heuristic's best 4, each timed 5 times after a warm-up;
+///  - exhaustive: the fastest of the heuristic's best 24, each timed 20 times (median).
+/// Workspace at most 32 MiB. Equal problems (same spec, mode and device) are
+/// decided once per process. Throws Error(unsupported) naming `where` when
+/// cuBLASLt has no algorithm.
+GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st);
+
+/// Chooses the cuDNN algorithm of `s` on `device`:
+///  - heuristic: cuDNN's heuristic's first supported algorithm (nothing runs);
+///  - fast: cuDNN's own measurement (cudnnFind: every algorithm once);
+///  - exhaustive: every algorithm cudnnFind found usable, timed 10 times here (median).
+/// Workspace at most 256 MiB. Memoized like tune_gemm. Throws
+/// Error(unsupported) naming `where` when cuDNN has no algorithm.
+ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st);
+
+/// Median time (ms) of `reps` runs of `enqueue` on `stream`, after `warmup`
+/// untimed runs, measured with CUDA events around each run. Throws
+/// Error(internal) when a driver call fails.
+float time_median_ms(CUstream stream, const std::function<void(CUstream)>& enqueue, int warmup, int reps);
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,65 @@
+"""Cross-compiling a cuda artifact on a machine without a GPU (issue #6):
+`kiln compile M.onnx -o M.kiln --target cuda --arch sm_90 --tuning heuristic`
+needs only NVRTC; the artifact says what it is for, and `kiln check` here
+refuses it with the reason. On a kiln built without CUDA these tests are
+SKIPPED (visible in pytest's summary), never passed."""
+
+from __future__ import annotations
+
+import pytest
+
+from clihelp import assert_error
+
+
+def compile_cross(kiln, model, out, *extra):
+    return kiln("compile", model, "-o", out, "--target", "cuda", "--arch", "sm_90", *extra)
+
+
+def test_cross_compile_for_sm90_writes_a_complete_artifact(kiln, demo_onnx, tmp_path):
+    out = tmp_path / "demo_sm90.kiln"
+    res = compile_cross(kiln, demo_onnx, out, "--tuning", "heuristic", "--json")
+    if res.rc == 5 and "without CUDA" in res.stderr:
+        pytest.skip("SKIPPED: this kiln was built without CUDA support (no toolkit at build time)")
+    assert res.rc == 0, res.describe()
+    facts = res.json()
+    assert facts["tuning"] == "heuristic" and facts["arch"] == "sm_90"
+    assert out.stat().st_size == facts["artifact_bytes"] > 0
+
+    ins = kiln("inspect", out, "--json")
+    assert ins.rc == 0, ins.describe()
+    compat = ins.json()["compat"]
+    assert compat["target"] == "cuda"
+    assert compat["device_arch"] == "sm_90"
+    assert compat["tuning"] == "heuristic"
+    assert "cublaslt=any (chosen at load)" in compat["library_versions"]
+
+    chk = kiln("check", out)
+    if "no CUDA driver or device" in chk.stdout + chk.stderr:
+        # No GPU here: refused naming the field, exit 3.
+        assert chk.rc == 3, chk.describe()
+        assert "device_arch: the artifact has 'sm_90'" in chk.stdout + chk.stderr, chk.describe()
+
+
+def test_timed_tuning_needs_the_gpu(kiln, demo_onnx, tmp_path):
+    out = tmp_path / "x.kiln"
+    res = compile_cross(kiln, demo_onnx, out, "--tuning", "exhaustive")
+    if res.rc == 5 and "without CUDA" in res.stderr:
+        pytest.skip("SKIPPED: this kiln was built without CUDA support")
+    if res.rc == 0:
+        pytest.skip("SKIPPED: an sm_90 GPU is present, exhaustive tuning runs on it")
+    assert_error(res, 2, "tuning:", "--tuning heuristic", "sm_90")
+    assert not out.exists()
+
+
+def test_bad_arch_and_tuning_values_are_usage_errors(kiln, demo_onnx, tmp_path):
+    res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--target", "cuda", "--arch", "gpu90",
+               "--tuning", "heuristic")
+    if res.rc == 5 and "without CUDA" in res.stderr:
+        pytest.skip("SKIPPED: this kiln was built without CUDA support")
+    assert_error(res, 2, "arch:", "gpu90", "sm_90")
+    res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--tuning", "slow")
+    assert res.rc == 2, res.describe()
+    res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--tuning", "fast")
+    assert_error(res, 2, "tuning:", "cuda", "cpu")
+    res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--arch", "sm_90")
+    assert_error(res, 2, "arch:", "cpu")

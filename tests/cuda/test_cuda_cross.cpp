@@ -1,0 +1,120 @@
+// Cross-compilation for the cuda target (label `unit`, no GPU needed): with
+// --tuning heuristic a cuda artifact for a named architecture is built on a
+// machine without that GPU (or without any); its matmul and convolution
+// algorithms are left to the libraries' heuristics at load, and everything
+// else (cubin, PTX, memory plan, compatibility block) is complete.
+#include <gtest/gtest.h>
+
+#include <cstring>
+
+#include "artifact/artifact.h"
+#include "cuda_models.h"
+#include "kiln/compile.h"
+#include "kiln/errors.h"
+#include "kiln/session.h"
+#include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/driver.h"
+#include "targets/host.h"
+
+namespace kiln::testing {
+namespace {
+
+/// An architecture that is a cross-compilation here: sm_90 without a GPU,
+/// else one the GPU is not.
+std::string foreign_arch() {
+  if (!targets::cuda::device_present()) return "sm_90";
+  return targets::cuda::device_facts(0).arch == "sm_80" ? "sm_90" : "sm_80";
+}
+
+SessionOptions cross(const std::string& arch) {
+  SessionOptions o;
+  o.target = Target::cuda();
+  o.arch = arch;
+  o.tuning = Tuning::heuristic;
+  return o;
+}
+
+/// mlp (Gemm + Relu, cuBLASLt) followed by nothing else, and the conv net
+/// (cuDNN + a Gemm): both library families deferred to the load.
+TEST(CudaCross, HeuristicCompileForANamedArchNeedsNoGpu) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  std::string arch = foreign_arch();
+  CompileResult r = compile(dir / "c.onnx", dir / "c.kiln", cross(arch));
+  EXPECT_GT(r.artifact_bytes, 0u);
+  auto cp = artifact::read_file(dir / "c.kiln");
+  EXPECT_EQ(cp.compat.target, "cuda");
+  EXPECT_EQ(cp.compat.device_arch, arch);
+  EXPECT_EQ(cp.compat.tuning, "heuristic");
+  std::map<std::string, std::string> libs(cp.compat.library_versions.begin(), cp.compat.library_versions.end());
+  EXPECT_EQ(libs["cublaslt"], "any (chosen at load)");
+  EXPECT_EQ(libs["cudnn"], "any (chosen at load)");
+  EXPECT_EQ(libs["cuda_driver"], std::to_string(CUDA_VERSION));
+
+  auto b = targets::cuda::decode_bundle(cp.kernels, "test");
+  EXPECT_EQ(b.arch, arch);
+  ASSERT_GT(b.cubin.size(), 20u);
+  EXPECT_EQ(std::memcmp(b.cubin.data(), "\x7f" "ELF", 4), 0);
+  uint16_t machine = 0;
+  std::memcpy(&machine, b.cubin.data() + 18, 2);  // ELF e_machine
+  EXPECT_EQ(machine, 190) << "EM_CUDA";
+  EXPECT_NE(b.ptx.find(".target " + arch), std::string::npos);
+
+  int gemms = 0, convs = 0;
+  for (auto& n : cp.model.main.nodes) {
+    if (n.op_type == "Gemm") {
+      ++gemms;
+      EXPECT_FALSE(n.has("algo")) << n.label();
+      EXPECT_EQ(n.i("algo_at_load", 0), 1) << n.label();
+      EXPECT_EQ(n.i("workspace", 0), int64_t{32} << 20) << n.label();
+    }
+    if (n.op_type == "Conv") {
+      ++convs;
+      EXPECT_EQ(n.i("algo", 0), -1) << n.label();
+    }
+  }
+  EXPECT_EQ(gemms, 1);
+  EXPECT_EQ(convs, 3);  // stem, residual block, depthwise
+}
+
+TEST(CudaCross, TimedTuningWithoutTheGpuIsRefusedNamingTheOption) {
+  TempDir dir;
+  mlp_model().save(dir / "m.onnx");
+  for (Tuning t : {Tuning::fast, Tuning::exhaustive}) {
+    SessionOptions o = cross(foreign_arch());
+    o.tuning = t;
+    o.input_shapes["x"] = {2, 4};
+    try {
+      compile(dir / "m.onnx", dir / "m.kiln", o);
+      FAIL() << "no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_option) << e.what();
+      std::string w = e.what();
+      EXPECT_EQ(w.rfind("tuning:", 0), 0u) << w;
+      EXPECT_NE(w.find("--tuning heuristic"), std::string::npos) << w;
+    }
+    EXPECT_FALSE(std::filesystem::exists(dir / "m.kiln"));
+  }
+}
+
+TEST(CudaCross, ACrossCompiledArtifactRunsOnlyOnItsArchitecture) {
+  TempDir dir;
+  mlp_model().save(dir / "m.onnx");
+  SessionOptions o = cross(foreign_arch());
+  o.input_shapes["x"] = {2, 4};
+  compile(dir / "m.onnx", dir / "m.kiln", o);
+  auto mism = targets::check_runnable(artifact::read_compat(dir / "m.kiln"), Target::cuda());
+  ASSERT_FALSE(mism.empty());
+  EXPECT_EQ(mism[0].field, "device_arch");
+  EXPECT_EQ(mism[0].artifact, o.arch);
+  try {
+    Session::load(dir / "m.kiln", SessionOptions{.target = Target::cuda()});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
+    EXPECT_NE(std::string(e.what()).find("device_arch"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
