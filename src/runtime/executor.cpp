@@ -219,7 +219,12 @@ std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& 
   const auto start = std::chrono::steady_clock::now();
   if (profile) *profile = RunProfile{};
   validate_inputs(inputs);
-  if (device_) return device_->run(inputs);
+  if (device_) {
+    auto out = device_->run(inputs, profile);
+    if (profile)
+      profile->total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    return out;
+  }
   omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
   auto arena = take_arena();
   std::map<std::string, Tensor> out;

@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "artifact/artifact.h"
+#include "kiln/session.h"
 #include "ir/graph.h"
 #include "ops/registry.h"
 
@@ -31,7 +32,10 @@ class DeviceProgram {
  public:
   virtual ~DeviceProgram() = default;
   /// Runs once. Inputs are validated by the caller (names, dtypes, shapes).
-  virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const = 0;
+  /// With `profile` non-null the device's time of each node is recorded
+  /// (node by node, without the CUDA graph: slower than a normal run).
+  virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
+                                            RunProfile* profile = nullptr) const = 0;
 };
 
 /// The DeviceProgram of a compiled program whose target runs on a device

@@ -331,6 +331,25 @@ TEST(CudaGpu, CrossCompiledArtifactChoosesAlgorithmsAtLoadAndMatchesRef) {
   expect_close(got.at("y"), ref.run(conv_inputs()).at("y"), "y");
 }
 
+TEST(CudaGpu, ProfiledRunTimesEveryNodeAndGivesTheSameOutputs) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  Session gpu(dir / "c.onnx", options(Target::cuda()));
+  RunProfile p;
+  auto profiled = gpu.run(conv_inputs(), &p);
+  auto plain = gpu.run(conv_inputs());
+  expect_close(profiled.at("y"), plain.at("y"), "y", 0, 0);
+  int convs = 0;
+  double sum = 0;
+  for (auto& n : p.nodes) {
+    convs += n.op == "kiln.cuda::Conv";
+    EXPECT_GT(n.ms, 0) << n.node;
+    sum += n.ms;
+  }
+  EXPECT_EQ(convs, 3);
+  EXPECT_GT(p.total_ms, sum * 0.5);
+}
+
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   TempDir dir;
   ModelBuilder b(17);

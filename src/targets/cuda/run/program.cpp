@@ -92,7 +92,19 @@ class CudaProgram final : public DeviceProgram {
       outputs_.push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
     }
 
-    for (auto& n : m.main.nodes) bind(m, n);
+    for (auto& n : m.main.nodes) {
+      size_t before = steps_.size();
+      bind(m, n);
+      if (steps_.size() == before) continue;
+      std::string op = "kiln.cuda::" + n.op_type;
+      if (n.op_type == "Kernel") {  // "k12_softmax" -> "kiln.cuda::Kernel softmax"
+        std::string fn = n.s("fn", "");
+        auto us = fn.find('_');
+        op += " " + (us == std::string::npos ? fn : fn.substr(us + 1));
+      }
+      node_names_.push_back({n.name.empty() ? n.op_type : n.name, op, 0.0});
+      step_node_.resize(steps_.size(), static_cast<int>(node_names_.size()) - 1);
+    }
     // One workspace for every library call (they run one after another on
     // one stream), sized for the largest need; steps read it when they run.
     size_t workspace = 0;
@@ -133,7 +145,7 @@ class CudaProgram final : public DeviceProgram {
     if (module_) d.cuModuleUnload(module_);
   }
 
-  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs) const override {
+  std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const override {
     std::lock_guard<std::mutex> lock(mu_);
     const DriverApi& d = driver();
     use_device(device_);
@@ -142,7 +154,9 @@ class CudaProgram final : public DeviceProgram {
       if (t.nbytes() != in.bytes) fail(ErrorCode::invalid_input, "input '{}' has {} bytes, the program needs {}", in.name, t.nbytes(), in.bytes);
       if (in.bytes) check(d.cuMemcpyHtoDAsync(addr_[in.id], t.raw(), in.bytes, stream_), "cuMemcpyHtoDAsync (input)");
     }
-    if (exec_)
+    if (profile)
+      run_profiled(*profile);
+    else if (exec_)
       check(d.cuGraphLaunch(exec_, stream_), "cuGraphLaunch");
     else
       for (auto& s : steps_) s(stream_);
@@ -157,6 +171,36 @@ class CudaProgram final : public DeviceProgram {
   }
 
  private:
+  /// Launches the steps one by one with an event after each, and adds each
+  /// node's device time (its steps' sum) to `profile` in node order.
+  void run_profiled(RunProfile& profile) const {
+    const DriverApi& d = driver();
+    std::vector<CUevent> ev(steps_.size() + 1, nullptr);
+    struct Free {
+      const DriverApi& d;
+      std::vector<CUevent>& ev;
+      ~Free() {
+        for (auto e : ev)
+          if (e) d.cuEventDestroy(e);
+      }
+    } free_events{d, ev};
+    for (auto& e : ev) check(d.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
+    check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      steps_[i](stream_);
+      check(d.cuEventRecord(ev[i + 1], stream_), "cuEventRecord");
+    }
+    check(d.cuEventSynchronize(ev.back()), "cuEventSynchronize");
+    int last = -1;
+    for (size_t i = 0; i < steps_.size(); ++i) {
+      float ms = 0;
+      check(d.cuEventElapsedTime(&ms, ev[i], ev[i + 1]), "cuEventElapsedTime");
+      if (step_node_[i] != last) profile.nodes.push_back(node_names_[static_cast<size_t>(step_node_[i])]);
+      last = step_node_[i];
+      profile.nodes.back().ms += ms;
+    }
+  }
+
   struct Input {
     ir::ValueId id;
     std::string name;
@@ -256,6 +300,8 @@ class CudaProgram final : public DeviceProgram {
   std::vector<std::unique_ptr<GemmPlan>> gemms_;
   std::vector<std::unique_ptr<ConvPlan>> convs_;
   std::vector<std::function<void(CUstream)>> steps_;
+  std::vector<int> step_node_;          ///< node (index into node_names_) of each step
+  std::vector<NodeTime> node_names_;    ///< name and op of each node that has steps (ms 0)
   CUgraphExec exec_ = nullptr;
   bool use_graph_ = true;
   mutable std::mutex mu_;
