@@ -1,19 +1,90 @@
 #!/usr/bin/env python3
-"""Writes the models scripts/gpu_check.sh times, with random weights and no
-download (for GPU machines that have torch, torchvision and transformers but
-no network), at opset 17 with static shapes, the recipes of
-tools/models/prepare.py:
+"""Writes the models scripts/gpu_check.sh and bench/cuda_vs_torch.py time, with
+random weights and no download (for GPU machines that have torch, torchvision
+and transformers but no network), at opset 17 with static shapes, the recipes
+of tools/models/prepare.py:
   OUTDIR/bert_base.onnx   transformers BertModel(BertConfig()), seed 0, batch 1 x seq 128
   OUTDIR/resnet50.onnx    torchvision resnet50(weights=None), seed 0, 1x3x224x224
-Usage: make_gpu_models.py OUTDIR [bert_base] [resnet50]
+With --batch B (B != 1) the files are OUTDIR/bert_base_bB.onnx and
+OUTDIR/resnet50_bB.onnx, batch B (same weights: the weights depend only on the
+seed).
+Usage: make_gpu_models.py OUTDIR [--batch B] [bert_base] [resnet50]
+
+bench/cuda_vs_torch.py imports build_module() and make_inputs() from here, so
+the PyTorch side it times is the very module exported here, with the same
+weights and inputs.
 """
+import argparse
 import os
 import sys
 
-import torch
+import numpy as np
+
+MODELS = ("resnet50", "bert_base")
+SEQ = 128  # BERT sequence length
+
+# Graph inputs and outputs of each exported model, in order.
+INPUT_NAMES = {"resnet50": ["input"], "bert_base": ["input_ids", "attention_mask", "token_type_ids"]}
+OUTPUT_NAMES = {"resnet50": ["logits"], "bert_base": ["last_hidden_state", "pooler_output"]}
+
+
+def build_module(name: str):
+    """The model (a torch.nn.Module) with its seed-0 random weights, in eval mode, on the CPU, fp32. torch is
+    imported here, not at the top, so that make_inputs() needs only numpy."""
+    import torch
+
+    if name == "bert_base":
+        from transformers import BertConfig, BertModel
+
+        class BertTupleOutputs(torch.nn.Module):
+            """BertModel with positional inputs and a tuple of outputs (what the ONNX export and torch.compile
+            see)."""
+
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+
+            def forward(self, input_ids, attention_mask, token_type_ids):
+                out = self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
+                                 return_dict=True)
+                return out.last_hidden_state, out.pooler_output
+
+        torch.manual_seed(0)
+        bert = BertModel(BertConfig()).eval()
+        return BertTupleOutputs(bert).eval()
+    if name == "resnet50":
+        import torchvision
+
+        torch.manual_seed(0)
+        return torchvision.models.resnet50(weights=None).eval()
+    raise ValueError(f"unknown model {name!r} (expected one of {', '.join(MODELS)})")
+
+
+def make_inputs(name: str, batch: int) -> dict:
+    """Seeded numpy inputs, by graph input name: ResNet-50 a normal image batch;
+    BERT ids < 30522, an attention mask whose last 10..59 positions (varying by
+    row) are 0, token types 0 then 1 from position 64."""
+    rng = np.random.default_rng(0)
+    if name == "resnet50":
+        return {"input": rng.standard_normal((batch, 3, 224, 224)).astype(np.float32)}
+    if name == "bert_base":
+        ids = rng.integers(0, 30522, (batch, SEQ), dtype=np.int64)
+        mask = np.ones((batch, SEQ), np.int64)
+        for i in range(batch):
+            mask[i, SEQ - (10 + (7 * i) % 50):] = 0
+        types = np.zeros((batch, SEQ), np.int64)
+        types[:, 64:] = 1
+        return {"input_ids": ids, "attention_mask": mask, "token_type_ids": types}
+    raise ValueError(f"unknown model {name!r}")
+
+
+def onnx_name(name: str, batch: int) -> str:
+    return f"{name}.onnx" if batch == 1 else f"{name}_b{batch}.onnx"
 
 
 def export(module, args, path, input_names, output_names):
+    import torch
+
     kw = dict(opset_version=17, input_names=input_names, output_names=output_names, do_constant_folding=True)
     with torch.no_grad():
         try:
@@ -22,45 +93,32 @@ def export(module, args, path, input_names, output_names):
             torch.onnx.export(module, args, path, **kw)
 
 
-def bert_base(path):
-    from transformers import BertConfig, BertModel
+def export_model(name: str, batch: int, path: str) -> None:
+    """Exports `name` at `batch` (static shapes) to `path`, written atomically."""
+    import torch
 
-    class TupleOutputs(torch.nn.Module):
-        def __init__(self, inner):
-            super().__init__()
-            self.inner = inner
-
-        def forward(self, input_ids, attention_mask, token_type_ids):
-            out = self.inner(input_ids=input_ids, attention_mask=attention_mask, token_type_ids=token_type_ids,
-                             return_dict=True)
-            return out.last_hidden_state, out.pooler_output
-
-    torch.manual_seed(0)
-    config = BertConfig()
-    bert = BertModel(config).eval()
-    ids = torch.randint(0, config.vocab_size, (1, 128), dtype=torch.int64)
-    mask = torch.ones(1, 128, dtype=torch.int64)
-    mask[:, -20:] = 0
-    types = torch.zeros(1, 128, dtype=torch.int64)
-    export(TupleOutputs(bert), (ids, mask, types), path, ["input_ids", "attention_mask", "token_type_ids"],
-           ["last_hidden_state", "pooler_output"])
-
-
-def resnet50(path):
-    import torchvision
-
-    torch.manual_seed(0)
-    m = torchvision.models.resnet50(weights=None).eval()
-    export(m, (torch.randn(1, 3, 224, 224),), path, ["input"], ["logits"])
+    module = build_module(name)
+    feeds = make_inputs(name, batch)
+    args = tuple(torch.from_numpy(feeds[n]) for n in INPUT_NAMES[name])
+    tmp = path + f".tmp-{os.getpid()}.onnx"
+    export(module, args, tmp, INPUT_NAMES[name], OUTPUT_NAMES[name])
+    os.replace(tmp, path)
 
 
 def main() -> int:
-    out = sys.argv[1]
-    names = sys.argv[2:] or ["bert_base", "resnet50"]
-    os.makedirs(out, exist_ok=True)
-    for n in names:
-        {"bert_base": bert_base, "resnet50": resnet50}[n](os.path.join(out, n + ".onnx"))
-        print("wrote", os.path.join(out, n + ".onnx"))
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("outdir")
+    ap.add_argument("names", nargs="*", metavar="NAME", help=f"models to write (default: all): {', '.join(MODELS)}")
+    ap.add_argument("--batch", type=int, default=1)
+    a = ap.parse_intermixed_args()
+    bad = [n for n in a.names if n not in MODELS]
+    if bad:
+        ap.error(f"unknown model(s) {', '.join(bad)} (expected {', '.join(MODELS)})")
+    os.makedirs(a.outdir, exist_ok=True)
+    for n in a.names or ["bert_base", "resnet50"]:
+        path = os.path.join(a.outdir, onnx_name(n, a.batch))
+        export_model(n, a.batch, path)
+        print("wrote", path)
     return 0
 
 
