@@ -108,7 +108,9 @@ TEST(CudaCross, ACrossCompiledArtifactRunsOnlyOnItsArchitecture) {
   EXPECT_EQ(mism[0].field, "device_arch");
   EXPECT_EQ(mism[0].artifact, o.arch);
   try {
-    Session::load(dir / "m.kiln", SessionOptions{.target = Target::cuda()});
+    SessionOptions load;
+    load.target = Target::cuda();
+    Session::load(dir / "m.kiln", load);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
