@@ -23,6 +23,8 @@ namespace kiln {
 
 std::string options_text(const SessionOptions& opt) {
   std::string s = fmt::format("target={};precision={};tuning=none", opt.target.name(), precision_name(opt.precision));
+  // Appended only when on, so that the keys of fp32 programs stay what they were.
+  if (opt.allow_tf32) s += ";tf32";
   for (auto& [name, dims] : opt.input_shapes) s += fmt::format(";shape:{}={}", name, fmt::join(dims, "x"));
   // The bucket set (not the programs compiled so far) is what the key covers.
   for (auto& [name, spec] : opt.dims) s += fmt::format(";dim:{}={}", name, spec.str());
@@ -46,7 +48,7 @@ artifact::CompatInfo request_compat(const std::string& model_digest, const Sessi
                                     const artifact::CompatInfo& facts) {
   artifact::CompatInfo c = facts;
   c.target = opt.target.name();
-  c.precision = precision_name(opt.precision);
+  c.precision = precision_text(opt.precision, opt.allow_tf32);
   c.tuning = "none";
   Hasher128 h;
   h.field(options_text(opt));
@@ -120,7 +122,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   std::map<std::string, int64_t> bound;
   for (size_t k = 0; k < sizes.size(); ++k) bound[im.set.dims[k].symbol] = sizes[k];
   passes::bind_symbols(cp.model, bound);
-  auto stats = targets::run_pipeline(cp, opt.target, !im.set.empty(), layout_reference);
+  auto stats = targets::run_pipeline(cp, opt.target, !im.set.empty(), layout_reference, opt.precision, opt.allow_tf32);
 
   cp.compat = request;
   // A bucketed artifact serves many shapes: its signature keeps the symbols.

@@ -47,6 +47,12 @@ Precision parse_precision(const std::string& text) {
   fail(ErrorCode::invalid_option, "precision: unknown precision '{}' (expected fp32, fp16 or bf16)", text);
 }
 
+std::string precision_text(Precision p, bool allow_tf32) {
+  std::string s = precision_name(p);
+  if (allow_tf32 && p == Precision::fp32) s += "+tf32";
+  return s;
+}
+
 namespace {
 
 // Strict decimal integer (no sign, no spaces, no trailing text).
@@ -135,8 +141,18 @@ void SessionOptions::validate() const {
          "target: this kiln was built without CUDA support (the CUDA toolkit was not found when it was built; "
          "available targets: cpu, ref)");
 #endif
-  if (precision != Precision::fp32)
-    fail(ErrorCode::invalid_option, "precision: target {} supports only fp32, not {}", target.name(),
+  // fp16 / bf16 and TF32 are cuda features (the cpu and ref targets compute
+  // float32 exactly as written).
+  if (precision != Precision::fp32 && target.kind != Target::Kind::cuda)
+    fail(ErrorCode::invalid_option, "precision: target {} supports only fp32, not {} (fp16 and bf16 need target cuda)",
+         target.name(), precision_name(precision));
+  if (allow_tf32 && target.kind != Target::Kind::cuda)
+    fail(ErrorCode::invalid_option, "allow_tf32: TF32 math is a cuda option; target {} computes float32 exactly",
+         target.name());
+  if (allow_tf32 && precision != Precision::fp32)
+    fail(ErrorCode::invalid_option,
+         "allow_tf32: TF32 applies to fp32 matmuls and convolutions only; precision {} already runs them on 16-bit "
+         "inputs with fp32 accumulation",
          precision_name(precision));
   if (cache_dir && cache_dir->empty())
     fail(ErrorCode::invalid_option, "cache_dir: the cache directory path is empty (leave it unset for the default {})",

@@ -19,7 +19,10 @@ struct PipelineStats {
 /// the constants, so the cpu target lays weights out independently of the
 /// input sizes; `layout_reference` (may be null) is a bucket compiled before,
 /// whose packed layouts are reused where they fit (so the bytes are equal).
+/// `precision` / `allow_tf32` (SessionOptions, already validated): cuda only;
+/// fp16 / bf16 run the cuda precision pass (targets/cuda/compile/precision.h).
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, bool bucketed = false,
-                           const ir::Model* layout_reference = nullptr);
+                           const ir::Model* layout_reference = nullptr, Precision precision = Precision::fp32,
+                           bool allow_tf32 = false);
 
 }  // namespace kiln::targets

@@ -12,6 +12,7 @@ void add_compile(CLI::App& app, Common& common) {
   struct Args {
     std::string model, out, target = "cpu";
     std::vector<std::string> shapes, dims;
+    PrecisionArgs precision;
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
@@ -19,6 +20,7 @@ void add_compile(CLI::App& app, Common& common) {
       ->required();
   sub->add_option("-o,--output", args->out, "Artifact to write; written atomically (never a partial file)")->required();
   sub->add_option("--target", args->target, "cpu (default), ref (the reference oracle) or cuda[:N] (NVIDIA GPU N; only in a kiln built with CUDA)")->capture_default_str();
+  add_precision_flags(sub, args->precision);
   sub->add_option("--shape", args->shapes,
                   "Fix an input's shape, NAME=DxDx... (repeatable); inputs not named keep the model's dims, "
                   "symbolic dims stay dynamic")
@@ -34,13 +36,14 @@ void add_compile(CLI::App& app, Common& common) {
   sub->callback([args, &common] {
     SessionOptions opt;
     opt.target = Target::parse(args->target);
+    apply_precision(args->precision, opt);
     parse_shapes(args->shapes, opt);
     parse_dims(args->dims, opt);
     if (!common.json) std::fprintf(stderr, "kiln: compiling '%s' for %s...\n", args->model.c_str(), opt.target.name().c_str());
     CompileResult r = compile(args->model, args->out, opt);
     if (common.json) {
       print_json({{"model", args->model}, {"artifact", args->out}, {"target", opt.target.name()},
-                  {"compile_ms", r.compile_ms}, {"write_ms", r.write_ms}, {"nodes_imported", r.nodes_imported},
+                  {"precision", precision_text(opt.precision, opt.allow_tf32)}, {"compile_ms", r.compile_ms}, {"write_ms", r.write_ms}, {"nodes_imported", r.nodes_imported},
                   {"nodes_compiled", r.nodes_compiled}, {"nodes_folded", r.nodes_folded},
                   {"arena_bytes", r.arena_bytes}, {"naive_bytes", r.naive_bytes},
                   {"artifact_bytes", r.artifact_bytes}, {"programs", r.programs}, {"model_digest", r.model_digest}, {"cache_key", r.cache_key}});

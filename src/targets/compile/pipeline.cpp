@@ -15,7 +15,7 @@
 namespace kiln::targets {
 
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, bool bucketed,
-                           const ir::Model* layout_reference) {
+                           const ir::Model* layout_reference, Precision precision, bool allow_tf32) {
   PipelineStats st;
   st.folded = passes::infer_and_fold(cp.model).folded_nodes;
   st.dead = passes::eliminate_dead_code(cp.model);
@@ -39,6 +39,9 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, 
     // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
   }
+  if (target.kind != Target::Kind::cuda && (precision != Precision::fp32 || allow_tf32))
+    fail(ErrorCode::invalid_option, "precision: target {} supports only fp32 ({} requested)", target.name(),
+         precision_text(precision, allow_tf32));
   if (target.kind == Target::Kind::cuda) {
 #ifdef KILN_WITH_CUDA
     int simplified = passes::simplify_algebra(cp.model);
@@ -54,6 +57,8 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const Target& target, 
     lo.arch = facts.arch;
     lo.sm_count = facts.sm_count;
     lo.device = target.device;
+    lo.dtype = precision == Precision::fp16 ? DType::f16 : precision == Precision::bf16 ? DType::bf16 : DType::f32;
+    lo.tf32 = allow_tf32;
     cuda::lower_for_cuda(cp, lo);
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
 #else

@@ -17,6 +17,13 @@ struct LowerOptions {
   /// CUDA device whose cuBLASLt heuristic picks each matmul's algorithm; -1:
   /// no device (then a MatMul / Gemm is refused; tests of the code generator).
   int device = 0;
+  /// Element type of the program's float values: float32, or float16 /
+  /// bfloat16, for which the precision pass (precision.h) converts the
+  /// graph before lowering (SessionOptions::precision).
+  DType dtype = DType::f32;
+  /// float32 only: matmuls and convolutions may use TF32 tensor cores
+  /// (SessionOptions::allow_tf32); recorded in each kiln.cuda.Gemm / Conv.
+  bool tf32 = false;
 };
 
 /// What the lowering did, for reports and tests.
@@ -54,7 +61,8 @@ struct GemmLowered {
   std::vector<int> absorbed;
 };
 
-/// Lowers main-graph node `i` (a MatMul or Gemm on float32) or refuses it.
+/// Lowers main-graph node `i` (a MatMul or Gemm whose inputs are all
+/// float32, all float16 or all bfloat16; fp32 accumulation) or refuses it.
 /// With opt.device >= 0 the algorithm comes from the cuBLASLt heuristic on
 /// that device (32 MiB workspace at most) and is stored in the node (algo,
 /// workspace); the runtime replays it without asking again.
@@ -66,11 +74,12 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
 /// generated kernel after the cuDNN convolution. Returns the number split.
 int split_conv_bias(ir::Model& m);
 
-/// Lowers a Conv or ConvTranspose (float32, no bias left, symmetric pads,
+/// Lowers a Conv or ConvTranspose (x and w both float32, float16 or
+/// bfloat16, fp32 accumulation; no bias left, symmetric pads,
 /// 1-3 spatial dims, any group; ConvTranspose as cuDNN backward-data, with
 /// output_padding below the stride) to kiln.cuda.Conv. With opt.device >= 0 the algorithm is the
 /// fastest cudnnFindConvolutionForwardAlgorithm measures on that device
-/// (strict fp32, at most 256 MiB workspace), stored in the node (algo,
+/// (with the spec's math: ConvSpec; at most 256 MiB workspace), stored in the node (algo,
 /// workspace); refused without a device.
 ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt);
 
