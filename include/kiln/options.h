@@ -30,10 +30,17 @@ struct Target {
 
 /// Numeric precision of the compiled program. fp32 is the only one the cpu
 /// and ref targets offer; asking for another is an error naming the option.
+/// On cuda, fp16 / bf16 store activations and weights in 16 bits inside the
+/// program (inputs and outputs keep their declared dtypes), with fp32
+/// accumulation in matmuls and convolutions and fp32 internals in
+/// normalizations, softmax and reductions (docs/cuda.md, "Precision").
 enum class Precision { fp32, fp16, bf16 };
 const char* precision_name(Precision p);
 /// Parses "fp32" / "fp16" / "bf16"; throws Error(invalid_option).
 Precision parse_precision(const std::string& text);
+/// The precision as the compatibility block records it: precision_name, with
+/// "+tf32" appended for fp32 with allow_tf32 ("fp32+tf32").
+std::string precision_text(Precision p, bool allow_tf32);
 
 /// How the cuda target makes its library choices at compile time (cuBLASLt
 /// algorithm per matmul, cuDNN algorithm per convolution). Every choice is
@@ -105,6 +112,12 @@ enum class OutOfBucket {
 struct SessionOptions {
   Target target = Target::cpu();
   Precision precision = Precision::fp32;
+  /// TF32 tensor-core math for fp32 matmuls and convolutions (inputs rounded
+  /// to 10 mantissa bits, fp32 accumulation); only with precision fp32 on
+  /// cuda (else Error(invalid_option) naming "allow_tf32"). Off: strict fp32
+  /// math. Part of the cache key; the compatibility block's precision then
+  /// reads "fp32+tf32".
+  bool allow_tf32 = false;
 
   /// cuda only: how library algorithms are chosen (Tuning). Unset: fast.
   /// Setting it for cpu / ref is Error(invalid_option) naming "tuning".

@@ -26,6 +26,8 @@ std::string options_text(const SessionOptions& opt) {
   std::string s = fmt::format("target={};precision={};tuning={}", opt.target.name(), precision_name(opt.precision),
                               tuning ? tuning_name(*tuning) : "none");
   if (!opt.arch.empty()) s += ";arch=" + opt.arch;
+  // Appended only when on, so that the keys of fp32 programs stay what they were.
+  if (opt.allow_tf32) s += ";tf32";
   for (auto& [name, dims] : opt.input_shapes) s += fmt::format(";shape:{}={}", name, fmt::join(dims, "x"));
   // The bucket set (not the programs compiled so far) is what the key covers.
   for (auto& [name, spec] : opt.dims) s += fmt::format(";dim:{}={}", name, spec.str());
@@ -52,7 +54,7 @@ artifact::CompatInfo request_compat(const std::string& model_digest, const Sessi
                                     const artifact::CompatInfo& facts) {
   artifact::CompatInfo c = facts;
   c.target = opt.target.name();
-  c.precision = precision_name(opt.precision);
+  c.precision = precision_text(opt.precision, opt.allow_tf32);
   auto tuning = opt.effective_tuning();
   c.tuning = tuning ? tuning_name(*tuning) : "none";
   Hasher128 h;

@@ -78,6 +78,11 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
     artifact::CompatInfo compat = artifact::read_compat(path);
     std::string why;
     for (auto& m : targets::check_runnable(compat, opt.target)) why += (why.empty() ? "" : "; ") + m.str();
+    // The key covers the precision; an entry whose block says other math
+    // (TF32, 16-bit) than the request is never run in its place.
+    if (std::string want = precision_text(opt.precision, opt.allow_tf32); compat.precision != want)
+      why += (why.empty() ? "" : "; ") +
+             fmt::format("precision: the entry was compiled for '{}', the request is '{}'", compat.precision, want);
     if (compat.cache_key != key)
       why += (why.empty() ? "" : "; ") + fmt::format("cache_key: the entry says '{}'", compat.cache_key);
     if (!why.empty()) return refuse(V::mismatch, ErrorCode::incompatible_artifact, why);

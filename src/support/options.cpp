@@ -68,6 +68,12 @@ std::optional<Tuning> SessionOptions::effective_tuning() const {
   return tuning.value_or(Tuning::fast);
 }
 
+std::string precision_text(Precision p, bool allow_tf32) {
+  std::string s = precision_name(p);
+  if (allow_tf32 && p == Precision::fp32) s += "+tf32";
+  return s;
+}
+
 namespace {
 
 // Strict decimal integer (no sign, no spaces, no trailing text).
@@ -156,8 +162,18 @@ void SessionOptions::validate() const {
          "target: this kiln was built without CUDA support (the CUDA toolkit was not found when it was built; "
          "available targets: cpu, ref)");
 #endif
-  if (precision != Precision::fp32)
-    fail(ErrorCode::invalid_option, "precision: target {} supports only fp32, not {}", target.name(),
+  // fp16 / bf16 and TF32 are cuda features (the cpu and ref targets compute
+  // float32 exactly as written).
+  if (precision != Precision::fp32 && target.kind != Target::Kind::cuda)
+    fail(ErrorCode::invalid_option, "precision: target {} supports only fp32, not {} (fp16 and bf16 need target cuda)",
+         target.name(), precision_name(precision));
+  if (allow_tf32 && target.kind != Target::Kind::cuda)
+    fail(ErrorCode::invalid_option, "allow_tf32: TF32 math is a cuda option; target {} computes float32 exactly",
+         target.name());
+  if (allow_tf32 && precision != Precision::fp32)
+    fail(ErrorCode::invalid_option,
+         "allow_tf32: TF32 applies to fp32 matmuls and convolutions only; precision {} already runs them on 16-bit "
+         "inputs with fp32 accumulation",
          precision_name(precision));
   if (tuning && target.kind != Target::Kind::cuda)
     fail(ErrorCode::invalid_option, "tuning: only the cuda target tunes library algorithms (target is {})",

@@ -23,7 +23,8 @@ struct PipelineStats {
 /// chosen: on opt.target's device, or (opt.arch names another architecture
 /// than the device's, or there is no device) at load by the libraries'
 /// heuristics, which needs Tuning::heuristic (else Error(invalid_option)
-/// naming "tuning").
+/// naming "tuning"). opt.precision / opt.allow_tf32 (validated): cuda only;
+/// fp16 / bf16 run the cuda precision pass (targets/cuda/compile/precision.h).
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed = false,
                            const ir::Model* layout_reference = nullptr);
 

@@ -148,3 +148,16 @@ def test_unknown_option_is_usage_error(kiln, demo_onnx):
     res = kiln("run", demo_onnx, "--no-such-option")
     assert res.rc == 2, res.describe()
     assert "--no-such-option" in res.stderr, res.describe()
+
+
+@pytest.mark.parametrize("args, needles", [
+    (("--precision", "fp16"), ("precision", "fp16")),          # cpu computes fp32 only
+    (("--precision", "fp8"), ("precision", "fp8")),            # unknown precision
+    (("--tf32",), ("allow_tf32", "cpu")),                      # TF32 is a cuda option
+])
+def test_precision_options_on_cpu_are_usage_errors(kiln, demo_onnx, tmp_path, args, needles):
+    res = kiln("run", demo_onnx, "--random-inputs", "--no-cache", *args)
+    assert_error(res, 2, *needles)
+    res = kiln("compile", demo_onnx, "-o", tmp_path / "d.kiln", *args)
+    assert_error(res, 2, *needles)
+    assert not (tmp_path / "d.kiln").exists()

@@ -143,4 +143,107 @@ ModelBuilder conv_model() {
   return b;
 }
 
+ModelBuilder conv_bn_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 3, 16, 16});
+  b.initializer("W1", {8, 3, 3, 3}, ramp(8 * 27, 0.3f, 0.1f));
+  b.initializer("W2", {8, 8, 3, 3}, ramp(8 * 72, 0.15f, 0.7f));
+  auto bn_params = [&](const std::string& p, float phase) {
+    b.initializer(p + "_s", {8}, ramp(8, 0.5f, phase));
+    b.initializer(p + "_b", {8}, ramp(8, 0.2f, phase + 1.f));
+    b.initializer(p + "_m", {8}, ramp(8, 0.1f, phase + 2.f));
+    std::vector<float> var;
+    for (int i = 0; i < 8; ++i) var.push_back(1.f + 0.5f * std::fabs(std::sin(0.9f * i + phase)));
+    b.initializer(p + "_v", {8}, var);
+  };
+  bn_params("bn1", 0.3f);
+  bn_params("bn2", 1.7f);
+  b.initializer("Wf", {10, 8}, ramp(80, 0.5f, 0.3f));
+  b.initializer("Cf", {10}, ramp(10, 0.1f, 0.9f));
+  auto conv = [&](const std::string& x, const std::string& w, const std::string& y) {
+    auto& c = b.node("Conv", {x, w}, {y});
+    ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_ints(c, "kernel_shape", {3, 3});
+  };
+  conv("x", "W1", "c1");
+  b.node("BatchNormalization", {"c1", "bn1_s", "bn1_b", "bn1_m", "bn1_v"}, {"n1"});
+  b.node("Relu", {"n1"}, {"r1"});
+  conv("r1", "W2", "c2");
+  b.node("BatchNormalization", {"c2", "bn2_s", "bn2_b", "bn2_m", "bn2_v"}, {"n2"});
+  b.node("Add", {"n2", "r1"}, {"s2"});
+  b.node("Relu", {"s2"}, {"r2"});
+  auto& mp = b.node("MaxPool", {"r2"}, {"p2"});
+  ModelBuilder::attr_ints(mp, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(mp, "strides", {2, 2});
+  b.node("GlobalAveragePool", {"p2"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  auto& gm = b.node("Gemm", {"f", "Wf", "Cf"}, {"y"});
+  ModelBuilder::attr_int(gm, "transB", 1);
+  b.output("y", 1, {2, 10});
+  return b;
+}
+
+ModelBuilder attention_model() {
+  const int64_t B = 2, S = 8, D = 32, H = 2, Dh = 16, F = 64;
+  ModelBuilder b(17);
+  b.input("x", 1, {B, S, D});
+  b.initializer("g1", {D}, ramp(D, 0.3f, 0.2f));
+  b.initializer("b1", {D}, ramp(D, 0.1f, 0.5f));
+  b.initializer("g2", {D}, ramp(D, 0.3f, 1.2f));
+  b.initializer("b2", {D}, ramp(D, 0.1f, 1.5f));
+  for (auto w : {"q", "k", "v", "o"}) {
+    float ph = static_cast<float>(w[0]) * 0.01f;
+    b.initializer(std::string("W") + w, {D, D}, ramp(D * D, 0.2f, ph));
+    b.initializer(std::string("B") + w, {D}, ramp(D, 0.1f, ph + 0.5f));
+  }
+  b.initializer("W1", {D, F}, ramp(D * F, 0.2f, 0.4f));
+  b.initializer("B1", {F}, ramp(F, 0.1f, 0.8f));
+  b.initializer("W2", {F, D}, ramp(F * D, 0.15f, 1.1f));
+  b.initializer("B2", {D}, ramp(D, 0.1f, 1.3f));
+  b.initializer("scale", {}, {0.25f});
+  b.initializer("eps", {}, {1e-5f});
+  b.initializer_i64("heads", {4}, {B, S, H, Dh});
+  b.initializer_i64("model", {3}, {B, S, D});
+  auto ln = [&](const std::string& x, const std::string& g, const std::string& bias, const std::string& y) {
+    auto& n = b.node("LayerNormalization", {x, g, bias}, {y});
+    ModelBuilder::attr_int(n, "axis", -1);
+    attr_float(n, "epsilon", 1e-5f);
+  };
+  auto linear = [&](const std::string& x, const std::string& w, const std::string& bias, const std::string& y) {
+    b.node("MatMul", {x, w}, {y + "_mm"});
+    b.node("Add", {y + "_mm", bias}, {y});
+  };
+  ln("x", "g1", "b1", "ln1");
+  for (auto w : {"q", "k", "v"}) {
+    std::string s(w);
+    linear("ln1", "W" + s, "B" + s, s);
+    b.node("Reshape", {s, "heads"}, {s + "_h"});
+  }
+  ModelBuilder::attr_ints(b.node("Transpose", {"q_h"}, {"qt"}), "perm", {0, 2, 1, 3});
+  ModelBuilder::attr_ints(b.node("Transpose", {"k_h"}, {"kt"}), "perm", {0, 2, 3, 1});
+  ModelBuilder::attr_ints(b.node("Transpose", {"v_h"}, {"vt"}), "perm", {0, 2, 1, 3});
+  b.node("MatMul", {"qt", "kt"}, {"scores"});
+  b.node("Mul", {"scores", "scale"}, {"scaled"});
+  ModelBuilder::attr_int(b.node("Softmax", {"scaled"}, {"probs"}), "axis", -1);
+  b.node("MatMul", {"probs", "vt"}, {"ctx"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {0, 2, 1, 3});
+  b.node("Reshape", {"ctx_t", "model"}, {"ctx_m"});
+  linear("ctx_m", "Wo", "Bo", "attn");
+  b.node("Add", {"x", "attn"}, {"r1"});
+  ln("r1", "g2", "b2", "ln2");
+  linear("ln2", "W1", "B1", "ff1");
+  b.node("Relu", {"ff1"}, {"ff1r"});
+  linear("ff1r", "W2", "B2", "ff2");
+  b.node("Add", {"r1", "ff2"}, {"y"});
+  b.node("Mul", {"y", "y"}, {"sq"});
+  auto& rm = b.node("ReduceMean", {"sq"}, {"ms"});
+  ModelBuilder::attr_ints(rm, "axes", {-1});
+  ModelBuilder::attr_int(rm, "keepdims", 1);
+  b.node("Add", {"ms", "eps"}, {"mse"});
+  b.node("Sqrt", {"mse"}, {"rmsd"});
+  b.node("Div", {"y", "rmsd"}, {"rms"});
+  b.output("y", 1, {B, S, D}).output("rms", 1, {B, S, D});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -34,4 +34,19 @@ ModelBuilder pool_model();
 /// Gemm(transB) -> y [2,10].
 ModelBuilder conv_model();
 
+/// A ResNet-style block with unfolded-looking BatchNormalizations (the cuda
+/// pipeline folds them into the convolutions): x float32[2,3,16,16] ->
+/// Relu(BN(Conv 3x3)) -> BN(Conv 3x3) + residual -> Relu -> MaxPool 2/2 ->
+/// GlobalAveragePool -> Flatten -> Gemm(transB) -> y [2,10].
+ModelBuilder conv_bn_model();
+
+/// A pre-norm transformer block (d_model 32, 2 heads of 16, seq 8, batch 2,
+/// feed-forward 64): x float32[2,8,32] -> LayerNormalization -> Q/K/V
+/// MatMul + bias -> Reshape/Transpose -> scores MatMul * 0.25 -> Softmax ->
+/// MatMul -> Transpose/Reshape -> output MatMul + bias -> residual Add ->
+/// LayerNormalization -> MatMul + bias -> Relu -> MatMul + bias -> residual
+/// Add = y [2,8,32]; and rms = y / Sqrt(ReduceMean(y * y, -1) + 1e-5)
+/// [2,8,32] (a decomposed variance-style normalization).
+ModelBuilder attention_model();
+
 }  // namespace kiln::testing

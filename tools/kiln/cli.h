@@ -35,6 +35,17 @@ struct CodegenArgs {
 void add_codegen_options(CLI::App* sub, CodegenArgs& a);
 /// Sets opt.tuning / opt.arch. Throws Error(invalid_option) naming the flag.
 void apply_codegen(const CodegenArgs& a, SessionOptions& opt);
+/// The numeric-precision flags of every subcommand that compiles.
+struct PrecisionArgs {
+  std::string precision = "fp32";  ///< --precision fp32|fp16|bf16
+  bool tf32 = false;               ///< --tf32
+};
+/// Adds --precision and --tf32 to `sub` (docs/cli.md).
+void add_precision_flags(CLI::App* sub, PrecisionArgs& a);
+/// Writes the flags into opt.precision / opt.allow_tf32. Throws
+/// Error(invalid_option) naming "precision" for an unknown precision (the
+/// target checks come with SessionOptions::validate).
+void apply_precision(const PrecisionArgs& a, SessionOptions& opt);
 
 /// Parses "NAME=DxDxD" (a rank-0 shape is "NAME=") into opt.input_shapes.
 /// Throws Error(invalid_option) naming the flag and the text.

@@ -29,6 +29,7 @@ struct CacheArgs {
   std::string cache_dir, max_size = "2GiB", model, target = "cpu";
   std::vector<std::string> shapes, dims;
   CodegenArgs codegen;
+  PrecisionArgs precision;
   bool cache_dir_given = false;
   size_t limit = 3;
 };
@@ -242,6 +243,7 @@ void explain_cmd(const CacheArgs& a, bool as_json) {
   fs::path dir = resolve_dir(a);
   SessionOptions opt;
   opt.target = Target::parse(a.target);
+  apply_precision(a.precision, opt);
   parse_shapes(a.shapes, opt);
   parse_dims(a.dims, opt);
   apply_codegen(a.codegen, opt);
@@ -341,6 +343,7 @@ void add_cache(CLI::App& app, Common& common) {
   ex_cmd->add_option("model", ex_args->model, "ONNX model (.onnx)")->required();
   ex_cmd->add_option("--target", ex_args->target, "cpu, ref or cuda[:N], as given to kiln run")->capture_default_str();
   ex_cmd->add_option("--shape", ex_args->shapes, "NAME=DxDx..., as given to kiln run (repeatable)");
+  add_precision_flags(ex_cmd, ex_args->precision);
   ex_cmd->add_option("--dim", ex_args->dims, "NAME=SPEC shape buckets, as given to kiln run (repeatable)");
   add_codegen_options(ex_cmd, ex_args->codegen);
   ex_cmd->add_option("--limit", ex_args->limit, "How many nearest entries to show")->capture_default_str();

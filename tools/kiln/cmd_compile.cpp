@@ -13,6 +13,7 @@ void add_compile(CLI::App& app, Common& common) {
     std::string model, out, target = "cpu";
     std::vector<std::string> shapes, dims;
     CodegenArgs codegen;
+    PrecisionArgs precision;
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
@@ -20,6 +21,7 @@ void add_compile(CLI::App& app, Common& common) {
       ->required();
   sub->add_option("-o,--output", args->out, "Artifact to write; written atomically (never a partial file)")->required();
   sub->add_option("--target", args->target, "cpu (default), ref (the reference oracle) or cuda[:N] (NVIDIA GPU N; only in a kiln built with CUDA)")->capture_default_str();
+  add_precision_flags(sub, args->precision);
   sub->add_option("--shape", args->shapes,
                   "Fix an input's shape, NAME=DxDx... (repeatable); inputs not named keep the model's dims, "
                   "symbolic dims stay dynamic")
@@ -36,6 +38,7 @@ void add_compile(CLI::App& app, Common& common) {
   sub->callback([args, &common] {
     SessionOptions opt;
     opt.target = Target::parse(args->target);
+    apply_precision(args->precision, opt);
     parse_shapes(args->shapes, opt);
     parse_dims(args->dims, opt);
     apply_codegen(args->codegen, opt);
@@ -45,7 +48,7 @@ void add_compile(CLI::App& app, Common& common) {
       print_json({{"model", args->model}, {"artifact", args->out}, {"target", opt.target.name()},
                   {"tuning", opt.effective_tuning() ? tuning_name(*opt.effective_tuning()) : "none"},
                   {"arch", opt.arch},
-                  {"compile_ms", r.compile_ms}, {"write_ms", r.write_ms}, {"nodes_imported", r.nodes_imported},
+                  {"precision", precision_text(opt.precision, opt.allow_tf32)}, {"compile_ms", r.compile_ms}, {"write_ms", r.write_ms}, {"nodes_imported", r.nodes_imported},
                   {"nodes_compiled", r.nodes_compiled}, {"nodes_folded", r.nodes_folded},
                   {"arena_bytes", r.arena_bytes}, {"naive_bytes", r.naive_bytes},
                   {"artifact_bytes", r.artifact_bytes}, {"programs", r.programs}, {"model_digest", r.model_digest}, {"cache_key", r.cache_key}});

@@ -46,6 +46,7 @@ struct PerfArgs {
   bool child = false;
   bool profile = false;
   CodegenArgs codegen;
+  PrecisionArgs precision;
 };
 
 /// Mean per-node times over `runs` profiled runs, grouped by operator
@@ -231,6 +232,7 @@ void perf_main(const PerfArgs& a, bool as_json) {
   if (a.child) return child_main(a);
   SessionOptions opt;
   opt.target = Target::parse(a.target);
+  apply_precision(a.precision, opt);
   parse_shapes(a.shapes, opt);
   apply_codegen(a.codegen, opt);
   namespace fs = std::filesystem;
@@ -255,7 +257,8 @@ void perf_main(const PerfArgs& a, bool as_json) {
   json c = json::parse(out, nullptr, false);
   if (c.is_discarded() || !c.is_object()) fail(ErrorCode::internal, "kiln perf: the child printed no JSON: {}", out);
   json r = {{"model", a.model}, {"target", opt.target.name()},
-            {"tuning", opt.effective_tuning() ? tuning_name(*opt.effective_tuning()) : "none"}, {"compile_ms", cr.compile_ms},
+            {"tuning", opt.effective_tuning() ? tuning_name(*opt.effective_tuning()) : "none"},
+            {"precision", precision_text(opt.precision, opt.allow_tf32)}, {"compile_ms", cr.compile_ms},
             {"write_ms", cr.write_ms}, {"artifact_bytes", cr.artifact_bytes}, {"arena_bytes", cr.arena_bytes},
             {"naive_bytes", cr.naive_bytes}};
   for (auto& [k, v] : c.items())
@@ -287,6 +290,7 @@ void add_perf(CLI::App& app, Common& common) {
       "p90), throughput at the input's batch, peak memory of the loading process.");
   sub->add_option("model", a->model, "ONNX model (.onnx)")->required();
   sub->add_option("--target", a->target, "cpu (default), ref (the reference oracle) or cuda[:N] (NVIDIA GPU N; only in a kiln built with CUDA)")->capture_default_str();
+  add_precision_flags(sub, a->precision);
   sub->add_option("--threads", a->threads, "Threads per run (0 = all cores)")->capture_default_str();
   sub->add_option("--runs", a->runs, "Timed runs after warm-up")->capture_default_str()->check(CLI::PositiveNumber);
   sub->add_option("--warmup", a->warmup, "Untimed runs after the first")->capture_default_str();

@@ -23,6 +23,7 @@ struct Args {
   bool random_inputs = false, no_cache = false, cache_dir_given = false, output_dir_given = false, trust_cache_dir = false;
   uint64_t seed = 0;
   int threads = 0;
+  PrecisionArgs precision;
 };
 
 Tensor random_tensor(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>& notes) {
@@ -98,6 +99,7 @@ void run_command(const Args& a, bool as_json) {
   bool artifact_file = is_artifact(a.model);
   if (!a.target.empty()) opt.target = Target::parse(a.target);
   else if (artifact_file) opt.target = Target::parse(artifact::read_compat(a.model).target);
+  apply_precision(a.precision, opt);
   parse_shapes(a.shapes, opt);
   parse_dims(a.dims, opt);
   apply_codegen(a.codegen, opt);
@@ -188,6 +190,7 @@ void add_run(CLI::App& app, Common& common) {
       "ones); a .kiln artifact is loaded and never recompiled.");
   sub->add_option("model", a->model, "ONNX model (.onnx) or compiled artifact (.kiln)")->required();
   sub->add_option("--target", a->target, "cpu, ref or cuda[:N]; default cpu for .onnx, the artifact's own target for .kiln");
+  add_precision_flags(sub, a->precision);
   sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

@@ -14,6 +14,19 @@
 
 namespace kiln::cli {
 
+void add_precision_flags(CLI::App* sub, PrecisionArgs& a) {
+  sub->add_option("--precision", a.precision,
+                  "fp32 (default), fp16 or bf16 (cuda only: 16-bit values inside the program, fp32 accumulation; "
+                  "inputs and outputs keep their dtypes)")
+      ->capture_default_str();
+  sub->add_flag("--tf32", a.tf32, "Allow TF32 tensor-core math for fp32 matmuls and convolutions (cuda, fp32 only)");
+}
+
+void apply_precision(const PrecisionArgs& a, SessionOptions& opt) {
+  opt.precision = parse_precision(a.precision);
+  opt.allow_tf32 = a.tf32;
+}
+
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt) {
   for (auto& spec : specs) {
     auto eq = spec.find('=');

@@ -77,6 +77,9 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
   }
+  if (target.kind != Target::Kind::cuda && (precision != Precision::fp32 || allow_tf32))
+    fail(ErrorCode::invalid_option, "precision: target {} supports only fp32 ({} requested)", target.name(),
+         precision_text(precision, allow_tf32));
   if (target.kind == Target::Kind::cuda) {
 #ifdef KILN_WITH_CUDA
     int simplified = passes::simplify_algebra(cp.model);
@@ -87,7 +90,12 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     log().info("cuda graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
                "{} Gelus recognised",
                simplified, merged, bn, gelu);
-    cuda::lower_for_cuda(cp, cuda_lower_options(opt));
+    cuda::LowerOptions lo = cuda_lower_options(opt);
+    lo.dtype = opt.precision == Precision::fp16   ? DType::f16
+               : opt.precision == Precision::bf16 ? DType::bf16
+                                                  : DType::f32;
+    lo.tf32 = opt.allow_tf32;
+    cuda::lower_for_cuda(cp, lo);
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
 #else
     fail(ErrorCode::unsupported, "target: this kiln was built without CUDA support");

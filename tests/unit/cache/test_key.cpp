@@ -121,6 +121,43 @@ TEST(CacheKey, DifferingFieldsNamesEachFieldWithBothValues) {
   EXPECT_TRUE(cache::differing_fields(entry, req).empty());
 }
 
+// TF32 and the 16-bit precisions are cuda options: each gives its own key and
+// precision field, and fp32 keys stay what they were before the option existed.
+TEST(CacheKey, Tf32AndHalfPrecisionsChangeTheKeyAndThePrecisionField) {
+  SessionOptions base;
+  EXPECT_EQ(options_text(base), "target=cpu;precision=fp32;tuning=none");
+  base.target = Target::cuda();
+  auto facts = build_facts(Target::cpu());  // this machine's facts; only the options vary
+  std::map<std::string, std::string> key_of, precision_of;
+  for (auto [p, tf32] : std::vector<std::pair<Precision, bool>>{
+           {Precision::fp32, false}, {Precision::fp32, true}, {Precision::fp16, false}, {Precision::bf16, false}}) {
+    SessionOptions o = base;
+    o.precision = p;
+    o.allow_tf32 = tf32;
+    auto c = request_compat(kDigest, o, facts);
+    std::string name = precision_text(p, tf32);
+    key_of[name] = cache::derive_key(cache::key_fields(c));
+    precision_of[name] = c.precision;
+    EXPECT_EQ(options_text(o).find("tf32") != std::string::npos, tf32) << options_text(o);
+  }
+  std::set<std::string> distinct;
+  for (auto& [name, key] : key_of) distinct.insert(key);
+  EXPECT_EQ(distinct.size(), 4u);
+  EXPECT_EQ(precision_of["fp32"], "fp32");
+  EXPECT_EQ(precision_of["fp32+tf32"], "fp32+tf32");
+  EXPECT_EQ(precision_of["fp16"], "fp16");
+  // An entry made with TF32 against a strict request: the first differing
+  // field named is precision (then the options digest).
+  SessionOptions strict = base, fast = base;
+  fast.allow_tf32 = true;
+  auto diffs = cache::differing_fields(request_compat(kDigest, fast, facts), request_compat(kDigest, strict, facts));
+  ASSERT_EQ(diffs.size(), 2u);
+  EXPECT_EQ(diffs[0].field, "precision");
+  EXPECT_EQ(diffs[0].entry, "fp32+tf32");
+  EXPECT_EQ(diffs[0].request, "fp32");
+  EXPECT_EQ(diffs[1].field, "options_digest");
+}
+
 // Through the cache: publish with this machine's facts, then each fact
 // changed alone misses; the original facts still hit.
 struct KeyMisses : ::testing::Test {

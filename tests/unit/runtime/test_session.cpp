@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "../onnx/model_builder.h"
+#include "artifact/artifact.h"
 #include "kiln/compile.h"
 #include "kiln/session.h"
 
@@ -93,6 +94,34 @@ TEST_F(SessionCache, CorruptEntryIsMovedAsideAndRebuilt) {
   ASSERT_FALSE(b.stats().notes.empty());
   EXPECT_NE(b.stats().notes[0].find("damaged"), std::string::npos) << b.stats().notes[0];
   EXPECT_TRUE(fs::exists(entry + ".bad"));
+  expect_mlp_output(b.run({{"x", x_input()}}));
+  EXPECT_EQ(Session(model, opt).stats().cache, SessionStats::Cache::hit);
+}
+
+// An entry whose compatibility block records other math than the request
+// (here TF32, as if written by another kiln) is refused naming `precision`,
+// or recompiled under the default policy.
+TEST_F(SessionCache, EntryWithOtherPrecisionIsRefusedNamingTheField) {
+  std::string entry;
+  {
+    Session a(model, opt);
+    entry = a.stats().artifact_path;
+  }
+  auto cp = artifact::read_file(entry);
+  cp.compat.precision = "fp32+tf32";
+  artifact::write_file(entry, cp);
+  SessionOptions strict = opt;
+  strict.cache_mismatch = MismatchPolicy::error;
+  try {
+    Session s(model, strict);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
+    EXPECT_NE(std::string(e.what()).find("precision: the entry was compiled for 'fp32+tf32'"), std::string::npos)
+        << e.what();
+  }
+  Session b(model, opt);
+  EXPECT_EQ(b.stats().cache, SessionStats::Cache::miss);
   expect_mlp_output(b.run({{"x", x_input()}}));
   EXPECT_EQ(Session(model, opt).stats().cache, SessionStats::Cache::hit);
 }

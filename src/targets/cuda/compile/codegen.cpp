@@ -71,6 +71,22 @@ std::optional<std::string> c_type(DType t) {
   }
 }
 
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+bool is_float_storage(DType t) { return t == DType::f32 || is_half(t); }
+
+std::optional<std::string> storage_type(DType t) {
+  return is_half(t) ? std::optional<std::string>("unsigned short") : c_type(t);
+}
+
+std::string load_fn(DType t) { return t == DType::f16 ? "kl_h2f" : t == DType::bf16 ? "kl_bf2f" : ""; }
+
+std::string store_fn(DType t) { return t == DType::f16 ? "kl_f2h" : t == DType::bf16 ? "kl_f2bf" : ""; }
+
+std::string load_float(DType t, const std::string& e) { return is_half(t) ? load_fn(t) + "(" + e + ")" : e; }
+
+std::string store_float(DType t, const std::string& e) { return is_half(t) ? store_fn(t) + "(" + e + ")" : e; }
+
 std::string raw_type(size_t bytes) {
   switch (bytes) {
     case 1: return "unsigned char";

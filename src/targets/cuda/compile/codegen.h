@@ -48,6 +48,25 @@ struct Lowering {
 /// nullopt for a dtype the cuda target does not compute on (f16, bf16,
 /// strings, complex, 4/8-bit floats in this version).
 std::optional<std::string> c_type(DType t);
+/// True for float16 and bfloat16: stored as 16-bit patterns ("unsigned
+/// short") and computed in float by every generated kernel.
+bool is_half(DType t);
+/// True for the dtypes a float-computing kernel reads and writes: float32,
+/// float16, bfloat16 (the precision pass's dtypes).
+bool is_float_storage(DType t);
+/// The C type an element of dtype t is stored as in device memory: c_type(t),
+/// or "unsigned short" for float16 / bfloat16; nullopt for neither.
+std::optional<std::string> storage_type(DType t);
+/// The device function turning a stored float16 / bfloat16 element into a
+/// float ("kl_h2f", "kl_bf2f"); "" for float32 (so "<fn>(e)" is just "(e)").
+std::string load_fn(DType t);
+/// The device function rounding a float to float16 / bfloat16 bits
+/// ("kl_f2h", "kl_f2bf", round to nearest even); "" for float32.
+std::string store_fn(DType t);
+/// `e` (an element as stored for dtype t) as a float expression.
+std::string load_float(DType t, const std::string& e);
+/// `e` (a float expression) as stored for dtype t.
+std::string store_float(DType t, const std::string& e);
 /// The unsigned CUDA type of an element of `bytes` bytes (1, 2, 4, 8), for
 /// kernels that only move data.
 std::string raw_type(size_t bytes);

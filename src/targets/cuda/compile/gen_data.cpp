@@ -354,7 +354,7 @@ ir::Node pad(Lowering& L, const ir::Node& n) {
         runtime_pads ? fmt::format("pp[{}]", j) : fmt::format("{}LL", (*pads)[j]);
   std::string mode = n.s("mode", "constant");
   DType dt = L.model.value(n.inputs[0]).dtype;
-  auto T = c_type(dt);
+  auto T = storage_type(dt);  // float16 / bfloat16 move as their bits (0 bits are +0)
   if (!T) refuse(n, "dtype not supported");
   bool has_value = mode == "constant" && n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue;
   auto xs = strides_of(x);

@@ -13,21 +13,11 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
 bool is_float(DType t) { return t == DType::f32 || t == DType::f64 || is_half(t); }
 
-/// Type of a value in memory: float16 / bfloat16 are stored as their 16 bits.
-std::optional<std::string> storage(DType t) { return is_half(t) ? std::optional<std::string>("unsigned short") : c_type(t); }
 /// Type a value is computed in: float16 / bfloat16 in float, rounded back at
 /// each node's output (so a fused chain rounds where the unfused one would).
 std::optional<std::string> compute(DType t) { return is_half(t) ? std::optional<std::string>("float") : c_type(t); }
-/// `e` (computed in float) as stored for dtype t, and read back.
-std::string to_storage(DType t, const std::string& e) {
-  return t == DType::f16 ? "kl_f2h(" + e + ")" : t == DType::bf16 ? "kl_f2bf(" + e + ")" : e;
-}
-std::string from_storage(DType t, const std::string& e) {
-  return t == DType::f16 ? "kl_h2f(" + e + ")" : t == DType::bf16 ? "kl_bf2f(" + e + ")" : e;
-}
 
 /// Indices of the inputs a node reads element-wise (Expand's shape and
 /// Dropout's ratio / training_mode inputs are not).
@@ -164,7 +154,7 @@ bool is_elementwise(const Lowering& L, const ir::Node& n) {
       if (n.outputs[k] != ir::kNoValue && n.op_type != "Dropout") return false;
   auto is_static = [&](ir::ValueId v) {
     const ir::Value& val = L.model.value(v);
-    return val.shape && ir::is_static(*val.shape) && storage(val.dtype);
+    return val.shape && ir::is_static(*val.shape) && storage_type(val.dtype);
   };
   if (!is_static(n.outputs[0])) return false;
   auto ins = data_inputs(n);
@@ -193,10 +183,10 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   std::string params, body;
   for (size_t k = 0; k < ext.size(); ++k) {
     const ir::Value& v = m.value(ext[k]);
-    params += fmt::format("const {}* __restrict__ in{}, ", *storage(v.dtype), k);
+    params += fmt::format("const {}* __restrict__ in{}, ", *storage_type(v.dtype), k);
     body += fmt::format("    {}\n", broadcast_index(fmt::format("j{}", k), "i", L.dims(root, ext[k]), out));
     body += fmt::format("    const {} v{} = {};\n", *compute(v.dtype), ext[k],
-                        from_storage(v.dtype, fmt::format("in{}[j{}]", k, k)));
+                        load_float(v.dtype, fmt::format("in{}[j{}]", k, k)));
   }
   for (auto* n : members) {
     std::vector<std::string> a(n->inputs.size());
@@ -207,11 +197,11 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
     auto e = expr(*n, a, in, *compute(in), tout);
     if (!e) refuse(*n, "element-wise operator on this dtype is not generated");
     std::string v = fmt::format("({}){}", tout, *e);
-    if (is_half(od) && n != members.back()) v = from_storage(od, to_storage(od, v));
+    if (is_half(od) && n != members.back()) v = load_float(od, store_float(od, v));
     body += fmt::format("    const {} v{} = {};  // {}\n", tout, n->outputs[0], v, n->op_type);
   }
   DType rd = m.value(root.outputs[0]).dtype;
-  params += fmt::format("{}* __restrict__ out0", *storage(rd));
+  params += fmt::format("{}* __restrict__ out0", *storage_type(rd));
   std::string ops;
   for (auto* n : members) ops += (ops.empty() ? "" : ", ") + n->op_type;
   L.source += fmt::format(
@@ -222,7 +212,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
       "{}    out0[i] = {};\n"
       "  }}\n}}\n",
       root.label(), ops, fmt::join(out, ","), name, params, index_type(N), N, body,
-      to_storage(rd, fmt::format("v{}", root.outputs[0])));
+      store_float(rd, fmt::format("v{}", root.outputs[0])));
   return L.kernel_node(root, name, ext, {root.outputs[0]}, L.grid_for(N, 256), 256);
 }
 

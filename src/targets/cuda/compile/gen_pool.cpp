@@ -1,5 +1,6 @@
 // Pooling windows: MaxPool and AveragePool over any number of spatial dims,
-// one thread per output element (codegen.h: gen_pool).
+// one thread per output element (codegen.h: gen_pool). float32, float16 or
+// bfloat16 storage; windows are accumulated in float.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -12,7 +13,8 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
   if (!n.domain.empty() || (n.op_type != "MaxPool" && n.op_type != "AveragePool" && n.op_type != "LpPool")) return {};
   bool is_max = n.op_type == "MaxPool", is_lp = n.op_type == "LpPool";
   float p = static_cast<float>(n.i("p", 2));
-  if (L.model.value(n.inputs[0]).dtype != DType::f32) refuse(n, "float32 only in this version");
+  const DType tx = L.model.value(n.inputs[0]).dtype, ty = L.model.value(n.outputs[0]).dtype;
+  if (!is_float_storage(tx) || !is_float_storage(ty)) refuse(n, "float32, float16 or bfloat16 only in this version");
   if (n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue) refuse(n, "the Indices output is not supported");
   auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
   if (x.size() < 3) refuse(n, "input rank below 3");
@@ -29,7 +31,7 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
   // Output coords: c (= n*C + channel) then o0..o{k-1}; window loops nested.
   std::string body = "I r = i;";
   for (int64_t d = static_cast<int64_t>(k) - 1; d >= 0; --d) body += fmt::format(" long long o{0} = r % {1}u; r /= {1}u;", d, out[d]);
-  body += fmt::format(" const float* xp = x + (unsigned long long)r * {}ull;", numel(in));
+  body += fmt::format(" const {}* xp = x + (unsigned long long)r * {}ull;", *storage_type(tx), numel(in));
   body += is_max ? " float acc = -__int_as_float(0x7f800000);" : " float acc = 0.f; int cnt = 0;";
   std::string idx = "0";
   auto ist = strides_of(in);
@@ -41,26 +43,27 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
   }
   std::string inside = "in0";
   for (size_t d = 1; d < k; ++d) inside += fmt::format(" && in{}", d);
+  const std::string elem = load_float(tx, fmt::format("xp[{}]", idx));
   if (is_max)
-    body += fmt::format(" if ({}) acc = kl_max(acc, xp[{}]);", inside, idx);
+    body += fmt::format(" if ({}) acc = kl_max(acc, {});", inside, elem);
   else
     body += fmt::format(" if ({}) {{ acc += {}; ++cnt; }}", inside,
-                        is_lp ? fmt::format("powf(fabsf(xp[{}]), {})", idx, float_literal(p)) : fmt::format("xp[{}]", idx));
+                        is_lp ? fmt::format("powf(fabsf({}), {})", elem, float_literal(p)) : elem);
   for (size_t d = 0; d < k; ++d) body += " }";
   // count_include_pad divides by the whole kernel, even where a ceil-mode
   // window hangs past the end padding (as the reference kernel, onnxruntime
   // and the ONNX reference do).
-  if (is_lp)
-    body += fmt::format(" y[i] = powf(acc, 1.f / {});", float_literal(p));
-  else
-    body += is_max ? " y[i] = acc;" : fmt::format(" y[i] = acc / (float)({});", include_pad ? std::to_string(numel(kernel)) : "cnt");
+  std::string result = is_lp    ? fmt::format("powf(acc, 1.f / {})", float_literal(p))
+                       : is_max ? std::string("acc")
+                                : fmt::format("acc / (float)({})", include_pad ? std::to_string(numel(kernel)) : "cnt");
+  body += fmt::format(" y[i] = {};", store_float(ty, result));
   std::string name = L.kernel_name(n.op_type);
   L.source += fmt::format(
-      "\n// {} kernel [{}] strides [{}] pads [{}|{}]\nextern \"C\" __global__ void __launch_bounds__(256) {}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+      "\n// {} kernel [{}] strides [{}] pads [{}|{}]\nextern \"C\" __global__ void __launch_bounds__(256) {}(const {}* __restrict__ x, {}* __restrict__ y) {{\n"
       "  typedef {} I;\n"
       "  for (I i = (I)blockIdx.x * 256u + threadIdx.x; i < (I){}ull; i += (I)gridDim.x * 256u) {{\n    {}\n  }}\n}}\n",
       n.label(), fmt::join(kernel, ","), fmt::join(strides, ","), fmt::join(pb, ","), fmt::join(pe, ","), name,
-      index_type(N), N, body);
+      *storage_type(tx), *storage_type(ty), index_type(N), N, body);
   return {L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256)};
 }
 

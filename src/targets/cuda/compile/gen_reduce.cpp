@@ -1,6 +1,11 @@
 // Reduction kernels: Softmax / LogSoftmax, LayerNormalization, Reduce*,
-// GlobalAveragePool / GlobalMaxPool (codegen.h: gen_reduce). fp32 in, fp32
-// accumulation.
+// GlobalAveragePool / GlobalMaxPool (codegen.h: gen_reduce).
+//
+// Every input and output may be float32, float16 or bfloat16, each with its
+// own dtype (the precision pass keeps normalization parameters in float32
+// while the data is 16-bit): elements are converted to float as they are
+// loaded, every mean, variance, max, exp-sum and accumulator is a float, and
+// results are rounded to the output's dtype only when stored.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -13,17 +18,36 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-/// Refuses the node unless its data inputs (the first `count`) are float32.
-void need_f32(const Lowering& L, const ir::Node& n, size_t count = 1) {
-  for (size_t i = 0; i < count && i < n.inputs.size(); ++i)
-    if (ir::ValueId v = n.inputs[i]; v != ir::kNoValue && L.model.value(v).dtype != DType::f32)
-      refuse(n, fmt::format("input '{}' is {}; this version computes it on float32 only", L.model.value(v).name,
-                            dtype_name(L.model.value(v).dtype)));
+/// Refuses the node unless its first `count` inputs and its present outputs
+/// are float32, float16 or bfloat16 (ArgMax / ArgMin: `outputs` false, their
+/// output is int64).
+void need_float(const Lowering& L, const ir::Node& n, size_t count = 1, bool outputs = true) {
+  auto check = [&](ir::ValueId v, const char* what) {
+    if (v != ir::kNoValue && !is_float_storage(L.model.value(v).dtype))
+      refuse(n, fmt::format("{} '{}' is {}; this version computes it on float32, float16 or bfloat16 only", what,
+                            L.model.value(v).name, dtype_name(L.model.value(v).dtype)));
+  };
+  for (size_t i = 0; i < count && i < n.inputs.size(); ++i) check(n.inputs[i], "input");
+  if (outputs)
+    for (auto v : n.outputs) check(v, "output");
+}
+
+/// Storage type, load and store function of value v (codegen.h).
+struct Io {
+  std::string T, ld, st;
+};
+Io io(const Lowering& L, ir::ValueId v) {
+  DType t = L.model.value(v).dtype;
+  return {*storage_type(t), load_fn(t), store_fn(t)};
 }
 
 /// Softmax / LogSoftmax / Hardmax: rows of `len` elements `inner` apart.
 ir::Node softmax(Lowering& L, const ir::Node& n) {
-  need_f32(L, n);
+  need_float(L, n);
+  const Io X = io(L, n.inputs[0]), Y = io(L, n.outputs[0]);
+  const auto io_args = [&] {
+    return fmt::format("const {}* __restrict__ x, {}* __restrict__ y", X.T, Y.T);
+  };
   auto x = L.dims(n, n.inputs[0]);
   int64_t r = static_cast<int64_t>(x.size());
   bool log = n.op_type == "LogSoftmax";
@@ -40,50 +64,51 @@ ir::Node softmax(Lowering& L, const ir::Node& n) {
   if (n.op_type == "Hardmax") {  // one thread per line: 1 at the first maximum, 0 elsewhere
     int64_t N = outer * inner;
     L.source += fmt::format(
-        "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+        "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}({5}) {{\n"
         "  typedef unsigned long long I; const I S = {3}ull;\n"
         "  for (I t = (I)blockIdx.x * 256 + threadIdx.x; t < {2}ull; t += (I)gridDim.x * 256) {{\n"
-        "    I b = (t / S) * S * {4}ull + t % S; int k = 0; float m = x[b];\n"
-        "    for (int j = 1; j < {4}; ++j) if (x[b + (I)j * S] > m) {{ m = x[b + (I)j * S]; k = j; }}\n"
-        "    for (int j = 0; j < {4}; ++j) y[b + (I)j * S] = j == k ? 1.f : 0.f;\n  }}\n}}\n",
-        n.label(), name, N, inner, len);
+        "    I b = (t / S) * S * {4}ull + t % S; int k = 0; float m = {6}(x[b]);\n"
+        "    for (int j = 1; j < {4}; ++j) {{ float v = {6}(x[b + (I)j * S]); if (v > m) {{ m = v; k = j; }} }}\n"
+        "    for (int j = 0; j < {4}; ++j) y[b + (I)j * S] = {7}(j == k ? 1.f : 0.f);\n  }}\n}}\n",
+        n.label(), name, N, inner, len, io_args(), X.ld, Y.st);
     return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
   }
-  std::string fin = log ? "y[b + (I)j * S] = v - m - logf(s);" : "y[b + (I)j * S] = expf(v - m) / s;";
+  std::string fin = log ? fmt::format("y[b + (I)j * S] = {}(v - m - logf(s));", Y.st)
+                        : fmt::format("y[b + (I)j * S] = {}(expf(v - m) / s);", Y.st);
   if (inner == 1) {
     // One block per row: block max, block sum of exp.
     L.source += fmt::format(
-        "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+        "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}({5}) {{\n"
         "  typedef unsigned long long I; const I S = 1; I b = (I)blockIdx.x * {2}ull;\n"
         "  float m = -__int_as_float(0x7f800000);\n"
-        "  for (int j = threadIdx.x; j < {2}; j += 256) m = kl_max(m, x[b + j]);\n"
+        "  for (int j = threadIdx.x; j < {2}; j += 256) m = kl_max(m, {6}(x[b + j]));\n"
         "  m = kl_block_max(m);\n"
         "  float s = 0.f;\n"
-        "  for (int j = threadIdx.x; j < {2}; j += 256) s += expf(x[b + j] - m);\n"
+        "  for (int j = threadIdx.x; j < {2}; j += 256) s += expf({6}(x[b + j]) - m);\n"
         "  s = kl_block_sum(s);\n"
-        "  for (int j = threadIdx.x; j < {2}; j += 256) {{ float v = x[b + j]; {4} }}\n}}\n",
-        n.label(), outer, len, name, fin);
+        "  for (int j = threadIdx.x; j < {2}; j += 256) {{ float v = {6}(x[b + j]); {4} }}\n}}\n",
+        n.label(), outer, len, name, fin, io_args(), X.ld);
     return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, outer, 256);
   }
   // One thread per (outer, inner) column.
   int64_t N = outer * inner;
   L.source += fmt::format(
-      "\n// {0} {1} columns of {2}, stride {3}\nextern \"C\" __global__ void __launch_bounds__(256) {4}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+      "\n// {0} {1} columns of {2}, stride {3}\nextern \"C\" __global__ void __launch_bounds__(256) {4}({6}) {{\n"
       "  typedef unsigned long long I; const I S = {3}ull;\n"
       "  for (I t = (I)blockIdx.x * 256 + threadIdx.x; t < {1}ull; t += (I)gridDim.x * 256) {{\n"
       "    I b = (t / S) * S * {2}ull + t % S;\n"
       "    float m = -__int_as_float(0x7f800000);\n"
-      "    for (int j = 0; j < {2}; ++j) m = kl_max(m, x[b + (I)j * S]);\n"
+      "    for (int j = 0; j < {2}; ++j) m = kl_max(m, {7}(x[b + (I)j * S]));\n"
       "    float s = 0.f;\n"
-      "    for (int j = 0; j < {2}; ++j) s += expf(x[b + (I)j * S] - m);\n"
-      "    for (int j = 0; j < {2}; ++j) {{ float v = x[b + (I)j * S]; {5} }}\n  }}\n}}\n",
-      n.label(), N, len, inner, name, fin);
+      "    for (int j = 0; j < {2}; ++j) s += expf({7}(x[b + (I)j * S]) - m);\n"
+      "    for (int j = 0; j < {2}; ++j) {{ float v = {7}(x[b + (I)j * S]); {5} }}\n  }}\n}}\n",
+      n.label(), N, len, inner, name, fin, io_args(), X.ld);
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
 /// LayerNormalization over dims [axis, rank): one block per row, two passes.
 ir::Node layer_norm(Lowering& L, const ir::Node& n) {
-  need_f32(L, n, 3);
+  need_float(L, n, 3);
   auto x = L.dims(n, n.inputs[0]);
   int64_t r = static_cast<int64_t>(x.size());
   int64_t axis = norm_axis(n, n.i("axis", -1), r);
@@ -105,15 +130,22 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
   std::vector<ir::ValueId> outs = {n.outputs[0]};
   bool stats = n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue;
   bool inv = n.outputs.size() > 2 && n.outputs[2] != ir::kNoValue;
-  std::string params = "const float* __restrict__ x, const float* __restrict__ g, ";
-  if (has_bias) params += "const float* __restrict__ bb, ";
-  params += "float* __restrict__ y";
+  const Io X = io(L, n.inputs[0]), G = io(L, n.inputs[1]), Y = io(L, n.outputs[0]);
+  const Io B = has_bias ? io(L, n.inputs[2]) : Io{"float", "", ""};
+  std::string params = fmt::format("const {}* __restrict__ x, const {}* __restrict__ g, ", X.T, G.T);
+  if (has_bias) params += fmt::format("const {}* __restrict__ bb, ", B.T);
+  params += fmt::format("{}* __restrict__ y", Y.T);
+  std::string mean_st, inv_st;
   if (stats) {
-    params += ", float* __restrict__ mean_out";
+    const Io M = io(L, n.outputs[1]);
+    params += fmt::format(", {}* __restrict__ mean_out", M.T);
+    mean_st = M.st;
     outs.push_back(n.outputs[1]);
   }
   if (inv) {
-    params += ", float* __restrict__ inv_out";
+    const Io V = io(L, n.outputs[2]);
+    params += fmt::format(", {}* __restrict__ inv_out", V.T);
+    inv_st = V.st;
     outs.push_back(n.outputs[2]);
   }
   std::string name = L.kernel_name("layernorm");
@@ -121,16 +153,17 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
       "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}({4}) {{\n"
       "  const unsigned long long b = (unsigned long long)blockIdx.x * {2}ull;\n"
       "  float s = 0.f;\n"
-      "  for (int j = threadIdx.x; j < {2}; j += 256) s += x[b + j];\n"
+      "  for (int j = threadIdx.x; j < {2}; j += 256) s += {10}(x[b + j]);\n"
       "  const float mean = kl_block_sum(s) / (float){2};\n"
       "  float q = 0.f;\n"
-      "  for (int j = threadIdx.x; j < {2}; j += 256) {{ float d = x[b + j] - mean; q += d * d; }}\n"
+      "  for (int j = threadIdx.x; j < {2}; j += 256) {{ float d = {10}(x[b + j]) - mean; q += d * d; }}\n"
       "  const float inv = 1.f / sqrtf(kl_block_sum(q) / (float){2} + {5});\n"
-      "  for (int j = threadIdx.x; j < {2}; j += 256) y[b + j] = (x[b + j] - mean) * inv * g{6}{7};\n"
+      "  for (int j = threadIdx.x; j < {2}; j += 256) y[b + j] = {11}(({10}(x[b + j]) - mean) * inv * {12}(g{6}){7});\n"
       "  {8}{9}\n}}\n",
-      n.label(), rows, D, name, params, float_literal(eps), si, has_bias ? " + bb" + bi : "",
-      stats ? "if (threadIdx.x == 0) mean_out[blockIdx.x] = mean; " : "",
-      inv ? "if (threadIdx.x == 0) inv_out[blockIdx.x] = inv;" : "");
+      n.label(), rows, D, name, params, float_literal(eps), si,
+      has_bias ? fmt::format(" + {}(bb{})", B.ld, bi) : "",
+      stats ? fmt::format("if (threadIdx.x == 0) mean_out[blockIdx.x] = {}(mean); ", mean_st) : "",
+      inv ? fmt::format("if (threadIdx.x == 0) inv_out[blockIdx.x] = {}(inv);", inv_st) : "", X.ld, Y.st, G.ld);
   return L.kernel_node(n, name, ins, outs, rows, 256);
 }
 
@@ -180,25 +213,26 @@ std::vector<bool> axes_from_shapes(const ir::Node& n, const std::vector<int64_t>
 ir::Node row_norm(Lowering& L, const ir::Node& n, std::vector<ir::ValueId> ins, int64_t rows, int64_t D, float eps,
                   const std::string& scale_idx, const std::string& bias_idx) {
   std::string name = L.kernel_name(n.op_type);
+  const Io X = io(L, ins[0]), G = io(L, ins[1]), B = io(L, ins[2]), Y = io(L, n.outputs[0]);
   L.source += fmt::format(
-      "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}(const float* __restrict__ x, "
-      "const float* __restrict__ g, const float* __restrict__ bb, float* __restrict__ y) {{\n"
+      "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}(const {7}* __restrict__ x, "
+      "const {8}* __restrict__ g, const {9}* __restrict__ bb, {10}* __restrict__ y) {{\n"
       "  const unsigned long long row = blockIdx.x, b = row * {2}ull;\n"
       "  float s = 0.f;\n"
-      "  for (long long j = threadIdx.x; j < {2}; j += 256) s += x[b + j];\n"
+      "  for (long long j = threadIdx.x; j < {2}; j += 256) s += {11}(x[b + j]);\n"
       "  const float mean = kl_block_sum(s) / (float){2};\n"
       "  float q = 0.f;\n"
-      "  for (long long j = threadIdx.x; j < {2}; j += 256) {{ float d = x[b + j] - mean; q += d * d; }}\n"
+      "  for (long long j = threadIdx.x; j < {2}; j += 256) {{ float d = {11}(x[b + j]) - mean; q += d * d; }}\n"
       "  const float inv = 1.f / sqrtf(kl_block_sum(q) / (float){2} + {4});\n"
-      "  for (long long j = threadIdx.x; j < {2}; j += 256) y[b + j] = (x[b + j] - mean) * inv * g[{5}] + bb[{6}];\n}}\n",
-      n.label(), rows, D, name, float_literal(eps), scale_idx, bias_idx);
+      "  for (long long j = threadIdx.x; j < {2}; j += 256) y[b + j] = {14}(({11}(x[b + j]) - mean) * inv * {12}(g[{5}]) + {13}(bb[{6}]));\n}}\n",
+      n.label(), rows, D, name, float_literal(eps), scale_idx, bias_idx, X.T, G.T, B.T, Y.T, X.ld, G.ld, B.ld, Y.st);
   return L.kernel_node(n, name, std::move(ins), {n.outputs[0]}, rows, 256);
 }
 
 /// InstanceNormalization, GroupNormalization (scale / bias per group before
 /// opset 21, per channel from 21) and inference BatchNormalization.
 ir::Node other_norm(Lowering& L, const ir::Node& n) {
-  need_f32(L, n, n.inputs.size());
+  need_float(L, n, n.inputs.size());
   auto x = L.dims(n, n.inputs[0]);
   if (x.size() < 2) refuse(n, "input rank below 2");
   int64_t N = x[0], C = x[1], S = numel(x) / (N * C > 0 ? N * C : 1);
@@ -221,13 +255,16 @@ ir::Node other_norm(Lowering& L, const ir::Node& n) {
     if (n.outputs[k] != ir::kNoValue) refuse(n, "the running statistics outputs");
   int64_t T = numel(x);
   std::string name = L.kernel_name("batchnorm");
+  const Io X = io(L, n.inputs[0]), SC = io(L, n.inputs[1]), BI = io(L, n.inputs[2]), MU = io(L, n.inputs[3]),
+           VA = io(L, n.inputs[4]), Y = io(L, n.outputs[0]);
   L.source += fmt::format(
-      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, const float* __restrict__ sc, "
-      "const float* __restrict__ bi, const float* __restrict__ mu, const float* __restrict__ va, float* __restrict__ y) {{\n"
+      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const {6}* __restrict__ x, const {7}* __restrict__ sc, "
+      "const {8}* __restrict__ bi, const {9}* __restrict__ mu, const {10}* __restrict__ va, {11}* __restrict__ y) {{\n"
       "  for (unsigned long long i = (unsigned long long)blockIdx.x * 256 + threadIdx.x; i < {2}ull; i += (unsigned long long)gridDim.x * 256) {{\n"
       "    const unsigned long long c = (i / {3}ull) % {4}ull;\n"
-      "    y[i] = (x[i] - mu[c]) / sqrtf(va[c] + {5}) * sc[c] + bi[c];\n  }}\n}}\n",
-      n.label(), name, T, S, C, float_literal(eps));
+      "    y[i] = {17}(({12}(x[i]) - {15}(mu[c])) / sqrtf({16}(va[c]) + {5}) * {13}(sc[c]) + {14}(bi[c]));\n  }}\n}}\n",
+      n.label(), name, T, S, C, float_literal(eps), X.T, SC.T, BI.T, MU.T, VA.T, Y.T, X.ld, SC.ld, BI.ld, MU.ld, VA.ld,
+      Y.st);
   return L.kernel_node(n, name, {n.inputs[0], n.inputs[1], n.inputs[2], n.inputs[3], n.inputs[4]}, {n.outputs[0]},
                        L.grid_for(T, 256), 256);
 }
@@ -235,7 +272,8 @@ ir::Node other_norm(Lowering& L, const ir::Node& n) {
 /// Reduce* and global pools: the reduced axes of x, and the op's accumulate / finish code.
 ir::Node reduce(Lowering& L, const ir::Node& n) {
   const std::string& op = n.op_type;
-  need_f32(L, n);
+  need_float(L, n);
+  const Io X = io(L, n.inputs[0]), Y = io(L, n.outputs[0]);
   auto x = L.dims(n, n.inputs[0]);
   int64_t r = static_cast<int64_t>(x.size());
   std::vector<bool> red(r, false);
@@ -279,26 +317,28 @@ ir::Node reduce(Lowering& L, const ir::Node& n) {
   std::string comment = fmt::format("{} {} outputs x {} reduced", n.label(), N, R);
   if (R >= 64) {
     L.source += fmt::format(
-        "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+        "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const {9}* __restrict__ x, {10}* __restrict__ y) {{\n"
         "  {2}\n  float a = {3};\n"
-        "  for (unsigned long long t = threadIdx.x; t < {4}ull; t += 256) {{ {5} float v = x[base + off]; {6} }}\n"
-        "  a = {7}(a);\n  if (threadIdx.x == 0) y[blockIdx.x] = {8};\n}}\n",
-        comment, name, offset("base", "blockIdx.x", false), init, R, offset("off", "t", true), acc, block, fin);
+        "  for (unsigned long long t = threadIdx.x; t < {4}ull; t += 256) {{ {5} float v = {11}(x[base + off]); {6} }}\n"
+        "  a = {7}(a);\n  if (threadIdx.x == 0) y[blockIdx.x] = {12}({8});\n}}\n",
+        comment, name, offset("base", "blockIdx.x", false), init, R, offset("off", "t", true), acc, block, fin, X.T, Y.T,
+        X.ld, Y.st);
     return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, N, 256);
   }
   L.source += fmt::format(
-      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, float* __restrict__ y) {{\n"
+      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const {9}* __restrict__ x, {10}* __restrict__ y) {{\n"
       "  for (unsigned long long o = (unsigned long long)blockIdx.x * 256 + threadIdx.x; o < {2}ull; o += (unsigned long long)gridDim.x * 256) {{\n"
       "    {3}\n    float a = {4};\n"
-      "    for (unsigned long long t = 0; t < {5}ull; ++t) {{ {6} float v = x[base + off]; {7} }}\n"
-      "    y[o] = {8};\n  }}\n}}\n",
-      comment, name, N, offset("base", "o", false), init, R, offset("off", "t", true), acc, fin);
+      "    for (unsigned long long t = 0; t < {5}ull; ++t) {{ {6} float v = {11}(x[base + off]); {7} }}\n"
+      "    y[o] = {12}({8});\n  }}\n}}\n",
+      comment, name, N, offset("base", "o", false), init, R, offset("off", "t", true), acc, fin, X.T, Y.T, X.ld, Y.st);
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 
 /// ArgMax / ArgMin along one axis: one thread per output, int64 indices.
 ir::Node arg_reduce(Lowering& L, const ir::Node& n) {
-  need_f32(L, n);
+  need_float(L, n, 1, /*outputs=*/false);
+  const Io X = io(L, n.inputs[0]);
   auto x = L.dims(n, n.inputs[0]);
   int64_t r = static_cast<int64_t>(x.size());
   int64_t axis = norm_axis(n, n.i("axis", 0), r);
@@ -310,13 +350,13 @@ ir::Node arg_reduce(Lowering& L, const ir::Node& n) {
   int64_t N = outer * inner;
   std::string name = L.kernel_name(n.op_type);
   L.source += fmt::format(
-      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const float* __restrict__ x, long long* __restrict__ y) {{\n"
+      "\n// {0}\nextern \"C\" __global__ void __launch_bounds__(256) {1}(const {7}* __restrict__ x, long long* __restrict__ y) {{\n"
       "  for (unsigned long long t = (unsigned long long)blockIdx.x * 256 + threadIdx.x; t < {2}ull; t += (unsigned long long)gridDim.x * 256) {{\n"
       "    unsigned long long b = (t / {3}ull) * {4}ull + t % {3}ull;\n"
-      "    float best = x[b]; long long k = 0;\n"
-      "    for (long long j = 1; j < {5}; ++j) {{ float v = x[b + j * {3}ull]; if (v {6} best) {{ best = v; k = j; }} }}\n"
+      "    float best = {8}(x[b]); long long k = 0;\n"
+      "    for (long long j = 1; j < {5}; ++j) {{ float v = {8}(x[b + j * {3}ull]); if (v {6} best) {{ best = v; k = j; }} }}\n"
       "    y[t] = k;\n  }}\n}}\n",
-      n.label(), name, N, inner, len * inner, len, cmp);
+      n.label(), name, N, inner, len * inner, len, cmp, X.T, X.ld);
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 

@@ -70,12 +70,20 @@ int split_conv_bias(ir::Model& m) {
 
 ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
   ir::Model& m = L.model;
-  for (size_t i = 0; i < n.inputs.size(); ++i)
-    if (n.inputs[i] != ir::kNoValue && m.value(n.inputs[i]).dtype != DType::f32)
-      refuse(n, fmt::format("input '{}' is {}; convolutions are float32 only in this version", m.value(n.inputs[i]).name,
-                            dtype_name(m.value(n.inputs[i]).dtype)));
+  // x, w and y share one dtype: float32, float16 or bfloat16 (the precision
+  // pass converts a convolution's inputs to the program's dtype).
+  const DType dt = m.value(n.inputs[0]).dtype;
+  if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16)
+    refuse(n, fmt::format("input '{}' is {}; convolutions are float32, float16 or bfloat16 only in this version",
+                          m.value(n.inputs[0]).name, dtype_name(dt)));
+  for (ir::ValueId v : {n.inputs[0], n.inputs.size() > 1 ? n.inputs[1] : ir::kNoValue, n.outputs[0]})
+    if (v != ir::kNoValue && m.value(v).dtype != dt)
+      refuse(n, fmt::format("'{}' is {}, input '{}' {}; a convolution's tensors must share one dtype", m.value(v).name,
+                            dtype_name(m.value(v).dtype), m.value(n.inputs[0]).name, dtype_name(dt)));
   if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue) refuse(n, "a bias that is not a constant");
   ConvSpec s;
+  s.dtype = dt;
+  s.tf32 = dt == DType::f32 && opt.tf32;
   s.x = L.dims(n, n.inputs[0]);
   s.w = L.dims(n, n.inputs[1]);
   s.y = L.dims(n, n.outputs[0]);

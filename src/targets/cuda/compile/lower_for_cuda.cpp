@@ -11,6 +11,7 @@
 #include "support/log.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/nvrtc.h"
+#include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/cuda_ops.h"
 
 namespace kiln::targets::cuda {
@@ -38,6 +39,9 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   Lowering L{m};
   L.sm_count = opt.sm_count;
   int conv_bias = split_conv_bias(m);
+  // fp16 / bf16: float32 values become 16-bit before anything is lowered
+  // (the model's inputs and outputs keep their dtypes; precision.h).
+  if (opt.dtype != DType::f32) convert_precision(m, opt.dtype);
   const auto nodes = m.main.nodes;  // a copy: lowering adds values, the graph is rebuilt below
   const int count = static_cast<int>(nodes.size());
   Uses uses = uses_of(m);

@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "support/error.h"
+#include "support/half.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/tuning.h"
 #include "targets/cuda/run/blaslt.h"
@@ -18,13 +19,13 @@ namespace {
 
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
 
-bool f32(const ir::Model& m, ir::ValueId v) { return v != ir::kNoValue && m.value(v).dtype == DType::f32; }
+bool of_type(const ir::Model& m, ir::ValueId v, DType t) { return v != ir::kNoValue && m.value(v).dtype == t; }
 
-/// A float32 vector of n elements (dims [n] or [1, .., 1, n]); a constant
-/// one when `need_constant`.
-bool bias_vector(const Lowering& L, ir::ValueId v, int64_t n, bool need_constant = true) {
+/// A vector of n elements of dtype t (dims [n] or [1, .., 1, n]); a
+/// constant one when `need_constant`.
+bool bias_vector(const Lowering& L, ir::ValueId v, int64_t n, DType t, bool need_constant = true) {
   const ir::Value& val = L.model.value(v);
-  if ((need_constant && !val.constant) || val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return false;
+  if ((need_constant && !val.constant) || val.dtype != t || !val.shape || !ir::is_static(*val.shape)) return false;
   auto d = ir::to_sizes(*val.shape);
   return !d.empty() && d.back() == n && numel(d) == n;
 }
@@ -34,11 +35,23 @@ bool bias_vector(const Lowering& L, ir::ValueId v, int64_t n, bool need_constant
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt) {
   ir::Model& m = L.model;
   const ir::Node& n = m.main.nodes[i];
+  // One element type for A, B, C and D: float32, float16 or bfloat16 (the
+  // precision pass makes every input of a matmul the program's dtype).
+  const DType dt = m.value(n.inputs[0]).dtype;
+  if (dt != DType::f32 && dt != DType::f16 && dt != DType::bf16)
+    refuse(n, fmt::format("input '{}' is {}; matmuls are float32, float16 or bfloat16 only in this version",
+                          m.value(n.inputs[0]).name, dtype_name(dt)));
   for (auto v : n.inputs)
-    if (v != ir::kNoValue && !f32(m, v)) refuse(n, fmt::format("input '{}' is {}; matmuls are float32 only in this version",
-                                                                m.value(v).name, dtype_name(m.value(v).dtype)));
+    if (v != ir::kNoValue && !of_type(m, v, dt))
+      refuse(n, fmt::format("input '{}' is {} and input '{}' {}; a matmul's inputs must share one dtype", m.value(v).name,
+                            dtype_name(m.value(v).dtype), m.value(n.inputs[0]).name, dtype_name(dt)));
+  if (!of_type(m, n.outputs[0], dt))
+    refuse(n, fmt::format("output '{}' is {}, the inputs {}", m.value(n.outputs[0]).name,
+                          dtype_name(m.value(n.outputs[0]).dtype), dtype_name(dt)));
   auto a = L.dims(n, n.inputs[0]), b = L.dims(n, n.inputs[1]);
   GemmSpec s;
+  s.dtype = dt;
+  s.tf32 = dt == DType::f32 && opt.tf32;
   GemmLowered out;
   out.absorbed = {i};
   ir::Node g;
@@ -82,11 +95,15 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
     if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue && beta != 0.f) {
       ir::ValueId cv = n.inputs[2];
       auto cd = L.dims(n, cv);
-      if (bias_vector(L, cv, s.n, /*need_constant=*/beta != 1.f)) {
+      if (bias_vector(L, cv, s.n, dt, /*need_constant=*/beta != 1.f)) {
         bias = cv;
-        if (beta != 1.f) {  // fold beta into a new constant
+        if (beta != 1.f) {  // fold beta into a new constant (16-bit: in float, rounded once)
           Tensor t = m.value(cv).constant->clone();
-          for (int64_t k = 0; k < t.numel(); ++k) t.data<float>()[k] *= beta;
+          for (int64_t k = 0; k < t.numel(); ++k) {
+            if (dt == DType::f32) t.data<float>()[k] *= beta;
+            else if (dt == DType::f16) t.data<uint16_t>()[k] = float_to_half(half_to_float(t.data<uint16_t>()[k]) * beta);
+            else t.data<uint16_t>()[k] = float_to_bf16(bf16_to_float(t.data<uint16_t>()[k]) * beta);
+          }
           ir::Value nv = m.value(cv);
           nv.name += "_beta";
           nv.constant = t;
@@ -113,7 +130,8 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
       const ir::Node& add = m.main.nodes[j];
       if (add.domain.empty() && add.op_type == "Add" && add.inputs.size() == 2) {
         ir::ValueId other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
-        if (other != y && bias_vector(L, other, s.n) && L.dims(add, add.outputs[0]) == L.dims(n, y)) {
+        if (other != y && bias_vector(L, other, s.n, dt) && of_type(m, add.outputs[0], dt) &&
+            L.dims(add, add.outputs[0]) == L.dims(n, y)) {
           bias = other;
           y = add.outputs[0];
           out.absorbed.push_back(j);
@@ -123,7 +141,7 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
   }
   if (int j = single_reader(y); j >= 0) {
     const ir::Node& act = m.main.nodes[j];
-    if (act.domain.empty() && act.op_type == "Relu" && f32(m, act.outputs[0])) {
+    if (act.domain.empty() && act.op_type == "Relu" && of_type(m, act.outputs[0], dt)) {
       s.epilogue = 1;
       y = act.outputs[0];
       out.absorbed.push_back(j);

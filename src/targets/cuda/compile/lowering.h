@@ -19,6 +19,13 @@ struct LowerOptions {
   /// libraries' heuristics choose at load (algo_at_load / algo -1).
   int device = 0;
   Tuning tuning = Tuning::fast;  ///< how the algorithms are chosen on `device`
+  /// Element type of the program's float values: float32, or float16 /
+  /// bfloat16, for which the precision pass (precision.h) converts the
+  /// graph before lowering (SessionOptions::precision).
+  DType dtype = DType::f32;
+  /// float32 only: matmuls and convolutions may use TF32 tensor cores
+  /// (SessionOptions::allow_tf32); recorded in each kiln.cuda.Gemm / Conv.
+  bool tf32 = false;
 };
 
 /// What the lowering did, for reports and tests.
@@ -57,7 +64,8 @@ struct GemmLowered {
   std::vector<int> absorbed;
 };
 
-/// Lowers main-graph node `i` (a MatMul or Gemm on float32) or refuses it.
+/// Lowers main-graph node `i` (a MatMul or Gemm whose inputs are all
+/// float32, all float16 or all bfloat16; fp32 accumulation) or refuses it.
 /// With opt.device >= 0 the algorithm is chosen on that device by
 /// tune_gemm(opt.tuning) and stored in the node (algo, workspace); the
 /// runtime replays it without asking again. Without a device the node
@@ -70,12 +78,13 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
 /// generated kernel after the cuDNN convolution. Returns the number split.
 int split_conv_bias(ir::Model& m);
 
-/// Lowers a Conv or ConvTranspose (float32, no bias left, symmetric pads,
+/// Lowers a Conv or ConvTranspose (x and w both float32, float16 or
+/// bfloat16, fp32 accumulation; no bias left, symmetric pads,
 /// 1-3 spatial dims, any group; ConvTranspose as cuDNN backward-data, with
 /// output_padding below the stride) to kiln.cuda.Conv. With opt.device >= 0 the algorithm is
-/// chosen on that device by tune_conv(opt.tuning) (strict fp32, at most 256
-/// MiB workspace) and stored in the node (algo, workspace); without a device
-/// algo is kConvAlgoAtLoad and workspace the 256 MiB cap.
+/// chosen on that device by tune_conv(opt.tuning) (with the spec's math:
+/// ConvSpec; at most 256 MiB workspace) and stored in the node (algo,
+/// workspace); without a device algo is kConvAlgoAtLoad and workspace the 256 MiB cap.
 ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt);
 
 }  // namespace kiln::targets::cuda

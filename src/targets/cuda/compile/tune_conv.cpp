@@ -17,9 +17,9 @@ namespace {
 constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
 
 std::string problem_key(const ConvSpec& s, Tuning mode, int device) {
-  return fmt::format("{}|{}|x{} w{} y{} p{} s{} d{} g{} t{}", tuning_name(mode), device, fmt::join(s.x, ","),
+  return fmt::format("{}|{}|x{} w{} y{} p{} s{} d{} g{} t{} {} tf32 {}", tuning_name(mode), device, fmt::join(s.x, ","),
                      fmt::join(s.w, ","), fmt::join(s.y, ","), fmt::join(s.pads, ","), fmt::join(s.strides, ","),
-                     fmt::join(s.dilations, ","), s.group, s.transposed);
+                     fmt::join(s.dilations, ","), s.group, s.transposed, dtype_name(s.dtype), s.tf32);
 }
 
 size_t fp32_bytes(const std::vector<int64_t>& dims) {
@@ -82,8 +82,8 @@ ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string
   std::vector<ConvAlgo> cands = mode == Tuning::heuristic ? conv_heuristic(d, s.transposed, kMaxConvWorkspace)
                                                           : conv_find(d, s.transposed, kMaxConvWorkspace);
   if (cands.empty())
-    fail(ErrorCode::unsupported, "{}: cuDNN {} has no algorithm for this {}convolution (x [{}], w [{}], group {})", where,
-         cudnnGetVersion(), s.transposed ? "transposed " : "", fmt::join(s.x, ","), fmt::join(s.w, ","), s.group);
+    fail(ErrorCode::unsupported, "{}: cuDNN {} has no algorithm for this {} {}convolution (x [{}], w [{}], group {})", where,
+         cudnnGetVersion(), dtype_name(s.dtype), s.transposed ? "transposed " : "", fmt::join(s.x, ","), fmt::join(s.w, ","), s.group);
   ConvAlgo chosen = cands.front();
   if (mode == Tuning::exhaustive && cands.size() > 1) chosen = time_candidates(s, cands, 10, where, st);
   else if (mode == Tuning::fast) st.timed += static_cast<int>(cands.size());

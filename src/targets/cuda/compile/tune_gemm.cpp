@@ -19,9 +19,9 @@ namespace {
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
 
 std::string problem_key(const GemmSpec& s, Tuning mode, int device) {
-  return fmt::format("{}|{}|m{} n{} k{} b{} ta{} tb{} sa{} sb{} al{} be{} bias{} c{} epi{}", tuning_name(mode), device,
-                     s.m, s.n, s.k, s.batch, s.trans_a, s.trans_b, s.stride_a, s.stride_b, s.alpha, s.beta, s.has_bias,
-                     s.has_c, s.epilogue);
+  return fmt::format("{}|{}|m{} n{} k{} b{} ta{} tb{} sa{} sb{} al{} be{} bias{} c{} epi{} {} tf32 {}", tuning_name(mode),
+                     device, s.m, s.n, s.k, s.batch, s.trans_a, s.trans_b, s.stride_a, s.stride_b, s.alpha, s.beta,
+                     s.has_bias, s.has_c, s.epilogue, dtype_name(s.dtype), s.tf32);
 }
 
 /// Device buffers for timing one matmul (zeros; fp32-sized, enough for any dtype).
@@ -95,8 +95,8 @@ GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string
   int count = mode == Tuning::heuristic ? 1 : mode == Tuning::fast ? 4 : 24;
   auto cands = gemm_heuristic(descs, kMaxWorkspace, count);
   if (cands.empty())
-    fail(ErrorCode::unsupported, "{}: cuBLASLt has no algorithm for this matmul (m={} n={} k={} batch={})", where, s.m,
-         s.n, s.k, s.batch);
+    fail(ErrorCode::unsupported, "{}: cuBLASLt has no algorithm for this {} matmul (m={} n={} k={} batch={})", where,
+         dtype_name(s.dtype), s.m, s.n, s.k, s.batch);
   GemmAlgo chosen = cands.size() == 1 ? cands.front()
                                       : time_candidates(s, cands, mode == Tuning::fast ? 5 : 20, where, st);
   ++st.tuned;

@@ -30,6 +30,14 @@ GemmSpec gemm_spec_from(const ir::Node& n) {
   s.has_bias = n.i("has_bias", 0) != 0;
   s.has_c = n.i("has_c", 0) != 0;
   s.epilogue = static_cast<int>(n.i("epilogue", 0));
+  std::string dt = n.s("dtype", "float32");
+  auto parsed = dtype_from_name(dt);
+  if (!parsed || (*parsed != DType::f32 && *parsed != DType::f16 && *parsed != DType::bf16))
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Gemm dtype '{}' (expected float32, float16 or bfloat16)", n.label(), dt);
+  s.dtype = *parsed;
+  s.tf32 = n.i("tf32", 0) != 0;
+  if (s.tf32 && s.dtype != DType::f32)
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Gemm tf32 on a {} matmul", n.label(), dt);
   if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0 || s.epilogue < 0 || s.epilogue > 2)
     fail(ErrorCode::invalid_model, "{}: inconsistent kiln.cuda.Gemm attributes", n.label());
   return s;
@@ -49,6 +57,21 @@ void set_gemm_attrs(ir::Node& n, const GemmSpec& s) {
   n.attrs["has_bias"] = int64_t{s.has_bias};
   n.attrs["has_c"] = int64_t{s.has_c};
   n.attrs["epilogue"] = int64_t{s.epilogue};
+  n.attrs["dtype"] = std::string(dtype_name(s.dtype));
+  n.attrs["tf32"] = int64_t{s.tf32};
+}
+
+cudaDataType_t blaslt_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+    default: fail(ErrorCode::invalid_model, "cuBLASLt matmul on {} (float32, float16 or bfloat16 only)", dtype_name(t));
+  }
+}
+
+cublasComputeType_t blaslt_compute(const GemmSpec& s) {
+  return s.dtype == DType::f32 && s.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
 cublasLtHandle_t blaslt_handle() {
@@ -61,9 +84,10 @@ cublasLtHandle_t blaslt_handle() {
 }
 
 namespace {
-cublasLtMatrixLayout_t layout(uint64_t rows, uint64_t cols, int64_t ld, int64_t batch, int64_t stride) {
+cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld, int64_t batch,
+                              int64_t stride) {
   cublasLtMatrixLayout_t l;
-  check_blaslt(cublasLtMatrixLayoutCreate(&l, CUDA_R_32F, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  check_blaslt(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     int32_t b = static_cast<int32_t>(batch);
     check_blaslt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), "batch count");
@@ -75,7 +99,10 @@ cublasLtMatrixLayout_t layout(uint64_t rows, uint64_t cols, int64_t ld, int64_t 
 }  // namespace
 
 GemmDescs::GemmDescs(const GemmSpec& s, CUdeviceptr bias) {
-  check_blaslt(cublasLtMatmulDescCreate(&op, CUBLAS_COMPUTE_32F, CUDA_R_32F), "cublasLtMatmulDescCreate");
+  // fp32 accumulation and fp32 alpha / beta (scale type) for every dtype;
+  // A, B, C, D (and the bias, whose type defaults to D's) are s.dtype.
+  const cudaDataType_t type = blaslt_type(s.dtype);
+  check_blaslt(cublasLtMatmulDescCreate(&op, blaslt_compute(s), CUDA_R_32F), "cublasLtMatmulDescCreate");
   // Column-major view: D^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
   cublasOperation_t ta = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
   cublasOperation_t tb = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our A
@@ -92,11 +119,11 @@ GemmDescs::GemmDescs(const GemmSpec& s, CUdeviceptr bias) {
     check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p), "bias pointer");
   }
   // Our B buffer: stored k x n (ld n), or n x k when transposed (ld k).
-  a = s.trans_b ? layout(s.k, s.n, s.k, s.batch, s.stride_b) : layout(s.n, s.k, s.n, s.batch, s.stride_b);
+  a = s.trans_b ? layout(type, s.k, s.n, s.k, s.batch, s.stride_b) : layout(type, s.n, s.k, s.n, s.batch, s.stride_b);
   // Our A buffer: stored m x k (ld k), or k x m when transposed (ld m).
-  b = s.trans_a ? layout(s.m, s.k, s.m, s.batch, s.stride_a) : layout(s.k, s.m, s.k, s.batch, s.stride_a);
-  c = layout(s.n, s.m, s.n, s.batch, s.m * s.n);
-  d = layout(s.n, s.m, s.n, s.batch, s.m * s.n);
+  b = s.trans_a ? layout(type, s.m, s.k, s.m, s.batch, s.stride_a) : layout(type, s.k, s.m, s.k, s.batch, s.stride_a);
+  c = layout(type, s.n, s.m, s.n, s.batch, s.m * s.n);
+  d = layout(type, s.n, s.m, s.n, s.batch, s.m * s.n);
 }
 
 GemmDescs::~GemmDescs() {

@@ -16,11 +16,15 @@
 
 namespace kiln::targets::cuda {
 
-/// A row-major fp32 matmul, batched:
+/// A row-major matmul, batched:
 ///   D[b] (m x n) = alpha * op(A[b]) (m x k) * op(B[b]) (k x n) + beta * C[b] (+ bias[n]), then the epilogue.
 /// op(X) is X or its transpose (trans_a / trans_b: A stored k x m, B stored
 /// n x k). stride_a / stride_b are the element distances between batches (0:
 /// the operand is shared by every batch); D and C are dense, m*n apart.
+/// A, B, C, D and the bias are all of `dtype` (float32, float16 or
+/// bfloat16); the products are accumulated in fp32 (CUBLAS_COMPUTE_32F) and
+/// alpha / beta are floats. With `tf32` (float32 only) cuBLASLt may round
+/// A and B to TF32 for tensor cores (CUBLAS_COMPUTE_32F_FAST_TF32).
 struct GemmSpec {
   int64_t m = 0, n = 0, k = 0, batch = 1;
   bool trans_a = false, trans_b = false;
@@ -29,11 +33,21 @@ struct GemmSpec {
   bool has_bias = false;   ///< a bias of n floats added to every row (cuBLASLt BIAS epilogue)
   bool has_c = false;      ///< beta * C added (C has D's shape)
   int epilogue = 0;        ///< 0 none, 1 Relu, 2 Gelu (tanh approximation)
+  DType dtype = DType::f32;  ///< element type of A, B, C, D and the bias (attribute `dtype`: "float32", "float16", "bfloat16")
+  bool tf32 = false;         ///< float32 only: TF32 tensor-core math allowed (attribute `tf32`)
 };
 
-/// The spec of a kiln.cuda.Gemm node from its attributes (cuda_ops.h).
-/// Throws Error(corrupt_artifact)-free Error(invalid_model) naming the node
-/// when an attribute is missing or out of range.
+/// The cuBLASLt data type of a GemmSpec dtype (CUDA_R_32F, CUDA_R_16F,
+/// CUDA_R_16BF). Throws Error(invalid_model) for another dtype.
+cudaDataType_t blaslt_type(DType t);
+/// The compute type of a spec: CUBLAS_COMPUTE_32F, or
+/// CUBLAS_COMPUTE_32F_FAST_TF32 for a float32 spec with tf32.
+cublasComputeType_t blaslt_compute(const GemmSpec& s);
+
+/// The spec of a kiln.cuda.Gemm node from its attributes (cuda_ops.h); an
+/// artifact without `dtype` / `tf32` (older kiln) is float32, strict.
+/// Throws Error(invalid_model) naming the node when an attribute is missing
+/// or out of range (an unknown dtype, tf32 on a 16-bit matmul).
 GemmSpec gemm_spec_from(const ir::Node& n);
 /// Writes `s` as attributes of `n` (m, n, k, batch, trans_a, ...).
 void set_gemm_attrs(ir::Node& n, const GemmSpec& s);

@@ -13,15 +13,23 @@
 //    by one pointer per output, in order; shapes are baked into its code.
 //    Optional init_from (int): output 0 is first a copy of that input (the
 //    scatters update a copy of their data).
-//  - kiln.cuda.Gemm: a cuBLASLt matmul, fp32 (gemm_spec_from / blaslt.h give
-//    the attributes: m, n, k, batch, trans_a, trans_b, stride_a, stride_b,
-//    alpha, beta, epilogue, algo (ints[8], the cublasLtMatmulAlgo_t words),
-//    workspace (bytes)). Inputs (A, B, [bias [n]], [C [.., m, n]]).
-//  - kiln.cuda.Conv: a cuDNN float32 convolution without bias (cudnn_conv.h:
-//    x_dims, w_dims, y_dims, pads (symmetric), strides, dilations, group, and
-//    the tuning decision algo (cudnnConvolutionFwdAlgo_t) and workspace
+//  - kiln.cuda.Gemm: a cuBLASLt matmul with fp32 accumulation (gemm_spec_from
+//    / blaslt.h give the attributes: m, n, k, batch, trans_a, trans_b,
+//    stride_a, stride_b, alpha, beta, epilogue, dtype (string "float32",
+//    "float16" or "bfloat16": A, B, C, D and the bias), tf32 (int 0/1,
+//    float32 only: CUBLAS_COMPUTE_32F_FAST_TF32), algo (ints[8], the
+//    cublasLtMatmulAlgo_t words), workspace (bytes)). Inputs (A, B, [bias
+//    [n]], [C [.., m, n]]). Absent dtype / tf32 (older artifacts): strict float32.
+//  - kiln.cuda.Conv: a cuDNN NCHW convolution without bias (cudnn_conv.h:
+//    x_dims, w_dims, y_dims, pads (symmetric), strides, dilations, group,
+//    transposed, dtype ("float32", "float16", "bfloat16"; fp32 accumulation),
+//    tf32 (0/1; float32 only: CUDNN_DEFAULT_MATH instead of CUDNN_FMA_MATH),
+//    and the tuning decision algo (cudnnConvolutionFwdAlgo_t) and workspace
 //    (bytes)). Inputs (x, w); the bias of an ONNX Conv becomes a following
 //    element-wise Add (fused with what follows it).
+//
+//  With precision fp16 / bf16 the program's float values are mostly 16-bit
+//  (compile/precision.h); its inputs and outputs keep the model's dtypes.
 //  - kiln.cuda.Copy: output 0 = input 0 byte for byte (Reshape, Flatten,
 //    Squeeze, Unsqueeze, Identity after lowering).
 #pragma once

@@ -25,6 +25,14 @@ ConvSpec conv_spec_from(const ir::Node& n) {
   s.dilations = n.ints("dilations");
   s.group = n.i("group", 1);
   s.transposed = n.i("transposed", 0) != 0;
+  std::string dt = n.s("dtype", "float32");
+  auto parsed = dtype_from_name(dt);
+  if (!parsed || (*parsed != DType::f32 && *parsed != DType::f16 && *parsed != DType::bf16))
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv dtype '{}' (expected float32, float16 or bfloat16)", n.label(), dt);
+  s.dtype = *parsed;
+  s.tf32 = n.i("tf32", 0) != 0;
+  if (s.tf32 && s.dtype != DType::f32)
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv tf32 on a {} convolution", n.label(), dt);
   size_t k = s.x.size() < 3 ? 0 : s.x.size() - 2;
   if (k == 0 || k > 3 || s.w.size() != k + 2 || s.y.size() != k + 2 || s.pads.size() != k || s.strides.size() != k ||
       s.dilations.size() != k || s.group < 1)
@@ -41,6 +49,22 @@ void set_conv_attrs(ir::Node& n, const ConvSpec& s) {
   n.attrs["dilations"] = s.dilations;
   n.attrs["group"] = s.group;
   n.attrs["transposed"] = int64_t{s.transposed};
+  n.attrs["dtype"] = std::string(dtype_name(s.dtype));
+  n.attrs["tf32"] = int64_t{s.tf32};
+}
+
+cudnnDataType_t cudnn_type(DType t) {
+  switch (t) {
+    case DType::f32: return CUDNN_DATA_FLOAT;
+    case DType::f16: return CUDNN_DATA_HALF;
+    case DType::bf16: return CUDNN_DATA_BFLOAT16;
+    default: fail(ErrorCode::invalid_model, "cuDNN convolution on {} (float32, float16 or bfloat16 only)", dtype_name(t));
+  }
+}
+
+cudnnMathType_t conv_math(const ConvSpec& s) {
+  if (s.dtype != DType::f32) return CUDNN_TENSOR_OP_MATH;
+  return s.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
 cudnnHandle_t cudnn_handle() {
@@ -59,31 +83,32 @@ std::vector<int> packed_strides(const std::vector<int64_t>& d) {
   for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * static_cast<int>(d[i + 1]);
   return s;
 }
-cudnnTensorDescriptor_t tensor(const std::vector<int64_t>& dims) {
+cudnnTensorDescriptor_t tensor(const std::vector<int64_t>& dims, cudnnDataType_t type) {
   cudnnTensorDescriptor_t t;
   check_cudnn(cudnnCreateTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
   auto d = to_int(dims);
   auto s = packed_strides(dims);
-  check_cudnn(cudnnSetTensorNdDescriptor(t, CUDNN_DATA_FLOAT, static_cast<int>(d.size()), d.data(), s.data()),
+  check_cudnn(cudnnSetTensorNdDescriptor(t, type, static_cast<int>(d.size()), d.data(), s.data()),
               "cudnnSetTensorNdDescriptor");
   return t;
 }
 }  // namespace
 
 ConvDescs::ConvDescs(const ConvSpec& s) {
-  x = tensor(s.x);
-  y = tensor(s.y);
+  const cudnnDataType_t type = cudnn_type(s.dtype);
+  x = tensor(s.x, type);
+  y = tensor(s.y, type);
   check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
   auto wd = to_int(s.w);
-  check_cudnn(cudnnSetFilterNdDescriptor(w, CUDNN_DATA_FLOAT, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()),
+  check_cudnn(cudnnSetFilterNdDescriptor(w, type, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()),
               "cudnnSetFilterNdDescriptor");
   check_cudnn(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
   auto p = to_int(s.pads), st = to_int(s.strides), dl = to_int(s.dilations);
   check_cudnn(cudnnSetConvolutionNdDescriptor(conv, static_cast<int>(p.size()), p.data(), st.data(), dl.data(),
-                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
+                                              CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),  // fp32 accumulation for every dtype
               "cudnnSetConvolutionNdDescriptor");
   check_cudnn(cudnnSetConvolutionGroupCount(conv, static_cast<int>(s.group)), "cudnnSetConvolutionGroupCount");
-  check_cudnn(cudnnSetConvolutionMathType(conv, CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  check_cudnn(cudnnSetConvolutionMathType(conv, conv_math(s)), "cudnnSetConvolutionMathType");
 }
 
 ConvDescs::~ConvDescs() {

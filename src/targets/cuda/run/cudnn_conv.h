@@ -13,11 +13,16 @@
 
 namespace kiln::targets::cuda {
 
-/// A float32 NC<spatial> convolution (cross-correlation, like ONNX Conv)
-/// without bias: y = conv(x, w). `x` dims [N, C, D1..Dk], `w` [K, C/group,
-/// k1..kk], `y` [N, K, O1..Ok]; symmetric pads (begin == end), strides and
-/// dilations per spatial dim. Math is strict fp32 (CUDNN_FMA_MATH: no TF32),
-/// so results follow the reference kernels.
+/// An NC<spatial> convolution (cross-correlation, like ONNX Conv) without
+/// bias: y = conv(x, w). `x` dims [N, C, D1..Dk], `w` [K, C/group, k1..kk],
+/// `y` [N, K, O1..Ok], all packed NCHW of `dtype`; symmetric pads (begin ==
+/// end), strides and dilations per spatial dim. Math (conv_math):
+///  - float32: strict fp32 (CUDNN_FMA_MATH: no TF32), so results follow the
+///    reference kernels; with `tf32`, CUDNN_DEFAULT_MATH (TF32 tensor cores
+///    permitted on Ampere and newer).
+///  - float16 / bfloat16 (CUDNN_DATA_HALF / CUDNN_DATA_BFLOAT16): fp32
+///    accumulation (the convolution descriptor's compute type is
+///    CUDNN_DATA_FLOAT) on tensor cores (CUDNN_TENSOR_OP_MATH).
 /// With `transposed` (ONNX ConvTranspose): y = conv_transpose(x, w), run as
 /// cuDNN's backward-data of the convolution from y's shape to x's; `w` dims
 /// [C_in, M/group, k1..kk] (ONNX's layout, which is cuDNN's filter layout of
@@ -26,11 +31,21 @@ struct ConvSpec {
   std::vector<int64_t> x, w, y, pads, strides, dilations;
   int64_t group = 1;
   bool transposed = false;
+  DType dtype = DType::f32;  ///< x, w, y element type (attribute `dtype`: "float32", "float16", "bfloat16")
+  bool tf32 = false;         ///< float32 only: TF32 allowed (attribute `tf32`)
 };
 
+/// The cuDNN data type of x, w and y (CUDNN_DATA_FLOAT / HALF / BFLOAT16).
+/// Throws Error(invalid_model) for another dtype.
+cudnnDataType_t cudnn_type(DType t);
+/// The math type of a spec (see ConvSpec): CUDNN_FMA_MATH, CUDNN_DEFAULT_MATH
+/// (float32 with tf32) or CUDNN_TENSOR_OP_MATH (16-bit).
+cudnnMathType_t conv_math(const ConvSpec& s);
+
 /// The spec of a kiln.cuda.Conv node (attributes x_dims, w_dims, y_dims,
-/// pads, strides, dilations, group). Throws Error(invalid_model) naming the
-/// node when they are inconsistent.
+/// pads, strides, dilations, group, transposed, dtype, tf32; an artifact
+/// without dtype / tf32 is float32, strict). Throws Error(invalid_model)
+/// naming the node when they are inconsistent.
 ConvSpec conv_spec_from(const ir::Node& n);
 /// Writes `s` as attributes of `n`.
 void set_conv_attrs(ir::Node& n, const ConvSpec& s);

@@ -1,0 +1,254 @@
+// The cuda precision pass: float32 -> float16 / bfloat16 inside a program
+// (precision.h has the policy).
+#include "targets/cuda/compile/precision.h"
+
+#include <fmt/format.h>
+
+#include <map>
+#include <set>
+
+#include "support/error.h"
+#include "support/half.h"
+#include "support/log.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+/// Matmuls and convolutions: 16-bit inputs, fp32 accumulation in cuBLASLt / cuDNN.
+const std::set<std::string> kHalfOps = {"MatMul", "Gemm", "Conv", "ConvTranspose"};
+
+/// Operators whose generated kernels load and store float16 / bfloat16 and
+/// compute in float (gen_elementwise, gen_data, gen_reduce, gen_pool).
+const std::set<std::string> kFollowOps = {
+    // element-wise (gen_elementwise.cpp)
+    "Add", "Sub", "Mul", "Div", "Sum", "Mean", "Max", "Min", "Pow", "PRelu", "Equal", "Less", "LessOrEqual", "Greater",
+    "GreaterOrEqual", "Where", "Not", "Identity", "Expand", "Dropout", "Abs", "Neg", "Relu", "Sign", "Clip", "Mod", "Exp",
+    "Log", "Sqrt", "Tanh", "Erf", "Floor", "Ceil", "Round", "Sin", "Cos", "Sigmoid", "Softplus", "IsNaN", "IsInf", "Tan",
+    "Asin", "Acos", "Atan", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Reciprocal", "Softsign", "LeakyRelu", "Elu",
+    "Celu", "Selu", "HardSigmoid", "HardSwish", "Shrink", "ThresholdedRelu", "Mish", "Gelu",
+    // data movement (gen_data.cpp: bits are moved, never computed on)
+    "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Transpose", "Gather", "Concat", "Slice", "Split", "GatherElements",
+    "Trilu", "Tile", "Pad", "GatherND", "ScatterElements", "ScatterND", "DepthToSpace", "SpaceToDepth",
+    // normalizations, softmax, reductions (gen_reduce.cpp: float internals)
+    "Softmax", "LogSoftmax", "Hardmax", "LayerNormalization", "InstanceNormalization", "GroupNormalization",
+    "BatchNormalization", "ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare",
+    "ReduceL1", "ReduceL2", "ReduceLogSum", "ReduceLogSumExp", "ArgMax", "ArgMin", "GlobalAveragePool",
+    "GlobalMaxPool",
+    // pools (gen_pool.cpp), nearest Resize (gen_resize.cpp; moves bits)
+    "MaxPool", "AveragePool", "LpPool", "Resize"};
+
+/// fp16 only: results that can overflow fp16 while the inputs do not.
+const std::set<std::string> kFp32OutOpsF16 = {"Exp",      "Pow",      "ReduceSum", "ReduceSumSquare",
+                                              "ReduceL1", "ReduceL2", "ReduceProd"};
+
+/// Whether input `i` of `n` is data the node computes on in its compute
+/// dtype (else it is a parameter, shape or attribute-like input that keeps
+/// its dtype: normalization parameters and Pow's exponent stay float32,
+/// Resize's roi / scales and Dropout's ratio are not data at all).
+bool is_data_input(const ir::Node& n, size_t i) {
+  const std::string& op = n.op_type;
+  if (op == "Pow") return i == 0;  // the exponent keeps float32 (1/3 is not a 16-bit number)
+  if (op == "Resize" || op == "Dropout" || op == "BatchNormalization" || op == "LayerNormalization" ||
+      op == "InstanceNormalization" || op == "GroupNormalization")
+    return i == 0;
+  return true;
+}
+
+/// Outputs that keep float32 whatever the node computes in (ONNX's type U
+/// of LayerNormalization's Mean and InvStdDev, which its stash_type makes float32).
+bool keeps_f32_output(const ir::Node& n, size_t k) { return n.op_type == "LayerNormalization" && k >= 1; }
+
+std::string short_name(DType t) { return t == DType::f16 ? "f16" : t == DType::bf16 ? "bf16" : "f32"; }
+
+/// A copy of float32 / float16 / bfloat16 tensor `t` as dtype `to` (one of
+/// the same three), rounded to nearest even.
+Tensor convert_tensor(const Tensor& t, DType to) {
+  Tensor out(to, t.shape());
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; ++i) {
+    float f = t.dtype() == DType::f32   ? t.data<float>()[i]
+              : t.dtype() == DType::f16 ? half_to_float(t.data<uint16_t>()[i])
+                                        : bf16_to_float(t.data<uint16_t>()[i]);
+    if (to == DType::f32) out.data<float>()[i] = f;
+    else if (to == DType::f16) out.data<uint16_t>()[i] = float_to_half(f);
+    else out.data<uint16_t>()[i] = float_to_bf16(f);
+  }
+  return out;
+}
+
+class Converter {
+ public:
+  Converter(ir::Model& m, DType to) : m_(m), to_(to) {
+    const size_t n = m.values.size();
+    orig_.resize(n);
+    for (size_t i = 0; i < n; ++i) orig_[i] = m.values[i].dtype;
+    graph_input_.assign(n, false);
+    graph_output_.assign(n, false);
+    for (auto v : m.main.inputs) graph_input_[v] = true;
+    for (auto v : m.main.outputs) graph_output_[v] = true;
+  }
+
+  PrecisionStats run() {
+    std::vector<ir::Node> nodes = std::move(m_.main.nodes);
+    m_.main.nodes.clear();
+    for (auto& n : nodes) rewrite(std::move(n));
+    m_.main.nodes = std::move(out_);
+    return st_;
+  }
+
+ private:
+  bool was_f32(ir::ValueId v) const {
+    return v != ir::kNoValue && static_cast<size_t>(v) < orig_.size() && orig_[v] == DType::f32;
+  }
+  /// Adds a value standing for a float32 value of the model (a converted
+  /// copy, a cast's output, a model output's 16-bit internal): it counts as
+  /// float32 data for the nodes that read it later.
+  ir::ValueId add_value(ir::Value v) {
+    ir::ValueId id = m_.add_value(std::move(v));
+    orig_.push_back(DType::f32);
+    graph_input_.push_back(false);
+    graph_output_.push_back(false);
+    return id;
+  }
+  /// A constant or a model input: converted where it is read, so it never
+  /// forces float32 on a follow node.
+  bool adaptable(ir::ValueId v) const {
+    return m_.value(v).constant.has_value() || (static_cast<size_t>(v) < graph_input_.size() && graph_input_[v]);
+  }
+
+  /// v as dtype t: v itself, a converted constant, or the output of a Cast
+  /// emitted before `reader` (one per value and dtype, reused).
+  ir::ValueId as(ir::ValueId v, DType t, const ir::Node& reader) {
+    if (m_.value(v).dtype == t) return v;
+    auto key = std::make_pair(v, t);
+    if (auto it = converted_.find(key); it != converted_.end()) return it->second;
+    ir::Value nv = m_.value(v);
+    nv.name = fmt::format("{}_{}", nv.name, short_name(t));
+    nv.dtype = t;
+    ir::ValueId id;
+    if (nv.constant) {
+      nv.constant = convert_tensor(*nv.constant, t);
+      id = add_value(std::move(nv));
+      ++st_.constants;
+    } else {
+      nv.constant.reset();
+      id = add_value(std::move(nv));
+      ir::Node c;
+      c.op_type = "Cast";
+      c.name = fmt::format("{}_cast_{}", reader.name.empty() ? m_.value(v).name : reader.name, short_name(t));
+      c.opset = reader.opset;
+      c.inputs = {v};
+      c.outputs = {id};
+      c.attrs["to"] = static_cast<int64_t>(t);
+      out_.push_back(std::move(c));
+      ++st_.casts;
+    }
+    converted_.emplace(key, id);
+    return id;
+  }
+
+  void rewrite(ir::Node n) {
+    for (auto& v : n.inputs)
+      if (v != ir::kNoValue)
+        if (auto it = renamed_.find(v); it != renamed_.end()) v = it->second;
+    const PrecisionRole role = precision_role(n, to_);
+    DType want = DType::f32;  // the dtype of the node's converted float outputs
+    switch (role) {
+      case PrecisionRole::island:
+        for (auto& v : n.inputs)
+          if (was_f32(v) && m_.value(v).dtype != DType::f32) v = as(v, DType::f32, n);
+        break;
+      case PrecisionRole::cast:
+      case PrecisionRole::fp32_out:
+        break;
+      case PrecisionRole::half:
+      case PrecisionRole::follow:
+        want = to_;
+        if (role == PrecisionRole::follow)
+          for (size_t i = 0; i < n.inputs.size(); ++i) {
+            ir::ValueId v = n.inputs[i];
+            if (was_f32(v) && is_data_input(n, i) && m_.value(v).dtype == DType::f32 && !adaptable(v)) want = DType::f32;
+          }
+        for (size_t i = 0; i < n.inputs.size(); ++i)
+          if (was_f32(n.inputs[i]) && is_data_input(n, i)) n.inputs[i] = as(n.inputs[i], want, n);
+        break;
+    }
+    // Outputs: float32 ones take `want` (a cast keeps its `to`); a model
+    // output computed in 16 bits is renamed and cast back after the node.
+    std::vector<std::pair<ir::ValueId, ir::ValueId>> back;  // (16-bit internal, model output)
+    bool has_f32_output = false;
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      ir::ValueId v = n.outputs[k];
+      if (!was_f32(v) || role == PrecisionRole::cast) continue;
+      DType t = keeps_f32_output(n, k) ? DType::f32 : want;
+      if (t == DType::f32) {
+        has_f32_output = true;
+        continue;
+      }
+      ++st_.values;
+      if (graph_output_[v]) {
+        ir::Value iv = m_.value(v);
+        iv.name += "_" + short_name(t);
+        iv.dtype = t;
+        ir::ValueId id = add_value(std::move(iv));
+        renamed_[v] = id;
+        n.outputs[k] = id;
+        back.emplace_back(id, v);
+      } else {
+        m_.value(v).dtype = t;
+      }
+    }
+    if (has_f32_output && role != PrecisionRole::cast) ++st_.fp32_nodes;
+    const std::string name = n.name;
+    const int opset = n.opset;
+    out_.push_back(std::move(n));
+    for (auto [internal, output] : back) {
+      ir::Node c;
+      c.op_type = "Cast";
+      c.name = fmt::format("{}_output_f32", name.empty() ? m_.value(output).name : name);
+      c.opset = opset;
+      c.inputs = {internal};
+      c.outputs = {output};
+      c.attrs["to"] = static_cast<int64_t>(DType::f32);
+      out_.push_back(std::move(c));
+      ++st_.casts;
+    }
+  }
+
+  ir::Model& m_;
+  DType to_;
+  std::vector<DType> orig_;  ///< each value's dtype before the pass
+  std::vector<bool> graph_input_, graph_output_;
+  std::map<std::pair<ir::ValueId, DType>, ir::ValueId> converted_;
+  std::map<ir::ValueId, ir::ValueId> renamed_;  ///< model output -> its 16-bit internal value
+  std::vector<ir::Node> out_;
+  PrecisionStats st_;
+};
+
+}  // namespace
+
+PrecisionRole precision_role(const ir::Node& n, DType to) {
+  if (!n.domain.empty()) return PrecisionRole::island;
+  const std::string& op = n.op_type;
+  if (op == "Cast") return PrecisionRole::cast;
+  if (kHalfOps.count(op)) return PrecisionRole::half;
+  if (to == DType::f16 && kFp32OutOpsF16.count(op)) return PrecisionRole::fp32_out;
+  // Linear / cubic Resize weights and reducing scatters are float32-only kernels.
+  if (op == "Resize" && n.s("mode", "nearest") != "nearest") return PrecisionRole::island;
+  if ((op == "ScatterElements" || op == "ScatterND") && n.s("reduction", "none") != "none") return PrecisionRole::island;
+  if (kFollowOps.count(op)) return PrecisionRole::follow;
+  return PrecisionRole::island;
+}
+
+PrecisionStats convert_precision(ir::Model& m, DType to) {
+  if (to != DType::f16 && to != DType::bf16)
+    fail(ErrorCode::internal, "convert_precision: {} is not a 16-bit float type", dtype_name(to));
+  Stopwatch sw;
+  PrecisionStats st = Converter(m, to).run();
+  log().info("cuda precision {}: {} values and {} constants 16-bit, {} casts, {} nodes left float32 ({:.1f} ms)",
+             dtype_name(to), st.values, st.constants, st.casts, st.fp32_nodes, sw.ms());
+  return st;
+}
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,70 @@
+// The cuda target's precision pass (compile side): with precision fp16 or
+// bf16 the float32 values inside a program become 16-bit before lowering,
+// while the model's inputs and outputs keep their declared dtypes.
+//
+// Policy (docs/cuda.md, "Precision"), in the style of mixed-precision
+// autocasting, node by node in topological order:
+//
+//  - 16-bit ops (MatMul, Gemm, Conv, ConvTranspose): every float32 input is
+//    converted to the 16-bit type and the outputs are 16-bit. cuBLASLt and
+//    cuDNN accumulate in fp32.
+//  - follow ops (element-wise math, data movement, Softmax / LogSoftmax,
+//    Layer/Instance/Group/BatchNormalization, Reduce*, ArgMax/ArgMin, pools,
+//    nearest Resize): they compute in the 16-bit type unless one of their
+//    float inputs is a float32 activation, in which case they stay float32
+//    ("promotion": mixing never rounds a float32 value down). Every
+//    generated kernel computes in float internally (loads 16-bit, converts,
+//    accumulates means / variances / exp-sums in float, rounds once when it
+//    stores), so normalizations and softmax have fp32 internals.
+//    Normalization parameters (scale, bias, BatchNormalization's mean and
+//    variance) and LayerNormalization's Mean / InvStdDev outputs stay
+//    float32; Resize's roi / scales and Dropout's ratio are never touched.
+//  - fp32-output ops, fp16 only (Exp, Pow, ReduceSum, ReduceSumSquare,
+//    ReduceL1, ReduceL2, ReduceProd): they read their inputs as they are and
+//    write float32, since their results can leave fp16's range (65504) when
+//    the inputs do not; what follows them is promoted to float32 until the
+//    next 16-bit op. bf16 has float32's range, so there they follow.
+//  - Cast keeps its `to`: an explicit Cast to float32 stays float32.
+//  - everything else (losses, Quantize/DequantizeLinear, CumSum, linear /
+//    cubic Resize, OneHot, EyeLike, reducing scatters, ...) runs as written
+//    in float32: 16-bit inputs are cast back to float32 first.
+//
+// Constants are converted at compile time (one 16-bit copy per constant; the
+// float32 original is dropped when nothing reads it any more). A model input
+// read by a 16-bit or follow op is cast once, where it is first needed; a
+// model output computed in 16 bits is produced by a final Cast to float32.
+#pragma once
+#include <string>
+
+#include "ir/graph.h"
+
+namespace kiln::targets::cuda {
+
+/// What convert_precision did, for logs and tests.
+struct PrecisionStats {
+  int values = 0;     ///< float32 activations now 16-bit (node outputs)
+  int constants = 0;  ///< float32 constants given a 16-bit copy
+  int casts = 0;      ///< Cast nodes inserted (model inputs and outputs, float32 islands, promotions)
+  int fp32_nodes = 0; ///< nodes with a float32 output left float32 (islands, fp32-output ops, promoted)
+};
+
+/// How the precision pass treats one node (see the policy above).
+enum class PrecisionRole {
+  half,      ///< inputs converted to the 16-bit type, outputs 16-bit
+  follow,    ///< 16-bit unless a float32 activation is among its inputs
+  fp32_out,  ///< inputs as they are, outputs float32
+  cast,      ///< an ONNX Cast: input as it is, output as written
+  island,    ///< runs as written on float32: 16-bit inputs cast back
+};
+
+/// The role of node `n` when converting to `to` (DType::f16 or DType::bf16).
+PrecisionRole precision_role(const ir::Node& n, DType to);
+
+/// Rewrites cp.model's main graph (shapes inferred, topologically sorted) so
+/// that its float32 values are `to` (DType::f16 or DType::bf16) where the
+/// policy says, inserting ONNX Cast nodes (domain "", attribute `to`) and
+/// 16-bit constants. Main-graph inputs and outputs keep their dtypes and
+/// names. Throws Error(internal) for another `to`.
+PrecisionStats convert_precision(ir::Model& m, DType to);
+
+}  // namespace kiln::targets::cuda

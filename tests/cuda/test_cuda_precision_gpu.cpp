@@ -1,0 +1,251 @@
+// fp16, bf16 and TF32 on a GPU (label `cuda`, part of kiln_cuda_gpu_tests,
+// whose main() prints SKIPPED and exits 77 without a device): programs
+// compiled with each precision run against the ref target's float32 outputs
+// within the tolerances below (docs/cuda.md, "Precision", gives the same
+// numbers and their derivation).
+//
+// Tolerances. An output element passes when
+//     |cuda - ref| <= atol * scale + rtol * |ref|,  scale = max(1, max |ref|)
+// (scale makes atol relative to the output's magnitude). With unit roundoff
+// u (2^-11 for fp16 and for TF32's 10-bit mantissa rounded to nearest, 2^-8
+// for bf16), a dot product of length K with fp32 accumulation whose inputs
+// were rounded carries a relative error of about 2u per term, which grows
+// like sqrt(K) over the sum; these models have K <= 72 (sqrt ~ 8.5) and a
+// few roundings in sequence (inputs, each 16-bit op's output, 2-4 layers),
+// taken as a factor c:
+//   - fp16: c = 4:  4 * 2^-11 * 8.5 = 1.7e-2  -> rtol = atol = 2e-2
+//   - bf16: c = 3:  3 * 2^-8  * 8.5 = 1.0e-1  -> rtol = atol = 1e-1
+//   - TF32: c = 2 (only matmul / convolution inputs are rounded, every other
+//     op is exact fp32): 2 * 2^-11 * 8.5 = 8.3e-3 -> rtol = atol = 1e-2
+// against 1e-4 / 1e-5 for strict fp32 (test_cuda_gpu.cpp).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <algorithm>
+#include <functional>
+
+#include "artifact/artifact.h"
+#include "cuda_models.h"
+#include "kiln/compile.h"
+#include "kiln/errors.h"
+#include "kiln/session.h"
+
+namespace kiln::testing {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct Tol {
+  double rtol, atol;
+};
+constexpr Tol kFp16{2e-2, 2e-2};
+constexpr Tol kBf16{1e-1, 1e-1};
+constexpr Tol kTf32{1e-2, 1e-2};
+
+Tensor wave(std::vector<int64_t> shape, float scale, float phase) {
+  Tensor t(DType::f32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = scale * std::sin(0.37f * static_cast<float>(i) + phase);
+  return t;
+}
+
+SessionOptions make_options(Target t, Precision p = Precision::fp32, bool tf32 = false) {
+  SessionOptions o;
+  o.target = t;
+  o.precision = p;
+  o.allow_tf32 = tf32;
+  o.use_cache = false;
+  return o;
+}
+
+/// Largest |got - want| / (atol * scale + rtol * |want|) over the elements
+/// (> 1: out of tolerance); adds a failure for the first few bad elements.
+double expect_within(const Tensor& got, const Tensor& want, const std::string& what, Tol tol) {
+  EXPECT_EQ(got.shape(), want.shape()) << what;
+  EXPECT_EQ(got.dtype(), DType::f32) << what << ": the model's outputs stay float32";
+  if (got.shape() != want.shape() || got.dtype() != DType::f32) return INFINITY;
+  double scale = 1;
+  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(double(want.data<float>()[i])));
+  double worst = 0;
+  int bad = 0;
+  for (int64_t i = 0; i < want.numel(); ++i) {
+    double g = got.data<float>()[i], w = want.data<float>()[i];
+    double ratio = std::fabs(g - w) / (tol.atol * scale + tol.rtol * std::fabs(w));
+    if (!(ratio <= 1)) {
+      if (bad++ < 5) ADD_FAILURE() << what << "[" << i << "]: cuda " << g << ", ref " << w << " (scale " << scale << ")";
+      ratio = std::isnan(ratio) ? INFINITY : ratio;
+    }
+    worst = std::max(worst, ratio);
+  }
+  return worst;
+}
+
+/// One model with its inputs (and fixed shapes, if any).
+struct Case {
+  std::string name;
+  std::function<ModelBuilder()> model;
+  std::function<std::map<std::string, Tensor>()> inputs;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  bool convs = false;  ///< has cuDNN convolutions (bf16 may be refused, see below)
+};
+
+std::map<std::string, Tensor> kernel_inputs() {
+  Tensor idx(DType::i64, {3});
+  idx.data<int64_t>()[0] = 3;
+  idx.data<int64_t>()[1] = -4;
+  idx.data<int64_t>()[2] = 1;
+  return {{"x", wave({2, 4, 8}, 2.f, 0.2f)}, {"idx", idx}};
+}
+
+ModelBuilder norms_model() {
+  ModelBuilder b(18);
+  b.input("x", 1, {2, 4, 3, 3});
+  b.initializer("c4", {4}, {1.f, 0.5f, 2.f, -1.f});
+  b.initializer("v4", {4}, {1.f, 0.5f, 2.f, 3.f});
+  b.initializer("g2", {2}, {1.f, 0.5f});
+  b.node("InstanceNormalization", {"x", "c4", "c4"}, {"in"});
+  ModelBuilder::attr_int(b.node("GroupNormalization", {"x", "g2", "g2"}, {"gn"}), "num_groups", 2);
+  b.node("BatchNormalization", {"x", "c4", "c4", "c4", "v4"}, {"bn"});
+  b.node("Relu", {"bn"}, {"bnr"});
+  b.output("in", 1, {2, 4, 3, 3}).output("gn", 1, {2, 4, 3, 3}).output("bnr", 1, {2, 4, 3, 3});
+  return b;
+}
+
+std::vector<Case> cases() {
+  return {
+      {"mlp", [] { return mlp_model(); }, [] { return std::map<std::string, Tensor>{{"x", wave({5, 4}, 1.5f, 0.3f)}}; },
+       {{"x", {5, 4}}}},
+      {"kernels+matmuls", matmul_model, kernel_inputs, {}},
+      {"attention", attention_model,
+       [] { return std::map<std::string, Tensor>{{"x", wave({2, 8, 32}, 1.f, 0.4f)}}; }, {}},
+      {"norms", norms_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 4, 3, 3}, 2.f, 0.7f)}}; }, {}},
+      {"pools", pool_model, [] { return std::map<std::string, Tensor>{{"x", wave({1, 4, 9, 9}, 3.f, 0.4f)}}; }, {}},
+      {"convnet", conv_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 3, 16, 16}, 1.f, 0.9f)}}; }, {},
+       true},
+      {"conv+bn", conv_bn_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 3, 16, 16}, 1.f, 0.5f)}}; },
+       {}, true},
+  };
+}
+
+/// Runs `c` on ref (float32) and on cuda with `p` / `tf32`; true when it ran.
+/// With bf16, a model with convolutions may be refused at compile time
+/// (Error unsupported naming cuDNN and bfloat16, when cuDNN's legacy API
+/// has no NCHW bfloat16 algorithm for it): a NOTE is printed, no failure.
+bool check_case(const Case& c, Precision p, bool tf32, Tol tol) {
+  TempDir dir;
+  fs::path path = dir / (c.name + ".onnx");
+  c.model().save(path);
+  auto ref_opt = make_options(Target::ref());
+  auto gpu_opt = make_options(Target::cuda(), p, tf32);
+  ref_opt.input_shapes = gpu_opt.input_shapes = c.shapes;
+  std::string what = c.name + " " + precision_text(p, tf32);
+  std::unique_ptr<Session> gpu;
+  try {
+    gpu = std::make_unique<Session>(path, gpu_opt);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (p == Precision::bf16 && c.convs && e.code() == ErrorCode::unsupported &&
+        msg.find("cuDNN") != std::string::npos && msg.find("bfloat16") != std::string::npos) {
+      std::printf("NOTE: %s refused at compile time: %s\n", what.c_str(), msg.c_str());
+      return false;
+    }
+    ADD_FAILURE() << what << ": " << msg;
+    return false;
+  }
+  Session ref(path, ref_opt);
+  for (auto& t : gpu->outputs()) EXPECT_EQ(t.dtype, DType::f32) << what << " output " << t.name;
+  auto in = c.inputs();
+  auto want = ref.run(in);
+  auto got = gpu->run(in);
+  EXPECT_EQ(got.size(), want.size()) << what;
+  for (auto& [name, t] : want) {
+    if (!got.count(name)) {
+      ADD_FAILURE() << what << ": no output " << name;
+      continue;
+    }
+    double worst = expect_within(got.at(name), t, what + " " + name, tol);
+    std::printf("%-28s %-6s worst error / tolerance %.3f\n", what.c_str(), name.c_str(), worst);
+  }
+  return true;
+}
+
+TEST(CudaPrecision, Fp16MatchesRefWithinTolerance) {
+  for (auto& c : cases()) check_case(c, Precision::fp16, false, kFp16);
+}
+
+TEST(CudaPrecision, Bf16MatchesRefWithinTolerance) {
+  int ran = 0;
+  for (auto& c : cases()) ran += check_case(c, Precision::bf16, false, kBf16);
+  EXPECT_GE(ran, 5) << "every model without convolutions must run in bf16";
+}
+
+TEST(CudaPrecision, Tf32MatchesRefWithinTolerance) {
+  for (auto& c : cases()) check_case(c, Precision::fp32, true, kTf32);
+}
+
+// The 16-bit program really computes in 16 bits: its outputs differ from
+// float32 somewhere (rounding), yet stay within tolerance.
+TEST(CudaPrecision, Fp16OutputsAreRoundedNotFloat32) {
+  TempDir dir;
+  attention_model().save(dir / "a.onnx");
+  std::map<std::string, Tensor> in{{"x", wave({2, 8, 32}, 1.f, 0.4f)}};
+  auto strict = Session(dir / "a.onnx", make_options(Target::cuda())).run(in);
+  auto half = Session(dir / "a.onnx", make_options(Target::cuda(), Precision::fp16)).run(in);
+  double diff = 0;
+  const Tensor &a = strict.at("y"), &b = half.at("y");
+  for (int64_t i = 0; i < a.numel(); ++i) diff = std::max(diff, double(std::fabs(a.data<float>()[i] - b.data<float>()[i])));
+  EXPECT_GT(diff, 0.0);
+}
+
+// Artifacts record the precision (compatibility block) and each matmul /
+// convolution its dtype and math (node attributes), and load back.
+TEST(CudaPrecision, ArtifactsRecordPrecisionAndNodeDtypes) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  for (auto [p, tf32, dtype, compat] : std::vector<std::tuple<Precision, bool, std::string, std::string>>{
+           {Precision::fp16, false, "float16", "fp16"}, {Precision::fp32, true, "float32", "fp32+tf32"}}) {
+    auto opt = make_options(Target::cuda(), p, tf32);
+    fs::path art = dir / (compat + ".kiln");
+    kiln::compile(dir / "c.onnx", art, opt);
+    EXPECT_EQ(artifact::read_compat(art).precision, compat);
+    auto cp = artifact::read_file(art);
+    int gemms = 0, convs = 0;
+    for (auto& n : cp.model.main.nodes) {
+      if (n.domain != "kiln.cuda" || (n.op_type != "Gemm" && n.op_type != "Conv")) continue;
+      (n.op_type == "Gemm" ? gemms : convs)++;
+      EXPECT_EQ(n.s("dtype", "?"), dtype) << n.label();
+      EXPECT_EQ(n.i("tf32", -1), tf32 ? 1 : 0) << n.label();
+    }
+    EXPECT_EQ(gemms, 1);
+    EXPECT_EQ(convs, 3);
+    Session s = Session::load(art, opt);
+    Session ref(dir / "c.onnx", make_options(Target::ref()));
+    std::map<std::string, Tensor> in{{"x", wave({2, 3, 16, 16}, 1.f, 0.9f)}};
+    expect_within(s.run(in).at("y"), ref.run(in).at("y"), compat + " artifact", p == Precision::fp16 ? kFp16 : kTf32);
+  }
+}
+
+// The cache keeps one entry per precision: switching never reuses a program
+// compiled with other math.
+TEST(CudaPrecision, CacheSeparatesPrecisions) {
+  TempDir dir;
+  mlp_model().save(dir / "m.onnx");
+  auto with_cache = [&](Precision p, bool tf32) {
+    auto o = make_options(Target::cuda(), p, tf32);
+    o.use_cache = true;
+    o.cache_dir = dir / "cache";
+    o.input_shapes["x"] = {5, 4};
+    return Session(dir / "m.onnx", o).stats().cache;
+  };
+  using C = SessionStats::Cache;
+  EXPECT_EQ(with_cache(Precision::fp32, false), C::miss);
+  EXPECT_EQ(with_cache(Precision::fp32, true), C::miss);
+  EXPECT_EQ(with_cache(Precision::fp16, false), C::miss);
+  EXPECT_EQ(with_cache(Precision::bf16, false), C::miss);
+  EXPECT_EQ(with_cache(Precision::fp32, false), C::hit);
+  EXPECT_EQ(with_cache(Precision::fp32, true), C::hit);
+  EXPECT_EQ(with_cache(Precision::fp16, false), C::hit);
+}
+
+}  // namespace
+}  // namespace kiln::testing
