@@ -77,9 +77,9 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
   }
-  if (target.kind != Target::Kind::cuda && (precision != Precision::fp32 || allow_tf32))
+  if (target.kind != Target::Kind::cuda && (opt.precision != Precision::fp32 || opt.allow_tf32))
     fail(ErrorCode::invalid_option, "precision: target {} supports only fp32 ({} requested)", target.name(),
-         precision_text(precision, allow_tf32));
+         precision_text(opt.precision, opt.allow_tf32));
   if (target.kind == Target::Kind::cuda) {
 #ifdef KILN_WITH_CUDA
     int simplified = passes::simplify_algebra(cp.model);
