@@ -51,10 +51,10 @@ for m in bert_base resnet50; do
   [ $m = bert_base ] && IN=$bert_in || IN=$img_in
   timeout 100 "$K" run $M/$m.onnx --target cpu --no-cache $IN --output-dir /tmp/out_${m}_cpu > /dev/null
   for p in $PRECISIONS; do
-    PF=""; [ "$p" != fp32 ] && PF="--precision $p"
+    case $p in fp32) PF="";; tf32) PF="--tf32";; *) PF="--precision $p";; esac
     echo "### $m cuda $p"
-    timeout 150 "$K" perf $M/$m.onnx --target cuda $PF --runs 100 --profile $IN 2>&1 | head -40
-    timeout 100 "$K" run $M/$m.onnx --target cuda $PF --no-cache $IN --output-dir /tmp/out_${m}_$p > /dev/null
+    timeout 150 "$K" perf $M/$m.onnx --target cuda $PF --runs 100 --profile --keep /tmp/art_${m}_$p.kiln $IN 2>&1 | head -40
+    timeout 60 "$K" run /tmp/art_${m}_$p.kiln $IN --output-dir /tmp/out_${m}_$p > /dev/null
     python3 - "$m" "$p" <<'PY'
 import numpy as np, glob, os, sys
 m, p = sys.argv[1:]
@@ -111,7 +111,9 @@ cat "$L/warm.log" | grep -v "^{"
 stamp "conformance"
 if [ -f .gpu/node.tar.xz ]; then
   mkdir -p /tmp/onnxdata && tar -xJf .gpu/node.tar.xz -C /tmp/onnxdata
-  timeout ${KILN_CONFORMANCE_TIMEOUT:-180} "$B/tests/conformance/kiln_conformance" --data /tmp/onnxdata/node --target cuda \
+  left=$(( ${KILN_SESSION_BUDGET_S:-570} - ($(date +%s) - t0) ))
+  stamp "conformance gets ${left} s"
+  [ "$left" -gt 20 ] && timeout "$left" "$B/tests/conformance/kiln_conformance" --data /tmp/onnxdata/node --target cuda \
     --jobs 14 --tolerances tests/conformance/tolerances.txt --baseline tests/conformance/baseline_cuda.txt \
     > "$L/conformance_cuda.log" 2>&1
   echo "rc=$?" >> "$L/conformance_cuda.log"
