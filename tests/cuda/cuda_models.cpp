@@ -246,4 +246,22 @@ ModelBuilder attention_model() {
   return b;
 }
 
+ModelBuilder pointwise_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 6, 5, 7});
+  b.initializer("W1", {4, 6, 1, 1}, ramp(24, 0.4f, 0.3f));
+  b.initializer("B1", {4}, ramp(4, 0.2f, 0.1f));
+  b.initializer("W2", {6, 4, 1, 1}, ramp(24, 0.3f, 0.8f));
+  b.initializer("W3", {5, 6, 1, 1}, ramp(30, 0.2f, 0.4f));
+  auto& c1 = b.node("Conv", {"x", "W1", "B1"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "kernel_shape", {1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  b.node("Conv", {"r1", "W2"}, {"c2"});
+  b.node("Add", {"c2", "x"}, {"s"});
+  auto& c3 = b.node("Conv", {"s", "W3"}, {"c3"});  // strided: stays a cuDNN convolution
+  ModelBuilder::attr_ints(c3, "strides", {2, 2});
+  b.output("s", 1, {2, 6, 5, 7}).output("c3", 1, {2, 5, 3, 4});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -49,4 +49,9 @@ ModelBuilder conv_bn_model();
 /// [2,8,32] (a decomposed variance-style normalization).
 ModelBuilder attention_model();
 
+/// 1x1 convolutions (GPU only to run): x float32[2,6,5,7] ->
+///   s  = Conv1x1(Relu(Conv1x1(x, W1[4,6,1,1]) + B1), W2[6,4,1,1]) + x   [2,6,5,7]  (two cuBLASLt matmuls)
+///   c3 = Conv1x1(s, W3[5,6,1,1], strides 2)                              [2,5,3,4]  (cuDNN: strided)
+ModelBuilder pointwise_model();
+
 }  // namespace kiln::testing

@@ -77,6 +77,25 @@ TEST(CudaCross, HeuristicCompileForANamedArchNeedsNoGpu) {
   EXPECT_EQ(convs, 3);  // stem, residual block, depthwise
 }
 
+TEST(CudaCross, UnstridedPointwiseConvolutionsBecomeMatmuls) {
+  TempDir dir;
+  pointwise_model().save(dir / "p.onnx");
+  compile(dir / "p.onnx", dir / "p.kiln", cross(foreign_arch()));
+  auto cp = artifact::read_file(dir / "p.kiln");
+  std::vector<std::vector<int64_t>> gemms;  // m, n, k, batch, stride_a, stride_b
+  int convs = 0;
+  for (auto& n : cp.model.main.nodes) {
+    if (n.op_type == "Gemm") {
+      EXPECT_EQ(n.s("source_op", ""), "Conv");
+      gemms.push_back({n.i("m"), n.i("n"), n.i("k"), n.i("batch"), n.i("stride_a"), n.i("stride_b")});
+    }
+    convs += n.op_type == "Conv";
+  }
+  std::vector<std::vector<int64_t>> want = {{4, 35, 6, 2, 0, 6 * 35}, {6, 35, 4, 2, 0, 4 * 35}};
+  EXPECT_EQ(gemms, want);
+  EXPECT_EQ(convs, 1);
+}
+
 TEST(CudaCross, TimedTuningWithoutTheGpuIsRefusedNamingTheOption) {
   TempDir dir;
   mlp_model().save(dir / "m.onnx");

@@ -350,6 +350,12 @@ TEST(CudaGpu, ProfiledRunTimesEveryNodeAndGivesTheSameOutputs) {
   EXPECT_GT(p.total_ms, sum * 0.5);
 }
 
+TEST(CudaGpu, PointwiseConvolutionsAsMatmulsMatchRef) {
+  TempDir dir;
+  pointwise_model().save(dir / "p.onnx");
+  compare_with_ref(dir / "p.onnx", {{"x", filled(DType::f32, {2, 6, 5, 7}, 1.f, 0.6f)}});
+}
+
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   TempDir dir;
   ModelBuilder b(17);

@@ -32,6 +32,27 @@ Uses uses_of(const ir::Model& m) {
   return u;
 }
 
+int alias_copies(ir::Model& m) {
+  std::vector<bool> is_output(m.values.size(), false);
+  for (auto v : m.main.outputs) is_output[v] = true;
+  std::vector<ir::ValueId> alias(m.values.size(), ir::kNoValue);
+  auto resolve = [&](ir::ValueId v) { return v != ir::kNoValue && alias[v] != ir::kNoValue ? alias[v] : v; };
+  std::vector<ir::Node> kept;
+  int removed = 0;
+  for (auto& n : m.main.nodes) {
+    for (auto& v : n.inputs) v = resolve(v);
+    if (n.domain == kCudaDomain && n.op_type == "Copy" && n.inputs.size() == 1 && n.outputs.size() == 1 &&
+        !is_output[n.outputs[0]] && m.value(n.inputs[0]).dtype == m.value(n.outputs[0]).dtype) {
+      alias[n.outputs[0]] = n.inputs[0];  // already resolved: chains collapse
+      ++removed;
+      continue;
+    }
+    kept.push_back(std::move(n));
+  }
+  m.main.nodes = std::move(kept);
+  return removed;
+}
+
 LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt) {
   Stopwatch sw;
   ir::Model& m = cp.model;
@@ -115,6 +136,11 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
       continue;
     }
     if (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) {
+      if (auto g = lower_pointwise_conv(L, n, opt)) {
+        lowered.push_back(std::move(*g));
+        ++st.gemms;
+        continue;
+      }
       lowered.push_back(lower_conv(L, n, opt));
       ++st.convs;
       continue;
@@ -134,6 +160,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     }
   }
   m.main.nodes = std::move(lowered);
+  st.copies -= alias_copies(m);
   passes::eliminate_dead_code(m);
   ir::verify(m);
 

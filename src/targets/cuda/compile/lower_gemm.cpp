@@ -32,6 +32,17 @@ bool bias_vector(const Lowering& L, ir::ValueId v, int64_t n, DType t, bool need
 
 }  // namespace
 
+void set_gemm_decision(Lowering& L, ir::Node& g, const GemmSpec& s, const LowerOptions& opt, const std::string& where) {
+  if (opt.device < 0) {
+    g.attrs["algo_at_load"] = int64_t{1};
+    g.attrs["workspace"] = static_cast<int64_t>(kMaxWorkspace);
+    return;
+  }
+  GemmAlgo chosen = tune_gemm(s, opt.tuning, opt.device, where, L.tuning);
+  g.attrs["algo"] = std::vector<int64_t>(chosen.words.begin(), chosen.words.end());
+  g.attrs["workspace"] = static_cast<int64_t>(chosen.workspace);
+}
+
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt) {
   ir::Model& m = L.model;
   const ir::Node& n = m.main.nodes[i];
@@ -153,14 +164,7 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
   g.outputs = {y};
   if (numel(L.dims(n, y)) != s.batch * s.m * s.n) refuse(n, "the output size does not match the matmul");
   set_gemm_attrs(g, s);
-  if (opt.device < 0) {
-    g.attrs["algo_at_load"] = int64_t{1};
-    g.attrs["workspace"] = static_cast<int64_t>(kMaxWorkspace);
-  } else {
-    GemmAlgo chosen = tune_gemm(s, opt.tuning, opt.device, n.label(), L.tuning);
-    g.attrs["algo"] = std::vector<int64_t>(chosen.words.begin(), chosen.words.end());
-    g.attrs["workspace"] = static_cast<int64_t>(chosen.workspace);
-  }
+  set_gemm_decision(L, g, s, opt, n.label());
   out.node = std::move(g);
   return out;
 }

@@ -2,11 +2,13 @@
 // nodes (run/cuda_ops.h), generated kernels compiled by NVRTC into the
 // artifact's kernels section, cuBLASLt algorithms chosen and stored.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "artifact/artifact.h"
 #include "targets/cuda/compile/codegen.h"
+#include "targets/cuda/run/blaslt.h"
 
 namespace kiln::targets::cuda {
 
@@ -71,6 +73,27 @@ struct GemmLowered {
 /// runtime replays it without asking again. Without a device the node
 /// records algo_at_load = 1 and a 32 MiB workspace cap.
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt);
+
+/// Removes the kiln.cuda.Copy nodes (Reshape, Flatten, Squeeze, ...) whose
+/// output is not a graph output: their readers read the input's bytes in
+/// place (every cuda kernel bakes its shapes into its code, and values are
+/// written once, so an alias costs nothing and is never overwritten while
+/// read). The memory plan then keeps the input alive for them. Returns the
+/// number removed.
+int alias_copies(ir::Model& m);
+
+/// Stores the algorithm decision of kiln.cuda.Gemm node `g` (spec `s`,
+/// already written with set_gemm_attrs): tune_gemm(opt.tuning) on
+/// opt.device, or without a device algo_at_load = 1 and a 32 MiB workspace cap.
+void set_gemm_decision(Lowering& L, ir::Node& g, const GemmSpec& s, const LowerOptions& opt, const std::string& where);
+
+/// A Conv that is one matmul: 1x1 kernel, stride 1, no padding, dilation 1,
+/// group 1, no bias left (split_conv_bias), 2-D NCHW x [N, C, H, W] and w
+/// [K, C, 1, 1] of one dtype. It becomes kiln.cuda.Gemm y[n] (K x HW) =
+/// w (K x C) * x[n] (C x HW), batched over N with w shared: cuBLASLt beats
+/// cuDNN's legacy NCHW kernels on these by far at small batch (ResNet-50's
+/// bottleneck 1x1 convolutions). nullopt when `n` is not such a Conv.
+std::optional<ir::Node> lower_pointwise_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt);
 
 /// Rewrites every main-graph Conv / ConvTranspose with a constant bias B [K] into Conv(x, w)
 /// followed by an ONNX Add of B as [K, 1, .., 1], so that the bias, and

@@ -79,11 +79,14 @@ ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string
   Stopwatch sw;
   use_device(device);
   ConvDescs d(s);
-  std::vector<ConvAlgo> cands = mode == Tuning::heuristic ? conv_heuristic(d, s.transposed, kMaxConvWorkspace)
-                                                          : conv_find(d, s.transposed, kMaxConvWorkspace);
+  std::string why;
+  std::vector<ConvAlgo> cands = mode == Tuning::heuristic ? conv_heuristic(d, s.transposed, kMaxConvWorkspace, &why)
+                                                          : conv_find(d, s.transposed, kMaxConvWorkspace, &why);
   if (cands.empty())
-    fail(ErrorCode::unsupported, "{}: cuDNN {} has no algorithm for this {} {}convolution (x [{}], w [{}], group {})", where,
-         cudnnGetVersion(), dtype_name(s.dtype), s.transposed ? "transposed " : "", fmt::join(s.x, ","), fmt::join(s.w, ","), s.group);
+    fail(ErrorCode::unsupported,
+         "{}: cuDNN {} has no algorithm for this {} {}convolution (x [{}], w [{}], group {}; {})", where,
+         cudnnGetVersion(), dtype_name(s.dtype), s.transposed ? "transposed " : "", fmt::join(s.x, ","),
+         fmt::join(s.w, ","), s.group, why);
   ConvAlgo chosen = cands.front();
   if (mode == Tuning::exhaustive && cands.size() > 1) chosen = time_candidates(s, cands, 10, where, st);
   else if (mode == Tuning::fast) st.timed += static_cast<int>(cands.size());

@@ -67,6 +67,11 @@ cudnnMathType_t conv_math(const ConvSpec& s) {
   return s.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
+std::mutex& cudnn_mutex() {
+  static std::mutex mu;
+  return mu;
+}
+
 cudnnHandle_t cudnn_handle() {
   static std::once_flag once;
   static cudnnHandle_t h = nullptr;
@@ -118,7 +123,21 @@ ConvDescs::~ConvDescs() {
   if (conv) cudnnDestroyConvolutionDescriptor(conv);
 }
 
-std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t max_workspace) {
+namespace {
+/// "algorithm 1: CUDNN_STATUS_NOT_SUPPORTED, algorithm 0: 4096 bytes, ..." for an error message.
+template <typename Perf>
+std::string describe_perf(const Perf* perf, int count) {
+  std::string s;
+  for (int i = 0; i < count; ++i)
+    s += fmt::format("{}algorithm {}: {}", s.empty() ? "" : ", ", static_cast<int>(perf[i].algo),
+                     perf[i].status == CUDNN_STATUS_SUCCESS ? fmt::format("{} bytes of workspace", perf[i].memory)
+                                                            : std::string(cudnnGetErrorString(perf[i].status)));
+  return s.empty() ? "cuDNN returned no algorithm" : s;
+}
+}  // namespace
+
+std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t max_workspace, std::string* why) {
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
   std::vector<ConvAlgo> out;
   if (transposed) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -129,6 +148,7 @@ std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t
     for (int i = 0; i < count; ++i)
       if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
         out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, 0.f});
+    if (why) *why = describe_perf(perf, count);
     return out;
   }
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -139,10 +159,13 @@ std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
       out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, 0.f});
+  if (why) *why = describe_perf(perf, count);
   return out;
 }
 
-std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_workspace) {
+std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_workspace, std::string* why) {
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
+  check_cudnn(cudnnSetStream(cudnn_handle(), nullptr), "cudnnSetStream");
   std::vector<ConvAlgo> out;
   if (transposed) {
     cudnnConvolutionBwdDataAlgoPerf_t perf[CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT];
@@ -153,6 +176,7 @@ std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_
     for (int i = 0; i < count; ++i)
       if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
         out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].time});
+    if (why) *why = describe_perf(perf, count);
     return out;
   }
   cudnnConvolutionFwdAlgoPerf_t perf[CUDNN_CONVOLUTION_FWD_ALGO_COUNT];
@@ -163,13 +187,14 @@ std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_
   for (int i = 0; i < count; ++i)
     if (perf[i].status == CUDNN_STATUS_SUCCESS && perf[i].memory <= max_workspace)
       out.push_back({static_cast<int>(perf[i].algo), perf[i].memory, perf[i].time});
+  if (why) *why = describe_perf(perf, count);
   return out;
 }
 
 ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::string& where)
     : d_(s), transposed_(s.transposed), algo_(algo) {
   if (algo == kConvAlgoAtLoad) {
-    auto found = conv_heuristic(d_, transposed_, workspace);
+    auto found = conv_heuristic(d_, transposed_, workspace, nullptr);
     if (found.empty())
       fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here has no algorithm for this convolution within {} bytes of workspace",
            where, cudnnGetVersion(), workspace);
@@ -202,10 +227,15 @@ void ConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y,
   // One handle for the process: setting its stream and enqueueing must not
   // interleave with another program's (two sessions loading or, with
   // KILN_CUDA_GRAPH=0, running at once). Graph replays do not come here.
-  static std::mutex mu;
-  std::lock_guard<std::mutex> lock(mu);
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
   cudnnHandle_t h = cudnn_handle();
   check_cudnn(cudnnSetStream(h, reinterpret_cast<cudaStream_t>(stream)), "cudnnSetStream");
+  // The handle must not keep this stream: it may be destroyed (a tuning
+  // stream, an unloaded program) before the handle's next use.
+  struct Reset {
+    cudnnHandle_t h;
+    ~Reset() { cudnnSetStream(h, nullptr); }
+  } reset{h};
   const float one = 1.f, zero = 0.f;
   if (transposed_) {
     // The transposed convolution of x is the backward-data pass of the

@@ -6,6 +6,7 @@
 #include <cudnn.h>
 
 #include <cstdint>
+#include <mutex>
 #include <string>
 #include <vector>
 
@@ -83,10 +84,15 @@ inline constexpr int kConvAlgoAtLoad = -1;
 /// cuDNN's heuristic ranking for `d` (cudnnGetConvolutionForwardAlgorithm_v7,
 /// or ...BackwardDataAlgorithm_v7 when `transposed`): the supported
 /// algorithms needing at most `max_workspace` bytes, best first. Nothing runs.
-std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t max_workspace);
+/// `why` (may be null) receives each algorithm's status, for error messages.
+std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t max_workspace, std::string* why);
 /// cuDNN's own measurement of every algorithm (cudnnFind...; runs each once
 /// on the current device): the supported ones within `max_workspace`, fastest first.
-std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_workspace);
+std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_workspace, std::string* why);
+
+/// Serializes every use of the process-wide cuDNN handle (its stream is
+/// state: set for one call, reset to the null stream after it).
+std::mutex& cudnn_mutex();
 
 /// A convolution ready to run with the stored algorithm.
 class ConvPlan {

@@ -40,6 +40,7 @@ class CudaProgram final : public DeviceProgram {
     const DriverApi& d = driver();
     use_device(device_);
     DeviceFacts facts = device_facts(device_);
+    const double context_ms = sw.ms();
     KernelBundle bundle = decode_bundle(cp.kernels, "cuda program");
     check_bundle_matches(m, bundle);
     if (bundle.arch != facts.arch)
@@ -47,6 +48,7 @@ class CudaProgram final : public DeviceProgram {
            "device_arch: the artifact's kernels are for {}, device {} ({}) is {}; recompile for this GPU", bundle.arch,
            device_, facts.name, facts.arch);
     check(d.cuModuleLoadData(&module_, bundle.cubin.data()), "cuModuleLoadData (the artifact's cubin)");
+    const double module_ms = sw.ms();
     check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
     addr_.assign(m.values.size(), 0);
@@ -67,6 +69,14 @@ class CudaProgram final : public DeviceProgram {
           if (t.nbytes()) check(d.cuMemcpyHtoD(addr_[i], t.raw(), t.nbytes()), "cuMemcpyHtoD (constants)");
         }
     }
+    const double constants_ms = sw.ms();
+    // Library handles first (cuDNN's creation loads its engine libraries), so
+    // that the log says what they cost apart from the plans.
+    bool gemms = false, convs = false;
+    for (auto& n : m.main.nodes) gemms |= n.op_type == "Gemm", convs |= n.op_type == "Conv";
+    if (gemms) blaslt_handle();
+    if (convs) cudnn_handle();
+    const double handles_ms = sw.ms();
     // Graph inputs and outputs get their own buffers; intermediates live in the arena.
     for (auto id : m.main.inputs) {
       if (m.value(id).constant) continue;
@@ -117,6 +127,7 @@ class CudaProgram final : public DeviceProgram {
                  "cross-compiled without a GPU)",
                  at_load);
 
+    const double plans_ms = sw.ms();
     const char* g = std::getenv("KILN_CUDA_GRAPH");
     use_graph_ = !(g && std::string(g) == "0");
     if (use_graph_ && !steps_.empty()) {
@@ -136,6 +147,10 @@ class CudaProgram final : public DeviceProgram {
     log().info("cuda: program loaded on {} ({}) in {:.1f} ms: {} steps, arena {} bytes, constants {} bytes{}",
                facts.name, facts.arch, sw.ms(), steps_.size(), cp.plan.arena_bytes, const_total,
                use_graph_ ? ", captured into a CUDA graph" : "");
+    log().info("cuda: load phases (ms): CUDA context {:.1f}, module {:.1f}, constants {:.1f}, cuBLASLt/cuDNN handles "
+               "{:.1f}, plans {:.1f}, graph {:.1f}",
+               context_ms, module_ms - context_ms, constants_ms - module_ms, handles_ms - constants_ms,
+               plans_ms - handles_ms, sw.ms() - plans_ms);
   }
 
   ~CudaProgram() override {
