@@ -264,4 +264,17 @@ ModelBuilder pointwise_model() {
   return b;
 }
 
+ModelBuilder residual_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 6, 8});
+  b.initializer("W", {8, 8}, ramp(64, 0.3f, 0.2f));
+  b.initializer("B", {8}, ramp(8, 0.5f, 0.7f));
+  b.node("MatMul", {"x", "W"}, {"mm"});
+  b.node("Add", {"mm", "B"}, {"mb"});
+  b.node("Add", {"x", "mb"}, {"res"});
+  b.node("Relu", {"res"}, {"y"});
+  b.output("y", 1, {1, 6, 8});
+  return b;
+}
+
 }  // namespace kiln::testing

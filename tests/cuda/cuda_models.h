@@ -54,4 +54,8 @@ ModelBuilder attention_model();
 ///   c3 = Conv1x1(s, W3[5,6,1,1], strides 2)                              [2,5,3,4]  (cuDNN: strided)
 ModelBuilder pointwise_model();
 
+/// A residual matmul (GPU only to run): x float32[1,6,8] ->
+///   y = Relu(x + (MatMul(x, W[8,8]) + B[8]))   [1,6,8]: one cuBLASLt matmul (bias epilogue, x as C, Relu)
+ModelBuilder residual_model();
+
 }  // namespace kiln::testing

@@ -96,6 +96,22 @@ TEST(CudaCross, UnstridedPointwiseConvolutionsBecomeMatmuls) {
   EXPECT_EQ(convs, 1);
 }
 
+TEST(CudaCross, ResidualAddAndReluJoinTheMatmul) {
+  TempDir dir;
+  residual_model().save(dir / "r.onnx");
+  compile(dir / "r.onnx", dir / "r.kiln", cross(foreign_arch()));
+  auto cp = artifact::read_file(dir / "r.kiln");
+  ASSERT_EQ(cp.model.main.nodes.size(), 1u) << "MatMul, bias Add, residual Add and Relu: one Gemm";
+  const auto& g = cp.model.main.nodes[0];
+  EXPECT_EQ(g.op_type, "Gemm");
+  EXPECT_EQ(g.i("has_bias"), 1);
+  EXPECT_EQ(g.i("has_c"), 1);
+  EXPECT_FLOAT_EQ(g.f("beta"), 1.f);
+  EXPECT_EQ(g.i("epilogue"), 1);
+  ASSERT_EQ(g.inputs.size(), 4u);
+  EXPECT_EQ(cp.model.value(g.inputs[3]).name, "x");
+}
+
 TEST(CudaCross, TimedTuningWithoutTheGpuIsRefusedNamingTheOption) {
   TempDir dir;
   mlp_model().save(dir / "m.onnx");

@@ -356,6 +356,12 @@ TEST(CudaGpu, PointwiseConvolutionsAsMatmulsMatchRef) {
   compare_with_ref(dir / "p.onnx", {{"x", filled(DType::f32, {2, 6, 5, 7}, 1.f, 0.6f)}});
 }
 
+TEST(CudaGpu, ResidualMatmulMatchesRef) {
+  TempDir dir;
+  residual_model().save(dir / "r.onnx");
+  compare_with_ref(dir / "r.onnx", {{"x", filled(DType::f32, {1, 6, 8}, 1.f, 0.2f)}});
+}
+
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   TempDir dir;
   ModelBuilder b(17);

@@ -129,7 +129,8 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
       }
     }
   }
-  // Epilogues: a following Add of a [n] constant (the bias), then Relu.
+  // Epilogues: a following Add of a [n] constant (the bias), an Add of a
+  // residual, then Relu.
   ir::ValueId y = n.outputs[0];
   auto single_reader = [&](ir::ValueId v) -> int {
     if (uses.is_output[v] || uses.readers[v].size() != 1) return -1;
@@ -144,6 +145,24 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
         if (other != y && bias_vector(L, other, s.n, dt) && of_type(m, add.outputs[0], dt) &&
             L.dims(add, add.outputs[0]) == L.dims(n, y)) {
           bias = other;
+          y = add.outputs[0];
+          out.absorbed.push_back(j);
+        }
+      }
+    }
+  }
+  // A residual: a following Add of a value of D's full shape becomes C
+  // (beta 1; cuBLASLt adds the bias after it: D = AB + C + bias).
+  if (!s.has_c && s.batch == 1) {
+    if (int j = single_reader(y); j >= 0) {
+      const ir::Node& add = m.main.nodes[j];
+      if (add.domain.empty() && add.op_type == "Add" && add.inputs.size() == 2 && add.inputs[0] != add.inputs[1]) {
+        ir::ValueId other = add.inputs[0] == y ? add.inputs[1] : add.inputs[0];
+        if (of_type(m, other, dt) && of_type(m, add.outputs[0], dt) && L.dims(add, other) == L.dims(n, y) &&
+            L.dims(add, add.outputs[0]) == L.dims(n, y)) {
+          c = other;
+          s.has_c = true;
+          s.beta = 1.f;
           y = add.outputs[0];
           out.absorbed.push_back(j);
         }
