@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
 #include <mutex>
 
 #include "support/error.h"
@@ -206,6 +207,15 @@ ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::str
   int count = transposed_ ? CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT : CUDNN_CONVOLUTION_FWD_ALGO_COUNT;
   if (algo < 0 || algo >= count)
     fail(ErrorCode::incompatible_artifact, "{}: the artifact's cuDNN algorithm {} is unknown here; recompile", where, algo);
+  workspace_ = workspace;
+  // Measurement aid (docs/cuda.md): KILN_CUDA_CONV_CHECK=0 skips the
+  // workspace query, which the compatibility block's exact cuDNN version
+  // already makes redundant for stored algorithms.
+  static const bool query = [] {
+    const char* e = std::getenv("KILN_CUDA_CONV_CHECK");
+    return !(e && std::string(e) == "0");
+  }();
+  if (!query) return;
   size_t need = 0;
   cudnnStatus_t st =
       transposed_ ? cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_handle(), d_.w, d_.x, d_.conv, d_.y,

@@ -102,9 +102,15 @@ class CudaProgram final : public DeviceProgram {
       outputs_.push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
     }
 
+    double kind_ms[3] = {0, 0, 0}, first_ms[3] = {-1, -1, -1};  // Kernel/Copy, Gemm, Conv
     for (auto& n : m.main.nodes) {
       size_t before = steps_.size();
+      Stopwatch node_sw;
       bind(m, n);
+      int kind = n.op_type == "Gemm" ? 1 : n.op_type == "Conv" ? 2 : 0;
+      double t = node_sw.ms();
+      kind_ms[kind] += t;
+      if (first_ms[kind] < 0) first_ms[kind] = t;
       if (steps_.size() == before) continue;
       std::string op = "kiln.cuda::" + n.op_type;
       if (n.op_type == "Kernel") {  // "k12_softmax" -> "kiln.cuda::Kernel softmax"
@@ -128,6 +134,8 @@ class CudaProgram final : public DeviceProgram {
                  at_load);
 
     const double plans_ms = sw.ms();
+    log().debug("cuda: plans: kernels {:.1f} ms, cuBLASLt {:.1f} ms (first {:.1f}), cuDNN {:.1f} ms (first {:.1f})",
+                kind_ms[0], kind_ms[1], std::max(first_ms[1], 0.0), kind_ms[2], std::max(first_ms[2], 0.0));
     const char* g = std::getenv("KILN_CUDA_GRAPH");
     use_graph_ = !(g && std::string(g) == "0");
     if (use_graph_ && !steps_.empty()) {
