@@ -1075,6 +1075,34 @@ def render(records: list) -> str:
         L.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(h2) - 2)) + "|")
         L.extend(io_rows)
         L.append("")
+        dev_rows = []
+        for k in keys:
+            _, b, prec = k.split("|")
+            p = get(k, "kiln_perf")
+            kd = p.get("latency_device_io_ms_median") if p and "error" not in p else None
+            if kd is None:
+                continue
+            e = get(k, "torch_eager", "eager")
+            el = e.get("latency_ms_median") if e and "error" not in e else None
+            row = [b[1:], prec, fmt_ms(kd), fmt_ms(el) if el else "-"]
+            tls = {m: (torch_best(k, m) or {}).get("latency_ms_median") for m in cmodes}
+            row += [fmt_ms(tls[m]) if tls[m] else "-" for m in cmodes]
+            row.append(f"{kd / el:.2f}" if el else "-")
+            row += [f"**{kd / tls[m]:.2f}**" if tls[m] else "-" for m in cmodes]
+            bn = int(b[1:])
+            row += [f"**{tls[m] / kd:.2f}x**" if tls[m] else "-" for m in cmodes]
+            dev_rows.append("| " + " | ".join(row) + " |")
+        if dev_rows:
+            L.append("Inputs and outputs in GPU memory on both sides: kiln `Session::run_device` "
+                     "(`latency_device_io_ms_median` of `kiln perf`: device-to-device copies into and out of the "
+                     "program, the CUDA graph, synchronized) against torch's latency with its inputs already on the "
+                     "GPU (the first table's):\n")
+            h3 = ["batch", "precision", "kiln device I/O ms", "torch eager ms"] + [f"{m} ms" for m in cmodes]
+            h3 += ["kiln/eager"] + [f"kiln/{m}" for m in cmodes] + [f"throughput kiln/{m}" for m in cmodes]
+            L.append("| " + " | ".join(h3) + " |")
+            L.append("|" + "|".join(["---"] * 2 + ["---:"] * (len(h3) - 2)) + "|")
+            L.extend(dev_rows)
+            L.append("")
 
     # Compile / start table -------------------------------------------------
     L.append("## Compile and start\n")

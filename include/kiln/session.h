@@ -60,6 +60,15 @@ struct RunProfile {
   double total_ms = 0;  ///< the whole run, validation and output copies included
 };
 
+/// A tensor in the memory of a cuda session's GPU (Session::run_device):
+/// `ptr` is a CUdeviceptr on the session's device, owned by the caller and
+/// valid for the call; `bytes` its size, which must be what the compiled
+/// shape and dtype take.
+struct DeviceTensor {
+  uint64_t ptr = 0;
+  size_t bytes = 0;
+};
+
 /// A compiled model ready to run.
 ///
 /// Thread safety: run() may be called from several threads at once on one
@@ -106,6 +115,16 @@ class Session {
   /// run(), timing every main-graph node into `*profile` (replaced). Timing
   /// costs two clock reads per node; results are the same as run().
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const;
+
+  /// cuda sessions only: runs on inputs already in the GPU's memory and
+  /// writes the outputs to GPU memory the caller owns; nothing crosses the
+  /// PCIe bus (device-to-device copies into and out of the program's own
+  /// buffers, then the CUDA graph). Every graph input and output must be
+  /// named, with its exact byte size. Returns when the outputs are written.
+  /// Throws Error(invalid_option) for a host target or a bucketed session,
+  /// Error(invalid_input) naming a missing, unknown or wrongly sized tensor.
+  void run_device(const std::map<std::string, DeviceTensor>& inputs,
+                  const std::map<std::string, DeviceTensor>& outputs) const;
 
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;

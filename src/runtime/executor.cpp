@@ -214,6 +214,14 @@ class Program::Run {
   std::vector<Tensor> env_;
 };
 
+void Program::run_device(const std::map<std::string, DeviceTensor>& inputs,
+                         const std::map<std::string, DeviceTensor>& outputs) const {
+  if (!device_)
+    fail(ErrorCode::invalid_option, "run_device: target {} runs on the host; pass host tensors to run()",
+         cp_.compat.target);
+  device_->run_device(inputs, outputs);
+}
+
 std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& inputs, int threads,
                                            RunProfile* profile) const {
   const auto start = std::chrono::steady_clock::now();

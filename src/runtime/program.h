@@ -38,6 +38,10 @@ class Program {
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
                                     RunProfile* profile = nullptr) const;
 
+  /// See Session::run_device. Throws Error(invalid_option) for host targets.
+  void run_device(const std::map<std::string, DeviceTensor>& inputs,
+                  const std::map<std::string, DeviceTensor>& outputs) const;
+
   std::vector<TensorInfo> inputs() const;
   std::vector<TensorInfo> outputs() const;
   const artifact::CompiledProgram& compiled() const { return cp_; }

@@ -157,6 +157,13 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
        c.inside ? "" : ": " + c.why, held);
 }
 
+void ProgramSet::run_device(const std::map<std::string, DeviceTensor>& inputs,
+                            const std::map<std::string, DeviceTensor>& outputs) const {
+  if (!set_.empty())
+    fail(ErrorCode::invalid_option, "run_device: a bucketed session picks and pads per request; use run()");
+  programs_.front().program->run_device(inputs, outputs);
+}
+
 std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor>& inputs, int threads,
                                               RunProfile* profile) const {
   if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);

@@ -49,6 +49,9 @@ class ProgramSet {
   /// See Session::run; `profile` (may be null) times the nodes of the program that ran.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
                                     RunProfile* profile = nullptr) const;
+  /// See Session::run_device (Error(invalid_option) for a bucketed set).
+  void run_device(const std::map<std::string, DeviceTensor>& inputs,
+                  const std::map<std::string, DeviceTensor>& outputs) const;
   std::vector<TensorInfo> inputs() const { return inputs_; }
   std::vector<TensorInfo> outputs() const { return outputs_; }
   /// See Session::buckets.

@@ -51,6 +51,12 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   return program_->run(inputs, 0, profile);
 }
 
+void Session::run_device(const std::map<std::string, DeviceTensor>& inputs,
+                         const std::map<std::string, DeviceTensor>& outputs) const {
+  if (!program_) fail(ErrorCode::internal, "run_device() on a moved-from Session");
+  program_->run_device(inputs, outputs);
+}
+
 std::vector<TensorInfo> Session::inputs() const { return program_->inputs(); }
 BucketStats Session::buckets() const { return program_->stats(); }
 std::vector<TensorInfo> Session::outputs() const { return program_->outputs(); }

@@ -36,6 +36,9 @@ class DeviceProgram {
   /// (node by node, without the CUDA graph: slower than a normal run).
   virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
                                             RunProfile* profile = nullptr) const = 0;
+  /// Inputs and outputs in device memory (Session::run_device).
+  virtual void run_device(const std::map<std::string, DeviceTensor>& inputs,
+                          const std::map<std::string, DeviceTensor>& outputs) const = 0;
 };
 
 /// The DeviceProgram of a compiled program whose target runs on a device

@@ -362,6 +362,32 @@ TEST(CudaGpu, ResidualMatmulMatchesRef) {
   compare_with_ref(dir / "r.onnx", {{"x", filled(DType::f32, {1, 6, 8}, 1.f, 0.2f)}});
 }
 
+TEST(CudaGpu, RunDeviceGivesTheSameOutputsWithoutHostCopies) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  Session gpu(dir / "c.onnx", options(Target::cuda()));
+  auto in = conv_inputs();
+  auto want = gpu.run(in);
+  using targets::cuda::DeviceBuffer;
+  const auto& d = targets::cuda::driver();
+  const Tensor& x = in.at("x");
+  DeviceBuffer dx(x.nbytes(), "test"), dy(want.at("y").nbytes(), "test");
+  targets::cuda::check(d.cuMemcpyHtoD(dx.get(), x.raw(), x.nbytes()), "cuMemcpyHtoD");
+  gpu.run_device({{"x", {dx.get(), x.nbytes()}}}, {{"y", {dy.get(), want.at("y").nbytes()}}});
+  Tensor got(DType::f32, want.at("y").shape());
+  targets::cuda::check(d.cuMemcpyDtoH(got.raw(), dy.get(), got.nbytes()), "cuMemcpyDtoH");
+  expect_close(got, want.at("y"), "y", 0, 0);
+  for (auto bad : {std::pair<std::string, size_t>{"x", x.nbytes() - 4}, {"z", x.nbytes()}}) {
+    try {
+      gpu.run_device({{bad.first, {dx.get(), bad.second}}}, {{"y", {dy.get(), want.at("y").nbytes()}}});
+      FAIL() << "no error for " << bad.first;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_input) << e.what();
+      EXPECT_NE(std::string(e.what()).find("'" + bad.first + "'"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   TempDir dir;
   ModelBuilder b(17);

@@ -28,6 +28,9 @@
 #include "support/error.h"
 #include "support/log.h"
 #include "support/npy.h"
+#ifdef KILN_WITH_CUDA
+#include "targets/cuda/run/driver.h"
+#endif
 
 extern char** environ;
 
@@ -121,6 +124,42 @@ uint64_t peak_rss_bytes() {
   return static_cast<uint64_t>(ru.ru_maxrss) * 1024;
 }
 
+/// cuda: the same timed runs through Session::run_device, inputs and outputs
+/// already in GPU memory (what a caller whose data lives on the GPU sees):
+/// {"latency_device_io_ms_median", "latency_device_io_ms_p90"}; empty for host targets.
+json device_io_latency(const Session& s, const std::map<std::string, Tensor>& in, const Target& t, int runs,
+                       int warmup) {
+#ifdef KILN_WITH_CUDA
+  if (t.kind != Target::Kind::cuda) return json::object();
+  using targets::cuda::DeviceBuffer;
+  const auto& d = targets::cuda::driver();
+  targets::cuda::use_device(t.device);
+  std::vector<DeviceBuffer> keep;
+  std::map<std::string, DeviceTensor> din, dout;
+  for (auto& [name, tensor] : in) {
+    keep.emplace_back(tensor.nbytes(), "a perf input");
+    if (tensor.nbytes()) targets::cuda::check(d.cuMemcpyHtoD(keep.back().get(), tensor.raw(), tensor.nbytes()), "cuMemcpyHtoD");
+    din[name] = {keep.back().get(), tensor.nbytes()};
+  }
+  auto host_out = s.run(in);
+  for (auto& [name, tensor] : host_out) {
+    keep.emplace_back(tensor.nbytes(), "a perf output");
+    dout[name] = {keep.back().get(), tensor.nbytes()};
+  }
+  for (int i = 0; i < warmup; ++i) s.run_device(din, dout);
+  std::vector<double> lat;
+  for (int i = 0; i < std::max(1, runs); ++i) {
+    Stopwatch sw;
+    s.run_device(din, dout);
+    lat.push_back(sw.ms());
+  }
+  return {{"latency_device_io_ms_median", percentile(lat, 0.5)}, {"latency_device_io_ms_p90", percentile(lat, 0.9)}};
+#else
+  (void)s, (void)in, (void)t, (void)runs, (void)warmup;
+  return json::object();
+#endif
+}
+
 /// The child: load, first run, warm-up, timed runs; one JSON line on stdout.
 void child_main(const PerfArgs& a) {
   if (a.threads > 0) omp_set_num_threads(a.threads);
@@ -156,7 +195,8 @@ void child_main(const PerfArgs& a) {
   }
   double med = percentile(lat, 0.5);
   json prof = a.profile ? profile_runs(s, in, std::max(1, a.runs)) : json();
-  print_json({{"profile", prof},{"load_ms", load_ms},
+  json dev = device_io_latency(s, in, opt.target, a.runs, a.warmup);
+  json out = {{"profile", prof},{"load_ms", load_ms},
               {"first_run_ms", first_ms},
               {"latency_ms_median", med},
               {"latency_ms_p90", percentile(lat, 0.9)},
@@ -168,7 +208,9 @@ void child_main(const PerfArgs& a) {
               {"threads", a.threads > 0 ? a.threads : omp_get_max_threads()},
               {"omp_wait", std::getenv("OMP_WAIT_POLICY")  ? "OMP_WAIT_POLICY=" + std::string(std::getenv("OMP_WAIT_POLICY"))
                            : std::getenv("GOMP_SPINCOUNT") ? "GOMP_SPINCOUNT=" + std::string(std::getenv("GOMP_SPINCOUNT"))
-                                                           : std::string("libgomp default")}});
+                                                           : std::string("libgomp default")}};
+  for (auto& [k, v] : dev.items()) out[k] = v;
+  print_json(out);
 }
 
 /// Runs argv as a child process; returns its stdout. Throws Error(internal) on failure.
@@ -273,6 +315,9 @@ void perf_main(const PerfArgs& a, bool as_json) {
   std::printf("  latency        %10.2f ms median, %.2f ms p90, %.2f ms min over %d runs\n",
               r["latency_ms_median"].get<double>(), r["latency_ms_p90"].get<double>(), r["latency_ms_min"].get<double>(),
               r["runs"].get<int>());
+  if (r.contains("latency_device_io_ms_median"))
+    std::printf("  device I/O     %10.2f ms median, %.2f ms p90 (inputs and outputs in GPU memory: Session::run_device)\n",
+                r["latency_device_io_ms_median"].get<double>(), r["latency_device_io_ms_p90"].get<double>());
   std::printf("  throughput     %10.1f /s at batch %lld\n", r["throughput_per_s"].get<double>(),
               static_cast<long long>(r["batch"].get<int64_t>()));
   std::printf("  peak memory    %10.1f MiB (arena %.2f MiB, %.2f MiB without reuse)\n",

@@ -200,3 +200,25 @@ TEST_F(SessionCache, ConcurrentRunsGiveTheSameResults) {
 
 }  // namespace
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+TEST(SessionRunDevice, HostTargetsRefuseDeviceTensorsNamingTheCall) {
+  TempDir dir;
+  mlp_model().save(dir / "m.onnx");
+  SessionOptions opt;
+  opt.use_cache = false;
+  opt.input_shapes["x"] = {2, 4};
+  Session s(dir / "m.onnx", opt);
+  try {
+    s.run_device({{"x", {0x1000, 32}}}, {{"y", {0x2000, 24}}});
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("run_device: target cpu runs on the host"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing

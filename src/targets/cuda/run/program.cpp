@@ -193,6 +193,45 @@ class CudaProgram final : public DeviceProgram {
     return out;
   }
 
+  void run_device(const std::map<std::string, DeviceTensor>& inputs,
+                  const std::map<std::string, DeviceTensor>& outputs) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const DriverApi& d = driver();
+    use_device(device_);
+    auto find = [](const std::map<std::string, DeviceTensor>& m, const std::string& name, size_t bytes,
+                   const char* what) {
+      auto it = m.find(name);
+      if (it == m.end()) fail(ErrorCode::invalid_input, "run_device: {} '{}' is missing", what, name);
+      if (it->second.bytes != bytes)
+        fail(ErrorCode::invalid_input, "run_device: {} '{}' has {} bytes, the program needs {}", what, name,
+             it->second.bytes, bytes);
+      if (bytes && !it->second.ptr) fail(ErrorCode::invalid_input, "run_device: {} '{}' has a null pointer", what, name);
+      return static_cast<CUdeviceptr>(it->second.ptr);
+    };
+    auto known = [&](const std::map<std::string, DeviceTensor>& m, const auto& list, const char* what) {
+      for (auto& [name, t] : m) {
+        bool found = false;
+        for (auto& e : list) found |= e.name == name;
+        if (!found) fail(ErrorCode::invalid_input, "run_device: the model has no {} named '{}'", what, name);
+      }
+    };
+    known(inputs, inputs_, "input");
+    known(outputs, outputs_, "output");
+    for (auto& in : inputs_) {
+      CUdeviceptr src = find(inputs, in.name, in.bytes, "input");
+      if (in.bytes) check(d.cuMemcpyDtoDAsync(addr_[in.id], src, in.bytes, stream_), "cuMemcpyDtoDAsync (input)");
+    }
+    if (exec_)
+      check(d.cuGraphLaunch(exec_, stream_), "cuGraphLaunch");
+    else
+      for (auto& s : steps_) s(stream_);
+    for (auto& o : outputs_) {
+      CUdeviceptr dst = find(outputs, o.name, o.bytes, "output");
+      if (o.bytes) check(d.cuMemcpyDtoDAsync(dst, addr_[o.id], o.bytes, stream_), "cuMemcpyDtoDAsync (output)");
+    }
+    check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
+  }
+
  private:
   /// Launches the steps one by one with an event after each, and adds each
   /// node's device time (its steps' sum) to `profile` in node order.
