@@ -38,13 +38,7 @@ ConvAlgo time_candidates(const ConvSpec& s, const std::vector<ConvAlgo>& cands, 
       y(fp32_bytes(s.y), "a convolution tuning buffer"), wsb(ws, "the tuning workspace");
   for (auto* b : {&x, &w}) check(d.cuMemsetD8Async(b->get(), 0, b->bytes(), nullptr), "cuMemsetD8Async");
   check(d.cuCtxSynchronize(), "cuCtxSynchronize");
-  CUstream stream = nullptr;
-  check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  struct Free {
-    const DriverApi& d;
-    CUstream s;
-    ~Free() { d.cuStreamDestroy(s); }
-  } free_stream{d, stream};
+  TimingStream stream;
   ConvAlgo best = cands.front();
   float best_ms = -1;
   for (auto& c : cands) {
@@ -55,7 +49,7 @@ ConvAlgo time_candidates(const ConvSpec& s, const std::vector<ConvAlgo>& cands, 
       continue;
     }
     float ms = time_median_ms(
-        stream, [&](CUstream str) { plan->run(str, x.get(), w.get(), y.get(), wsb.get(), wsb.bytes()); }, 2, reps);
+        stream.get(), [&](CUstream str) { plan->run(str, x.get(), w.get(), y.get(), wsb.get(), wsb.bytes()); }, 2, reps);
     ++st.timed;
     if (best_ms < 0 || ms < best_ms) best_ms = ms, best = c, best.ms = ms;
   }
@@ -66,35 +60,21 @@ ConvAlgo time_candidates(const ConvSpec& s, const std::vector<ConvAlgo>& cands, 
 }  // namespace
 
 ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st) {
-  static std::mutex mu;
-  static std::map<std::string, ConvAlgo> memo;
-  std::string key = problem_key(s, mode, device);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = memo.find(key); it != memo.end()) {
-      ++st.reused;
-      return it->second;
-    }
-  }
-  Stopwatch sw;
-  use_device(device);
-  ConvDescs d(s);
-  std::string why;
-  std::vector<ConvAlgo> cands = mode == Tuning::heuristic ? conv_heuristic(d, s.transposed, kMaxConvWorkspace, &why)
-                                                          : conv_find(d, s.transposed, kMaxConvWorkspace, &why);
-  if (cands.empty())
-    fail(ErrorCode::unsupported,
-         "{}: cuDNN {} has no algorithm for this {} {}convolution (x [{}], w [{}], group {}; {})", where,
-         cudnnGetVersion(), dtype_name(s.dtype), s.transposed ? "transposed " : "", fmt::join(s.x, ","),
-         fmt::join(s.w, ","), s.group, why);
-  ConvAlgo chosen = cands.front();
-  if (mode == Tuning::exhaustive && cands.size() > 1) chosen = time_candidates(s, cands, 10, where, st);
-  else if (mode == Tuning::fast) st.timed += static_cast<int>(cands.size());
-  ++st.tuned;
-  st.ms += sw.ms();
-  std::lock_guard<std::mutex> lock(mu);
-  memo.emplace(key, chosen);
-  return chosen;
+  return memoized<ConvAlgo>(problem_key(s, mode, device), st, [&] {
+    use_device(device);
+    ConvDescs d(s);
+    std::string why;
+    std::vector<ConvAlgo> cands = mode == Tuning::heuristic ? conv_heuristic(d, s.transposed, kMaxConvWorkspace, &why)
+                                                            : conv_find(d, s.transposed, kMaxConvWorkspace, &why);
+    if (cands.empty())
+      fail(ErrorCode::unsupported,
+           "{}: cuDNN {} has no algorithm for this {} {}convolution (x [{}], w [{}], group {}; {})", where,
+           cudnnGetVersion(), dtype_name(s.dtype), s.transposed ? "transposed " : "", fmt::join(s.x, ","),
+           fmt::join(s.w, ","), s.group, why);
+    if (mode == Tuning::exhaustive && cands.size() > 1) return time_candidates(s, cands, 10, where, st);
+    if (mode == Tuning::fast) st.timed += static_cast<int>(cands.size());
+    return cands.front();
+  });
 }
 
 }  // namespace kiln::targets::cuda

@@ -47,14 +47,7 @@ GemmAlgo time_candidates(const GemmSpec& s, const std::vector<GemmAlgo>& cands, 
   size_t ws = 0;
   for (auto& c : cands) ws = std::max(ws, c.workspace);
   GemmBuffers buf(s, ws);
-  const DriverApi& d = driver();
-  CUstream stream = nullptr;
-  check(d.cuStreamCreate(&stream, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
-  struct Free {
-    const DriverApi& d;
-    CUstream s;
-    ~Free() { d.cuStreamDestroy(s); }
-  } free_stream{d, stream};
+  TimingStream stream;
   GemmAlgo best = cands.front();
   float best_ms = -1;
   for (auto& c : cands) {
@@ -65,7 +58,7 @@ GemmAlgo time_candidates(const GemmSpec& s, const std::vector<GemmAlgo>& cands, 
       continue;  // a candidate AlgoCheck refuses is skipped, not fatal
     }
     float ms = time_median_ms(
-        stream,
+        stream.get(),
         [&](CUstream str) { plan->run(str, buf.a.get(), buf.b.get(), buf.c.get(), buf.d.get(), buf.ws.get(), buf.ws.bytes()); },
         1, reps);
     ++st.timed;
@@ -79,31 +72,16 @@ GemmAlgo time_candidates(const GemmSpec& s, const std::vector<GemmAlgo>& cands, 
 }  // namespace
 
 GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st) {
-  static std::mutex mu;
-  static std::map<std::string, GemmAlgo> memo;
-  std::string key = problem_key(s, mode, device);
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (auto it = memo.find(key); it != memo.end()) {
-      ++st.reused;
-      return it->second;
-    }
-  }
-  Stopwatch sw;
-  use_device(device);
-  GemmDescs descs(s, s.has_bias ? CUdeviceptr{256} : 0);
-  int count = mode == Tuning::heuristic ? 1 : mode == Tuning::fast ? 4 : 24;
-  auto cands = gemm_heuristic(descs, kMaxWorkspace, count);
-  if (cands.empty())
-    fail(ErrorCode::unsupported, "{}: cuBLASLt has no algorithm for this {} matmul (m={} n={} k={} batch={})", where,
-         dtype_name(s.dtype), s.m, s.n, s.k, s.batch);
-  GemmAlgo chosen = cands.size() == 1 ? cands.front()
-                                      : time_candidates(s, cands, mode == Tuning::fast ? 5 : 20, where, st);
-  ++st.tuned;
-  st.ms += sw.ms();
-  std::lock_guard<std::mutex> lock(mu);
-  memo.emplace(key, chosen);
-  return chosen;
+  return memoized<GemmAlgo>(problem_key(s, mode, device), st, [&] {
+    use_device(device);
+    GemmDescs descs(s, s.has_bias ? CUdeviceptr{256} : 0);
+    int count = mode == Tuning::heuristic ? 1 : mode == Tuning::fast ? 4 : 24;
+    auto cands = gemm_heuristic(descs, kMaxWorkspace, count);
+    if (cands.empty())
+      fail(ErrorCode::unsupported, "{}: cuBLASLt has no algorithm for this {} matmul (m={} n={} k={} batch={})", where,
+           dtype_name(s.dtype), s.m, s.n, s.k, s.batch);
+    return cands.size() == 1 ? cands.front() : time_candidates(s, cands, mode == Tuning::fast ? 5 : 20, where, st);
+  });
 }
 
 }  // namespace kiln::targets::cuda

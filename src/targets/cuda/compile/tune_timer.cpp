@@ -7,6 +7,14 @@
 
 namespace kiln::targets::cuda {
 
+TimingStream::TimingStream() {
+  check(driver().cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate (tuning)");
+}
+
+TimingStream::~TimingStream() {
+  if (stream_) driver().cuStreamDestroy(stream_);
+}
+
 float time_median_ms(CUstream stream, const std::function<void(CUstream)>& enqueue, int warmup, int reps) {
   const DriverApi& d = driver();
   CUevent start = nullptr, stop = nullptr;

@@ -5,7 +5,10 @@
 #pragma once
 #include <cuda.h>
 
+#include <chrono>
 #include <functional>
+#include <map>
+#include <mutex>
 #include <string>
 
 #include "kiln/options.h"
@@ -38,6 +41,43 @@ GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string
 /// Workspace at most 256 MiB. Memoized like tune_gemm. Throws
 /// Error(unsupported) naming `where` when cuDNN has no algorithm.
 ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st);
+
+/// The decision for `key` from a process-wide memo (one per call site), or
+/// `decide()` run once and remembered; counts st.reused, or st.tuned and
+/// st.ms (wall time of the decision). Thread-safe; decide() runs unlocked.
+template <typename T, typename Decide>
+T memoized(const std::string& key, TuningStats& st, Decide&& decide) {
+  static std::mutex mu;
+  static std::map<std::string, T> memo;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = memo.find(key); it != memo.end()) {
+      ++st.reused;
+      return it->second;
+    }
+  }
+  const auto start = std::chrono::steady_clock::now();
+  T chosen = decide();
+  ++st.tuned;
+  st.ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mu);
+  memo.emplace(key, chosen);
+  return chosen;
+}
+
+/// A non-blocking CUDA stream for timing candidates, destroyed with the object.
+/// Throws Error(internal) when cuStreamCreate fails.
+class TimingStream {
+ public:
+  TimingStream();
+  ~TimingStream();
+  TimingStream(const TimingStream&) = delete;
+  TimingStream& operator=(const TimingStream&) = delete;
+  CUstream get() const { return stream_; }
+
+ private:
+  CUstream stream_ = nullptr;
+};
 
 /// Median time (ms) of `reps` runs of `enqueue` on `stream`, after `warmup`
 /// untimed runs, measured with CUDA events around each run. Throws
