@@ -32,6 +32,8 @@ def test_cross_compile_for_sm90_writes_a_complete_artifact(kiln, demo_onnx, tmp_
     assert compat["device_arch"] == "sm_90"
     assert compat["tuning"] == "heuristic"
     assert "cublaslt=any (chosen at load)" in compat["library_versions"]
+    # demo.onnx: two convolutions and one Gemm, none decided without the GPU.
+    assert ins.json()["library_algorithms"] == {"stored": 0, "chosen_at_load": 3}
 
     chk = kiln("check", out)
     if "no CUDA driver or device" in chk.stdout + chk.stderr:

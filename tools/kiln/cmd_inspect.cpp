@@ -127,13 +127,21 @@ void inspect(const std::string& path, bool as_json) {
   json ins = json::array(), outs = json::array();
   for (auto id : cp.model.main.inputs) ins.push_back(info_json(tensor_info(cp.model.value(id))));
   for (auto id : cp.model.main.outputs) outs.push_back(info_json(tensor_info(cp.model.value(id))));
+  // cuda: library decisions stored vs left to the load (cross-compiled).
+  int stored = 0, at_load = 0;
+  for (auto& n : cp.model.main.nodes) {
+    if (n.domain != "kiln.cuda" || (n.op_type != "Gemm" && n.op_type != "Conv")) continue;
+    bool deferred = n.op_type == "Gemm" ? n.i("algo_at_load", 0) == 1 : n.i("algo", 0) == -1;
+    (deferred ? at_load : stored)++;
+  }
+  json library = {{"stored", stored}, {"chosen_at_load", at_load}};
   std::error_code ec;
   auto size = std::filesystem::file_size(path, ec);
   if (as_json) {
     print_json({{"artifact", path}, {"file_bytes", size}, {"compat", compat_json(cp.compat)}, {"inputs", ins},
                 {"outputs", outs}, {"nodes", nodes}, {"operators", ops}, {"constants", consts},
                 {"constant_bytes", const_bytes}, {"constants_stored_bytes", stored_bytes},
-                {"arena_bytes", cp.plan.arena_bytes}, {"buckets", buckets},
+                {"arena_bytes", cp.plan.arena_bytes}, {"buckets", buckets}, {"library_algorithms", library},
                 {"metadata", json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false)}});
     return;
   }
@@ -145,6 +153,11 @@ void inspect(const std::string& path, bool as_json) {
   for (auto& o : outs) std::printf("  %s\n", o.dump().c_str());
   std::printf("program: %zu nodes, %d constants (%.2f MiB), arena %.2f MiB\n", nodes, consts, const_bytes / 1048576.0,
               cp.plan.arena_bytes / 1048576.0);
+  if (stored || at_load)
+    std::printf("library algorithms (cuBLASLt / cuDNN): %d stored%s\n", stored,
+                at_load ? fmt::format(", {} chosen by the libraries' heuristics at the first load (cross-compiled)",
+                                      at_load).c_str()
+                        : "");
   if (cp.buckets.empty()) {
     std::printf("buckets: none (one program)\n");
   } else {
