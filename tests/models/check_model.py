@@ -242,6 +242,17 @@ def main(argv=None) -> int:
         print(f"check_model: error: kiln binary {kiln} does not exist or is not executable", file=sys.stderr)
         return 2
 
+    if args.target.startswith("cuda"):
+        # A GPU probe on the small demo model: a kiln without CUDA, or a machine
+        # without a GPU, makes this test SKIPPED (exit 77), never passed.
+        probe = subprocess.run([str(kiln), "run", str(args.models_dir / "demo.onnx"), "--target", args.target,
+                                "--no-cache", "--random-inputs"], capture_output=True, text=True,
+                               timeout=args.timeout)
+        for why in ("built without CUDA support", "no CUDA driver or device"):
+            if probe.returncode != 0 and why in probe.stderr:
+                print(f"SKIPPED: {args.model} on {args.target}: {why}")
+                return 77
+
     import onnxruntime as ort
 
     tmp = Path(tempfile.mkdtemp(prefix=f"kiln-check-{args.model}-"))
