@@ -65,3 +65,12 @@ def test_bad_arch_and_tuning_values_are_usage_errors(kiln, demo_onnx, tmp_path):
     assert_error(res, 2, "tuning:", "cuda", "cpu")
     res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--arch", "sm_90")
     assert_error(res, 2, "arch:", "cpu")
+
+
+def test_compile_only_flags_are_refused_for_an_artifact(kiln, demo_onnx, tmp_path):
+    art = tmp_path / "demo.kiln"
+    res = kiln("compile", demo_onnx, "-o", art)
+    assert res.rc == 0, res.describe()
+    for flag, value in (("--tuning", "fast"), ("--arch", "sm_90")):
+        res = kiln("run", art, "--random-inputs", flag, value)
+        assert_error(res, 2, flag, "already compiled", str(art))
