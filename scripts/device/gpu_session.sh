@@ -12,7 +12,9 @@
 #   5. warm start: a fresh `kiln run` process on a cached artifact, wall time
 #      and its load_ms part (3 times);
 #   6. the ONNX node conformance suite on cuda (ratchet against baseline_cuda.txt).
-# Results: $OUT/logs/*.log. Every step has a timeout, so one slow step does
+# $KILN_GPU_SECTIONS picks steps (default all: "tests modeltests models
+# tuning cross warm conformance"; modeltests runs tests/models/check_model.py,
+# the models_cuda.* tests, on .gpu/models/*.onnx and the exported models). Results: $OUT/logs/*.log. Every step has a timeout, so one slow step does
 # not lose the others' results.
 set -u
 B=${KILN_BUILD:-build-cuda}
@@ -21,16 +23,20 @@ L=${OUT:-/tmp/out}/logs
 M=/tmp/models
 mkdir -p "$L" "$M"
 PRECISIONS=${KILN_GPU_PRECISIONS:-fp32}
+SECTIONS=" ${KILN_GPU_SECTIONS:-tests modeltests models tuning cross warm conformance} "
+want() { [[ "$SECTIONS" == *" $1 "* ]]; }
 t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 
 python3 bench/make_gpu_models.py "$M" > "$L/export.log" 2>&1 &
 exp=$!
 
+if want tests; then
 stamp "cuda tests"
 timeout 240 "$B/tests/cuda/kiln_cuda_gpu_tests" > "$L/gpu_tests.log" 2>&1
 echo "rc=$?" >> "$L/gpu_tests.log"
 grep -E "^\[  (PASSED|FAILED) |Failure|rc=" "$L/gpu_tests.log" | head -20
+fi
 
 wait $exp
 tail -2 "$L/export.log"
@@ -45,6 +51,16 @@ PY
 bert_in="--input input_ids=/tmp/ids.npy --input attention_mask=/tmp/mask.npy --input token_type_ids=/tmp/types.npy"
 img_in="--input input=/tmp/img.npy"
 
+if want modeltests; then
+stamp "model tests (models_cuda: check_model.py against ONNX Runtime)"
+mkdir -p /tmp/mt && cp .gpu/models/*.onnx /tmp/mt/ 2>/dev/null; cp $M/resnet50.onnx $M/bert_base.onnx /tmp/mt/
+for m in demo mobilenet_v3_small resnet50 bert_base; do
+  [ -f /tmp/mt/$m.onnx ] || { echo "$m: no model"; continue; }
+  timeout 200 python3 tests/models/check_model.py --model $m --kiln "$K" --models-dir /tmp/mt --target cuda --timeout 150 > "$L/modeltest_$m.log" 2>&1
+  echo "models_cuda.$m rc=$? $(tail -1 "$L/modeltest_$m.log")"
+done
+fi
+if want models; then
 stamp "models"
 {
 for m in bert_base resnet50; do
@@ -69,6 +85,8 @@ done
 } > "$L/models.log" 2>&1
 grep -E "^###|latency|compile |load|max\|" "$L/models.log"
 
+fi
+if want tuning; then
 stamp "tuning modes (ResNet-50)"
 {
 for t in heuristic fast exhaustive; do
@@ -83,6 +101,8 @@ for line in sys.stdin:
         j = json.loads(line); print(j.get("tuning"), "compile_ms", round(j["compile_ms"]), "latency_ms_median", round(j["latency_ms_median"], 3), "load_ms", round(j["load_ms"], 1))
     elif line.startswith("###") or "error" in line: print(line.rstrip())'
 
+fi
+if want cross; then
 stamp "cross-compiled artifact"
 {
 arch=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | head -1 | tr -d . | sed 's/^/sm_/')
@@ -95,6 +115,8 @@ import numpy as np; a=np.load('/tmp/out_resnet50_cpu/logits.npy'); b=np.load('/t
 } > "$L/cross.log" 2>&1
 tail -6 "$L/cross.log"
 
+fi
+if want warm; then
 stamp "warm start"
 {
 export XDG_CACHE_HOME=/tmp/kcache
@@ -109,6 +131,8 @@ unset XDG_CACHE_HOME
 } > "$L/warm.log" 2>&1
 cat "$L/warm.log" | grep -v "^{"
 
+fi
+if want conformance; then
 stamp "conformance"
 if [ -f .gpu/node.tar.xz ]; then
   mkdir -p /tmp/onnxdata && tar -xJf .gpu/node.tar.xz -C /tmp/onnxdata
@@ -119,5 +143,6 @@ if [ -f .gpu/node.tar.xz ]; then
     > "$L/conformance_cuda.log" 2>&1
   echo "rc=$?" >> "$L/conformance_cuda.log"
   grep -E "^conformance cuda|^REGRESSION|rc=" "$L/conformance_cuda.log" | head
+fi
 fi
 stamp "done"

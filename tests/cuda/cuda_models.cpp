@@ -277,4 +277,41 @@ ModelBuilder residual_model() {
   return b;
 }
 
+ModelBuilder nhwc_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 4, 9, 9});
+  b.input("z", 1, {2, 6, 4, 4});
+  b.initializer("W1", {8, 4, 3, 3}, ramp(8 * 36, 0.2f, 0.3f));
+  b.initializer("B1", {8}, ramp(8, 0.3f, 0.2f));
+  b.initializer("S", {8, 1, 1}, ramp(8, 0.5f, 1.0f));
+  b.initializer("W2", {6, 8, 1, 1}, ramp(48, 0.4f, 0.6f));
+  b.initializer("B2", {6}, ramp(6, 0.2f, 0.9f));
+  b.initializer("W4", {1, 6, 1, 1}, ramp(6, 0.7f, 0.1f));
+  b.initializer("W5", {4, 8, 3, 3}, ramp(4 * 72, 0.1f, 0.4f));
+  b.initializer("W6", {8, 4, 3, 3}, ramp(8 * 36, 0.15f, 0.8f));
+  auto& c1 = b.node("Conv", {"x", "W1", "B1"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  b.node("Mul", {"r1", "S"}, {"m1"});
+  auto& ap = b.node("AveragePool", {"m1"}, {"ap"});
+  ModelBuilder::attr_ints(ap, "kernel_shape", {3, 3});
+  ModelBuilder::attr_ints(ap, "strides", {2, 2});
+  ModelBuilder::attr_ints(ap, "pads", {1, 1, 1, 1});
+  b.node("Conv", {"ap", "W2", "B2"}, {"c2"});
+  auto& mp = b.node("MaxPool", {"c2"}, {"mp"});
+  ModelBuilder::attr_ints(mp, "kernel_shape", {2, 2});
+  b.node("Add", {"mp", "z"}, {"t"});
+  b.node("Sigmoid", {"t"}, {"s"});
+  b.node("Conv", {"s", "W4"}, {"c4"});
+  auto& c5 = b.node("Conv", {"r1", "W5"}, {"c5"});
+  ModelBuilder::attr_ints(c5, "pads", {2, 2, 2, 2});
+  ModelBuilder::attr_ints(c5, "dilations", {2, 2});
+  auto& c6 = b.node("Conv", {"r1", "W6"}, {"c6"});
+  ModelBuilder::attr_ints(c6, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_int(c6, "group", 2);
+  b.output("r1", 1, {2, 8, 9, 9}).output("s", 1, {2, 6, 4, 4}).output("c4", 1, {2, 1, 4, 4});
+  b.output("c5", 1, {2, 4, 9, 9}).output("c6", 1, {2, 8, 9, 9});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -58,4 +58,14 @@ ModelBuilder pointwise_model();
 ///   y = Relu(x + (MatMul(x, W[8,8]) + B[8]))   [1,6,8]: one cuBLASLt matmul (bias epilogue, x as C, Relu)
 ModelBuilder residual_model();
 
+/// Channels-last layout (to_nhwc) corner cases: x float32[2,4,9,9], z float32[2,6,4,4] ->
+///   r1 = Relu(Conv 3x3 pad 1 + B1)                       [2,8,9,9]  (also an output: leaves the region mid-way)
+///   ap = AveragePool(r1 * S[8,1,1], kernel 3, strides 2, pads 1)  [2,8,5,5] (per-channel constant permuted)
+///   mp = MaxPool(Conv1x1(ap) + B2, kernel 2, strides 1)  [2,6,4,4]  (1x1 conv as a matmul with bias epilogue)
+///   s  = Sigmoid(mp + z)                                  [2,6,4,4]  (z enters the region through a transpose)
+///   c4 = Conv1x1(s, W4[1,6,1,1])                          [2,1,4,4]  (one channel: leaves through a reshape)
+///   c5 = Conv(r1, W5[4,8,3,3], dilations 2, pads 2)       [2,4,9,9]
+///   c6 = Conv(r1, W6[8,4,3,3], group 2, pads 1)           [2,8,9,9]
+ModelBuilder nhwc_model();
+
 }  // namespace kiln::testing

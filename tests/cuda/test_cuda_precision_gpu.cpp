@@ -124,6 +124,13 @@ std::vector<Case> cases() {
        true},
       {"conv+bn", conv_bn_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 3, 16, 16}, 1.f, 0.5f)}}; },
        {}, true},
+      {"pointwise", pointwise_model,
+       [] { return std::map<std::string, Tensor>{{"x", wave({2, 6, 5, 7}, 1.f, 0.3f)}}; }, {}, true},
+      {"nhwc", nhwc_model,
+       [] {
+         return std::map<std::string, Tensor>{{"x", wave({2, 4, 9, 9}, 1.f, 0.2f)}, {"z", wave({2, 6, 4, 4}, 0.5f, 0.6f)}};
+       },
+       {}, true},
   };
 }
 

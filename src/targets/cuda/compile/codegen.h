@@ -136,7 +136,8 @@ std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n);
 std::vector<ir::Node> gen_loss(Lowering& L, const ir::Node& n);
 /// QuantizeLinear / DequantizeLinear, per tensor or per axis, 8/16-bit integers.
 std::vector<ir::Node> gen_quant(Lowering& L, const ir::Node& n);
-/// MaxPool (one output), AveragePool and LpPool, any number of spatial dims.
+/// MaxPool (one output), AveragePool and LpPool, any number of spatial dims
+/// (2-D channels-last when the node has kiln_nhwc = 1: to_nhwc).
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
 /// Softmax, LogSoftmax, Hardmax, LayerNormalization, InstanceNormalization,
 /// GroupNormalization, BatchNormalization (inference), ArgMax, ArgMin, Reduce*

@@ -1,5 +1,5 @@
-// Pooling windows: MaxPool and AveragePool over any number of spatial dims,
-// one thread per output element (codegen.h: gen_pool). float32, float16 or
+// Pooling windows: MaxPool and AveragePool over any number of spatial dims
+// (NCHW, or 2-D NHWC after to_nhwc), one thread per output element (codegen.h: gen_pool). float32, float16 or
 // bfloat16 storage; windows are accumulated in float.
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -18,8 +18,14 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
   if (n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue) refuse(n, "the Indices output is not supported");
   auto x = L.dims(n, n.inputs[0]), y = L.dims(n, n.outputs[0]);
   if (x.size() < 3) refuse(n, "input rank below 3");
+  // to_nhwc's pools read and write [N, H, W, C]: the spatial dims are 1..k
+  // and the channel is the innermost index.
+  const bool nhwc = n.i("kiln_nhwc", 0) != 0;
+  if (nhwc && x.size() != 4) refuse(n, "an NHWC pool must be 2-D");
   size_t k = x.size() - 2;
-  std::vector<int64_t> in(x.begin() + 2, x.end()), out(y.begin() + 2, y.end());
+  const int64_t C = nhwc ? x[3] : 1;
+  std::vector<int64_t> in(x.begin() + (nhwc ? 1 : 2), x.end() - (nhwc ? 1 : 0)),
+      out(y.begin() + (nhwc ? 1 : 2), y.end() - (nhwc ? 1 : 0));
   auto kernel = n.ints("kernel_shape");
   if (kernel.size() != k) refuse(n, "kernel_shape does not match the spatial rank");
   auto strides = n.ints("strides", std::vector<int64_t>(k, 1));
@@ -29,9 +35,14 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
   bool include_pad = n.i("count_include_pad", 0) != 0;
   int64_t N = numel(y);
   // Output coords: c (= n*C + channel) then o0..o{k-1}; window loops nested.
+  // NHWC: the channel first (innermost), then o.., then the image.
   std::string body = "I r = i;";
+  if (nhwc) body += fmt::format(" const I ch = r % {0}u; r /= {0}u;", C);
   for (int64_t d = static_cast<int64_t>(k) - 1; d >= 0; --d) body += fmt::format(" long long o{0} = r % {1}u; r /= {1}u;", d, out[d]);
-  body += fmt::format(" const {}* xp = x + (unsigned long long)r * {}ull;", *storage_type(tx), numel(in));
+  if (nhwc)
+    body += fmt::format(" const {}* xp = x + (unsigned long long)r * {}ull + ch;", *storage_type(tx), numel(in) * C);
+  else
+    body += fmt::format(" const {}* xp = x + (unsigned long long)r * {}ull;", *storage_type(tx), numel(in));
   body += is_max ? " float acc = -__int_as_float(0x7f800000);" : " float acc = 0.f; int cnt = 0;";
   std::string idx = "0";
   auto ist = strides_of(in);
@@ -39,7 +50,7 @@ std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n) {
     body += fmt::format(" for (int w{0} = 0; w{0} < {1}; ++w{0}) {{ long long p{0} = o{0} * {2} - {3} + (long long)w{0} * {4};", d,
                         kernel[d], strides[d], pb[d], dil[d]);
     body += fmt::format(" bool in{0} = p{0} >= 0 && p{0} < {1};", d, in[d]);
-    idx += fmt::format(" + p{} * {}", d, ist[d]);
+    idx += fmt::format(" + p{} * {}", d, ist[d] * C);
   }
   std::string inside = "in0";
   for (size_t d = 1; d < k; ++d) inside += fmt::format(" && in{}", d);

@@ -87,6 +87,12 @@ ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
   s.x = L.dims(n, n.inputs[0]);
   s.w = L.dims(n, n.inputs[1]);
   s.y = L.dims(n, n.outputs[0]);
+  if (n.i("kiln_nhwc", 0) != 0) {  // to_nhwc: [N,H,W,C] data, [K,R,S,C/g] filter; the spec keeps NCHW dims
+    if (s.x.size() != 4 || s.w.size() != 4 || s.y.size() != 4 || n.op_type != "Conv")
+      refuse(n, "an NHWC convolution must be a 2-D Conv");
+    for (auto* v : {&s.x, &s.w, &s.y}) *v = {(*v)[0], (*v)[3], (*v)[1], (*v)[2]};
+    s.nhwc = true;
+  }
   if (s.x.size() < 3 || s.x.size() > 5) refuse(n, "only 1-D, 2-D and 3-D convolutions");
   size_t k = s.x.size() - 2;
   std::vector<int64_t> in(s.x.begin() + 2, s.x.end()), out(s.y.begin() + 2, s.y.end());

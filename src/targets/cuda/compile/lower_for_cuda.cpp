@@ -63,6 +63,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // fp16 / bf16: float32 values become 16-bit before anything is lowered
   // (the model's inputs and outputs keep their dtypes; precision.h).
   if (opt.dtype != DType::f32) convert_precision(m, opt.dtype);
+  const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   const auto nodes = m.main.nodes;  // a copy: lowering adds values, the graph is rebuilt below
   const int count = static_cast<int>(nodes.size());
   Uses uses = uses_of(m);
@@ -83,7 +84,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   std::vector<bool> done(count, false);
   for (int i = 0; i < count; ++i) {
     if (!nodes[i].domain.empty() || (nodes[i].op_type != "MatMul" && nodes[i].op_type != "Gemm")) continue;
-    GemmLowered g = lower_gemm(L, i, uses, opt);
+    GemmLowered g = lower_gemm(L, i, uses, opt, done);
     int last = *std::max_element(g.absorbed.begin(), g.absorbed.end());
     for (int j : g.absorbed) done[j] = true;
     st.fused += static_cast<int>(g.absorbed.size()) - 1;
@@ -183,8 +184,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
                "algorithms by the cuBLASLt / cuDNN heuristics at load",
                opt.arch, st.gemms, st.convs);
   log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off), {} "
-             "copies, {} nodes fused; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
-             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.fused, st.cubin_bytes, st.ptx_bytes,
+             "copies, {} nodes fused, {} nodes NHWC; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
+             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.fused, nhwc, st.cubin_bytes, st.ptx_bytes,
              sw.ms());
   return st;
 }

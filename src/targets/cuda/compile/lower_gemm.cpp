@@ -43,7 +43,7 @@ void set_gemm_decision(Lowering& L, ir::Node& g, const GemmSpec& s, const LowerO
   g.attrs["workspace"] = static_cast<int64_t>(chosen.workspace);
 }
 
-GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt) {
+GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt, const std::vector<bool>& taken) {
   ir::Model& m = L.model;
   const ir::Node& n = m.main.nodes[i];
   // One element type for A, B, C and D: float32, float16 or bfloat16 (the
@@ -134,7 +134,10 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
   ir::ValueId y = n.outputs[0];
   auto single_reader = [&](ir::ValueId v) -> int {
     if (uses.is_output[v] || uses.readers[v].size() != 1) return -1;
-    return uses.readers[v][0];
+    const int j = uses.readers[v][0];
+    // A node another matmul absorbed already (two matmuls meeting at one
+    // residual Add: the first one takes it).
+    return static_cast<size_t>(j) < taken.size() && taken[j] ? -1 : j;
   };
   if (bias == ir::kNoValue && !s.has_c && s.batch == 1) {
     int j = single_reader(y);

@@ -28,6 +28,10 @@ struct LowerOptions {
   /// float32 only: matmuls and convolutions may use TF32 tensor cores
   /// (SessionOptions::allow_tf32); recorded in each kiln.cuda.Gemm / Conv.
   bool tf32 = false;
+  /// Run 2-D convolution regions channels-last (to_nhwc). nullopt: for
+  /// float16 / bfloat16 and TF32 programs (tensor-core convolutions, whose
+  /// NCHW forms transpose inside cuDNN), not for strict float32.
+  std::optional<bool> nhwc;
 };
 
 /// What the lowering did, for reports and tests.
@@ -72,7 +76,9 @@ struct GemmLowered {
 /// tune_gemm(opt.tuning) and stored in the node (algo, workspace); the
 /// runtime replays it without asking again. Without a device the node
 /// records algo_at_load = 1 and a 32 MiB workspace cap.
-GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt);
+/// `taken`: nodes (by index) already absorbed by another matmul, which
+/// this one leaves alone.
+GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt, const std::vector<bool>& taken = {});
 
 /// Removes the kiln.cuda.Copy nodes (Reshape, Flatten, Squeeze, ...) whose
 /// output is not a graph output: their readers read the input's bytes in
@@ -100,6 +106,19 @@ std::optional<ir::Node> lower_pointwise_conv(Lowering& L, const ir::Node& n, con
 /// whatever element-wise work follows (Relu, a residual Add), fuse into one
 /// generated kernel after the cuDNN convolution. Returns the number split.
 int split_conv_bias(ir::Model& m);
+
+/// Layout assignment: every 2-D Conv with a constant filter (bias already
+/// split off) and the element-wise, MaxPool and AveragePool nodes that read
+/// its results switch to NHWC values ([N, H, W, C]): Conv gets attribute
+/// kiln_nhwc = 1 and its filter permuted to [K, R, S, C/group] (cuDNN's NHWC
+/// filter layout); a 1x1 unstrided unpadded group-1 Conv becomes MatMul(x
+/// [N,H,W,C], w^T [C,K]) so that lower_gemm fuses its bias, residual and Relu
+/// as epilogues; pools get kiln_nhwc = 1; constants read by the region are
+/// permuted (rank <= 4, right-aligned). One Transpose enters the region per
+/// NCHW value it reads, one Transpose (a Reshape where only unit dims move)
+/// leaves it per value read outside it or output by the graph, whose ids and
+/// shapes are unchanged. Returns the number of nodes moved.
+int to_nhwc(ir::Model& m);
 
 /// Lowers a Conv or ConvTranspose (x and w both float32, float16 or
 /// bfloat16, fp32 accumulation; no bias left, symmetric pads,

@@ -17,9 +17,9 @@ namespace {
 constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
 
 std::string problem_key(const ConvSpec& s, Tuning mode, int device) {
-  return fmt::format("{}|{}|x{} w{} y{} p{} s{} d{} g{} t{} {} tf32 {}", tuning_name(mode), device, fmt::join(s.x, ","),
+  return fmt::format("{}|{}|x{} w{} y{} p{} s{} d{} g{} t{} {} tf32 {} nhwc {}", tuning_name(mode), device, fmt::join(s.x, ","),
                      fmt::join(s.w, ","), fmt::join(s.y, ","), fmt::join(s.pads, ","), fmt::join(s.strides, ","),
-                     fmt::join(s.dilations, ","), s.group, s.transposed, dtype_name(s.dtype), s.tf32);
+                     fmt::join(s.dilations, ","), s.group, s.transposed, dtype_name(s.dtype), s.tf32, s.nhwc);
 }
 
 size_t fp32_bytes(const std::vector<int64_t>& dims) {

@@ -32,11 +32,12 @@ ConvSpec conv_spec_from(const ir::Node& n) {
     fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv dtype '{}' (expected float32, float16 or bfloat16)", n.label(), dt);
   s.dtype = *parsed;
   s.tf32 = n.i("tf32", 0) != 0;
+  s.nhwc = n.i("nhwc", 0) != 0;
   if (s.tf32 && s.dtype != DType::f32)
     fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv tf32 on a {} convolution", n.label(), dt);
   size_t k = s.x.size() < 3 ? 0 : s.x.size() - 2;
   if (k == 0 || k > 3 || s.w.size() != k + 2 || s.y.size() != k + 2 || s.pads.size() != k || s.strides.size() != k ||
-      s.dilations.size() != k || s.group < 1)
+      s.dilations.size() != k || s.group < 1 || (s.nhwc && (k != 2 || s.transposed)))
     fail(ErrorCode::invalid_model, "{}: inconsistent kiln.cuda.Conv attributes", n.label());
   return s;
 }
@@ -52,6 +53,7 @@ void set_conv_attrs(ir::Node& n, const ConvSpec& s) {
   n.attrs["transposed"] = int64_t{s.transposed};
   n.attrs["dtype"] = std::string(dtype_name(s.dtype));
   n.attrs["tf32"] = int64_t{s.tf32};
+  if (s.nhwc) n.attrs["nhwc"] = int64_t{1};
 }
 
 cudnnDataType_t cudnn_type(DType t) {
@@ -89,10 +91,15 @@ std::vector<int> packed_strides(const std::vector<int64_t>& d) {
   for (int i = static_cast<int>(d.size()) - 2; i >= 0; --i) s[i] = s[i + 1] * static_cast<int>(d[i + 1]);
   return s;
 }
-cudnnTensorDescriptor_t tensor(const std::vector<int64_t>& dims, cudnnDataType_t type) {
+cudnnTensorDescriptor_t tensor(const std::vector<int64_t>& dims, cudnnDataType_t type, bool nhwc) {
   cudnnTensorDescriptor_t t;
   check_cudnn(cudnnCreateTensorDescriptor(&t), "cudnnCreateTensorDescriptor");
   auto d = to_int(dims);
+  if (nhwc) {  // dims in NCHW order, memory channels-last
+    check_cudnn(cudnnSetTensorNdDescriptorEx(t, CUDNN_TENSOR_NHWC, type, static_cast<int>(d.size()), d.data()),
+                "cudnnSetTensorNdDescriptorEx (NHWC)");
+    return t;
+  }
   auto s = packed_strides(dims);
   check_cudnn(cudnnSetTensorNdDescriptor(t, type, static_cast<int>(d.size()), d.data(), s.data()),
               "cudnnSetTensorNdDescriptor");
@@ -102,11 +109,11 @@ cudnnTensorDescriptor_t tensor(const std::vector<int64_t>& dims, cudnnDataType_t
 
 ConvDescs::ConvDescs(const ConvSpec& s) {
   const cudnnDataType_t type = cudnn_type(s.dtype);
-  x = tensor(s.x, type);
-  y = tensor(s.y, type);
+  x = tensor(s.x, type, s.nhwc);
+  y = tensor(s.y, type, s.nhwc);
   check_cudnn(cudnnCreateFilterDescriptor(&w), "cudnnCreateFilterDescriptor");
   auto wd = to_int(s.w);
-  check_cudnn(cudnnSetFilterNdDescriptor(w, type, CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()),
+  check_cudnn(cudnnSetFilterNdDescriptor(w, type, s.nhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW, static_cast<int>(wd.size()), wd.data()),
               "cudnnSetFilterNdDescriptor");
   check_cudnn(cudnnCreateConvolutionDescriptor(&conv), "cudnnCreateConvolutionDescriptor");
   auto p = to_int(s.pads), st = to_int(s.strides), dl = to_int(s.dilations);

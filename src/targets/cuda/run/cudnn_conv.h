@@ -34,6 +34,10 @@ struct ConvSpec {
   bool transposed = false;
   DType dtype = DType::f32;  ///< x, w, y element type (attribute `dtype`: "float32", "float16", "bfloat16")
   bool tf32 = false;         ///< float32 only: TF32 allowed (attribute `tf32`)
+  /// 2-D only: x, y stored [N, H, W, C] and w [K, R, S, C/group] (cuDNN's
+  /// CUDNN_TENSOR_NHWC); x, w, y above still list NCHW-ordered dims
+  /// (attribute `nhwc`; absent in older artifacts: NCHW).
+  bool nhwc = false;
 };
 
 /// The cuDNN data type of x, w and y (CUDNN_DATA_FLOAT / HALF / BFLOAT16).
@@ -44,7 +48,7 @@ cudnnDataType_t cudnn_type(DType t);
 cudnnMathType_t conv_math(const ConvSpec& s);
 
 /// The spec of a kiln.cuda.Conv node (attributes x_dims, w_dims, y_dims,
-/// pads, strides, dilations, group, transposed, dtype, tf32; an artifact
+/// pads, strides, dilations, group, transposed, dtype, tf32, nhwc; an artifact
 /// without dtype / tf32 is float32, strict). Throws Error(invalid_model)
 /// naming the node when they are inconsistent.
 ConvSpec conv_spec_from(const ir::Node& n);

@@ -1,0 +1,142 @@
+// The cuda target's channels-last layout pass (to_nhwc) without a GPU: what
+// the rewritten graph holds (NHWC convolutions with permuted filters, 1x1
+// convolutions as matmuls, entry / exit transposes, unchanged graph outputs)
+// and that a float16 program lowers and compiles with it. The numbers are
+// checked on a GPU (test_cuda_precision_gpu.cpp, case "nhwc").
+#include <gtest/gtest.h>
+
+#include "artifact/artifact.h"
+#include "cuda_models.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/run/blaslt.h"
+#include "targets/cuda/run/cudnn_conv.h"
+
+namespace kiln::testing {
+namespace {
+
+ir::Model import(const ModelBuilder& b) {
+  auto bytes = b.bytes();
+  ir::Model m = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(m, {});
+  passes::infer_and_fold(m);
+  passes::eliminate_dead_code(m);
+  return m;
+}
+
+const ir::Node* producer(const ir::Model& m, ir::ValueId v) {
+  for (auto& n : m.main.nodes)
+    for (auto o : n.outputs)
+      if (o == v) return &n;
+  return nullptr;
+}
+
+ir::ValueId by_name(const ir::Model& m, const std::string& name) {
+  for (size_t i = 0; i < m.values.size(); ++i)
+    if (m.values[i].name == name) return static_cast<ir::ValueId>(i);
+  return ir::kNoValue;
+}
+
+std::vector<int64_t> dims(const ir::Model& m, ir::ValueId v) { return ir::to_sizes(*m.value(v).shape); }
+
+TEST(CudaLayout, ConvolutionRegionBecomesNhwcWithTransposesOnlyAtItsEdges) {
+  ir::Model m = import(nhwc_model());
+  std::vector<std::vector<int64_t>> out_dims;
+  for (auto v : m.main.outputs) out_dims.push_back(dims(m, v));
+  const auto outputs = m.main.outputs;
+  targets::cuda::split_conv_bias(m);
+  int moved = targets::cuda::to_nhwc(m);
+  ir::verify(m);
+  // 5 Conv, 2 bias Add, Relu, Mul, AveragePool, MaxPool, Add, Sigmoid.
+  EXPECT_EQ(moved, 13);
+  int nhwc_convs = 0, matmuls = 0, pools = 0, enter = 0, leave = 0, reshapes = 0;
+  for (auto& n : m.main.nodes) {
+    if (n.op_type == "Conv") {
+      EXPECT_EQ(n.i("kiln_nhwc", 0), 1) << n.label();
+      ++nhwc_convs;
+    }
+    matmuls += n.op_type == "MatMul";
+    if (n.op_type == "MaxPool" || n.op_type == "AveragePool") {
+      EXPECT_EQ(n.i("kiln_nhwc", 0), 1) << n.label();
+      ++pools;
+    }
+    if (n.op_type == "Transpose") {
+      auto perm = n.ints("perm");
+      enter += perm == std::vector<int64_t>{0, 2, 3, 1};
+      leave += perm == std::vector<int64_t>{0, 3, 1, 2};
+    }
+    reshapes += n.op_type == "Reshape";
+  }
+  EXPECT_EQ(nhwc_convs, 3);  // the 3x3 one, the dilated one, the grouped one
+  EXPECT_EQ(matmuls, 2);     // both 1x1 convolutions
+  EXPECT_EQ(pools, 2);
+  EXPECT_EQ(enter, 2);       // x and z
+  EXPECT_EQ(leave, 4);       // r1, s, c5, c6 (graph outputs)
+  EXPECT_EQ(reshapes, 1);    // c4 has one channel: NHWC and NCHW bytes agree
+  // Graph outputs keep their ids and NCHW shapes.
+  ASSERT_EQ(m.main.outputs, outputs);
+  for (size_t i = 0; i < outputs.size(); ++i) EXPECT_EQ(dims(m, outputs[i]), out_dims[i]);
+
+  // The 3x3 filter is [K, R, S, C] now: element [k, r, s, c] = W1[k, c, r, s].
+  ir::ValueId w1 = by_name(m, "W1"), w1k = by_name(m, "W1_krsc");
+  ASSERT_NE(w1, ir::kNoValue);
+  ASSERT_NE(w1k, ir::kNoValue);
+  EXPECT_EQ(dims(m, w1k), (std::vector<int64_t>{8, 3, 3, 4}));
+  const float* a = m.value(w1).constant->data<float>();
+  const float* b = m.value(w1k).constant->data<float>();
+  for (int k = 0; k < 8; ++k)
+    for (int c = 0; c < 4; ++c)
+      for (int r = 0; r < 3; ++r)
+        for (int s = 0; s < 3; ++s) ASSERT_EQ(b[((k * 3 + r) * 3 + s) * 4 + c], a[((k * 4 + c) * 3 + r) * 3 + s]);
+  // The 1x1 filter [6, 8, 1, 1] is the matmul's [8, 6] = its transpose.
+  ir::ValueId w2 = by_name(m, "W2"), w2t = by_name(m, "W2_kc_t");
+  ASSERT_NE(w2t, ir::kNoValue);
+  EXPECT_EQ(dims(m, w2t), (std::vector<int64_t>{8, 6}));
+  for (int k = 0; k < 6; ++k)
+    for (int c = 0; c < 8; ++c)
+      ASSERT_EQ(m.value(w2t).constant->data<float>()[c * 6 + k], m.value(w2).constant->data<float>()[k * 8 + c]);
+  // The per-channel constant [8, 1, 1] broadcasts over NHWC as [1, 1, 1, 8].
+  ir::ValueId sc = by_name(m, "S_nhwc");
+  ASSERT_NE(sc, ir::kNoValue);
+  EXPECT_EQ(dims(m, sc), (std::vector<int64_t>{1, 1, 1, 8}));
+  // r1 leaves the region through a Transpose of its NHWC twin [2, 9, 9, 8].
+  const ir::Node* exit = producer(m, by_name(m, "r1"));
+  ASSERT_NE(exit, nullptr);
+  EXPECT_EQ(exit->op_type, "Transpose");
+  EXPECT_EQ(dims(m, exit->inputs[0]), (std::vector<int64_t>{2, 9, 9, 8}));
+}
+
+TEST(CudaLayout, Float16ProgramLowersNhwcConvolutionsAndFusedMatmulEpilogues) {
+  artifact::CompiledProgram cp;
+  cp.model = import(nhwc_model());
+  targets::cuda::LowerOptions opt;
+  opt.device = -1;
+  opt.dtype = DType::f16;  // NHWC by default for 16-bit programs
+  auto st = targets::cuda::lower_for_cuda(cp, opt);
+  EXPECT_EQ(st.convs, 3);
+  EXPECT_EQ(st.gemms, 2);
+  int nhwc = 0, bias = 0;
+  for (auto& n : cp.model.main.nodes) {
+    if (n.op_type == "Conv") {
+      auto s = targets::cuda::conv_spec_from(n);
+      EXPECT_TRUE(s.nhwc) << n.label();
+      nhwc += s.nhwc;
+      EXPECT_EQ(s.x.size(), 4u);
+    }
+    if (n.op_type == "Gemm") bias += targets::cuda::gemm_spec_from(n).has_bias;
+  }
+  EXPECT_EQ(nhwc, 3);
+  EXPECT_EQ(bias, 1) << "the 1x1 convolution with B2 takes its bias as a cuBLASLt epilogue";
+  // Strict float32 keeps NCHW unless asked.
+  artifact::CompiledProgram cp32;
+  cp32.model = import(nhwc_model());
+  targets::cuda::LowerOptions o32;
+  o32.device = -1;
+  targets::cuda::lower_for_cuda(cp32, o32);
+  for (auto& n : cp32.model.main.nodes)
+    if (n.op_type == "Conv") EXPECT_FALSE(targets::cuda::conv_spec_from(n).nhwc) << n.label();
+}
+
+}  // namespace
+}  // namespace kiln::testing
