@@ -89,7 +89,10 @@ std::shared_ptr<MappedFile> MappedFile::open(const fs::path& p) {
   std::shared_ptr<MappedFile> m(new MappedFile());
   m->size_ = static_cast<size_t>(st.st_size);
   if (m->size_ == 0) return m;
-  void* addr = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE, f.fd, 0);
+  // MAP_POPULATE: every byte is read at once anyway (section checksums), and
+  // populating the mapping in one call costs far less than a page fault per
+  // 4 KiB (on virtual machines especially).
+  void* addr = ::mmap(nullptr, m->size_, PROT_READ, MAP_PRIVATE | MAP_POPULATE, f.fd, 0);
   if (addr == MAP_FAILED) fail(ErrorCode::io, "cannot mmap '{}': {}", p.string(), os_error());
   m->data_ = static_cast<const uint8_t*>(addr);
   return m;

@@ -1,5 +1,6 @@
 // What this machine offers each target, and whether an artifact can run here.
 #pragma once
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -45,6 +46,37 @@ std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target
 /// refused, the field named "library_versions.cuda_driver"); a value "any
 /// ..." in the artifact (cross-compiled: decided at load) matches anything;
 /// every other library exactly, and a library missing on either side differs.
+/// A cuda artifact for an older architecture than the GPU here (sm_80 on
+/// sm_90: device_arch numbers, major * 10 + minor) runs through the
+/// compute_XY PTX stored next to every cubin: the driver JIT-compiles it at
+/// load, and the cuBLASLt / cuDNN algorithms stored for the old architecture
+/// are chosen again by the libraries' heuristics, so those two library
+/// versions need not match (the driver / runtime minimums still apply).
+/// A newer architecture than the GPU's is refused naming device_arch.
+/// (Inline: the cuda runtime applies the same rule when it loads.)
+inline bool runs_through_ptx(const std::string& artifact_arch, const std::string& here_arch);
 std::vector<Mismatch> compare_facts(const artifact::CompatInfo& a, const artifact::CompatInfo& here);
+
+/// What a user should know about running runnable artifact `a` here (empty
+/// when nothing): e.g. that its kernels are JIT-compiled from PTX
+/// (runs_through_ptx), which makes the load slower and the program possibly
+/// slower than one compiled for this GPU. `kiln check` prints these.
+std::vector<std::string> compat_notes(const artifact::CompatInfo& a, const artifact::CompatInfo& here);
+
+/// "sm_90" -> 90 (major * 10 + minor); nullopt for anything else.
+inline std::optional<int> sm_number(const std::string& arch) {
+  if (arch.size() < 4 || arch.size() > 8 || arch.rfind("sm_", 0) != 0) return std::nullopt;
+  int v = 0;
+  for (size_t i = 3; i < arch.size(); ++i) {
+    if (arch[i] < '0' || arch[i] > '9') return std::nullopt;
+    v = v * 10 + (arch[i] - '0');
+  }
+  return v;
+}
+
+inline bool runs_through_ptx(const std::string& artifact_arch, const std::string& here_arch) {
+  auto a = sm_number(artifact_arch), h = sm_number(here_arch);
+  return a && h && *a < *h;
+}
 
 }  // namespace kiln::targets

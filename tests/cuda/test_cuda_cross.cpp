@@ -19,11 +19,13 @@
 namespace kiln::testing {
 namespace {
 
-/// An architecture that is a cross-compilation here: sm_90 without a GPU,
-/// else one the GPU is not.
+/// An architecture that is a cross-compilation here and cannot run here:
+/// sm_90 without a GPU, else a newer one than the GPU's (an older one would
+/// run through its PTX: targets::runs_through_ptx).
 std::string foreign_arch() {
   if (!targets::cuda::device_present()) return "sm_90";
-  return targets::cuda::device_facts(0).arch == "sm_80" ? "sm_90" : "sm_80";
+  int here = targets::sm_number(targets::cuda::device_facts(0).arch).value_or(0);
+  return here < 100 ? "sm_100" : "sm_120";
 }
 
 SessionOptions cross(const std::string& arch) {

@@ -18,6 +18,7 @@
 #include "runtime/compile.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/run/driver.h"
+#include "targets/host.h"
 
 namespace kiln::testing {
 namespace {
@@ -255,7 +256,8 @@ TEST(CudaGpu, MismatchingArtifactIsRefusedNamingTheField) {
   auto opt = options(Target::cuda());
   kiln::compile(dir / "m.onnx", dir / "m.kiln", opt);
   for (auto [field, change] : std::vector<std::pair<std::string, std::function<void(artifact::CompatInfo&)>>>{
-           {"device_arch", [](artifact::CompatInfo& c) { c.device_arch = "sm_80"; }},
+           // A newer GPU's artifact (an older one's runs through its PTX: OlderArchitectureRunsThroughPtx).
+           {"device_arch", [](artifact::CompatInfo& c) { c.device_arch = "sm_120"; }},
            {"library_versions", [](artifact::CompatInfo& c) { c.library_versions[2].second = "1"; }},
        }) {
     auto cp = artifact::read_file(dir / "m.kiln");
@@ -273,6 +275,34 @@ TEST(CudaGpu, MismatchingArtifactIsRefusedNamingTheField) {
 
 /// Inputs of conv_model() and matmul_model() (x and idx).
 std::map<std::string, Tensor> conv_inputs() { return {{"x", filled(DType::f32, {2, 3, 16, 16}, 1.f, 0.9f)}}; }
+
+// An artifact for an older architecture (sm_80, cross-compiled here) runs on
+// this GPU through its stored compute_80 PTX, its library algorithms chosen
+// at load, and matches the ref target.
+TEST(CudaGpu, OlderArchitectureRunsThroughPtx) {
+  const std::string here = targets::cuda::device_facts(0).arch;
+  if (targets::sm_number(here).value_or(0) <= 80) GTEST_SKIP() << "needs a GPU newer than sm_80";
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  matmul_model().save(dir / "m.onnx");
+  SessionOptions o = options(Target::cuda());
+  o.arch = "sm_80";
+  o.tuning = Tuning::heuristic;
+  compile(dir / "c.onnx", dir / "c.kiln", o);
+  compile(dir / "m.onnx", dir / "m.kiln", o);
+  auto compat = artifact::read_compat(dir / "c.kiln");
+  EXPECT_EQ(compat.device_arch, "sm_80");
+  EXPECT_TRUE(targets::check_runnable(compat, Target::cuda()).empty());
+  auto notes = targets::compat_notes(compat, targets::host_facts(Target::cuda()));
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("PTX"), std::string::npos) << notes[0];
+  SessionOptions run = options(Target::cuda());
+  Session ref_c(dir / "c.onnx", options(Target::ref())), ref_m(dir / "m.onnx", options(Target::ref()));
+  auto got_c = Session::load(dir / "c.kiln", run).run(conv_inputs());
+  expect_close(got_c.at("y"), ref_c.run(conv_inputs()).at("y"), "y");
+  auto got_m = Session::load(dir / "m.kiln", run).run(kernel_inputs(0.2f));
+  for (auto& [name, w] : ref_m.run(kernel_inputs(0.2f))) expect_close(got_m.at(name), w, name);
+}
 
 TEST(CudaGpu, EveryTuningModeIsStoredAndMatchesRef) {
   TempDir dir;

@@ -175,13 +175,20 @@ void inspect(const std::string& path, bool as_json) {
 void check(const std::string& path, const std::string& target_text, bool as_json) {
   auto compat = artifact::read_compat(path);
   Target target = Target::parse(target_text.empty() ? compat.target : target_text);
-  auto mismatches = targets::check_runnable(compat, target);
+  const artifact::CompatInfo here = targets::host_facts(target);
+  auto mismatches = targets::compare_facts(compat, here);
+  auto notes = mismatches.empty() ? targets::compat_notes(compat, here) : std::vector<std::string>{};
   if (as_json) {
     json ms = json::array();
     for (auto& m : mismatches) ms.push_back({{"field", m.field}, {"artifact", m.artifact}, {"here", m.here}});
-    print_json({{"artifact", path}, {"runnable", mismatches.empty()}, {"target", target.name()}, {"mismatches", ms}});
+    print_json({{"artifact", path},
+                {"runnable", mismatches.empty()},
+                {"target", target.name()},
+                {"mismatches", ms},
+                {"notes", notes}});
   } else if (mismatches.empty()) {
     std::printf("%s: can run here (target %s, %s)\n", path.c_str(), target.name().c_str(), compat.device_arch.c_str());
+    for (auto& n : notes) std::printf("  note: %s\n", n.c_str());
   } else {
     std::printf("%s: cannot run here:\n", path.c_str());
     for (auto& m : mismatches) std::printf("  %s\n", m.str().c_str());

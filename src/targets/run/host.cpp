@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <optional>
 
 #include "support/error.h"
 #include "support/version.h"
@@ -100,7 +101,10 @@ bool is_number(const std::string& s) {
 }
 
 /// The library fields in which `a` (the artifact) cannot run with `h` (here).
-void compare_libraries(const artifact::CompatInfo& a, const artifact::CompatInfo& h, std::vector<Mismatch>& out) {
+/// `rechosen`: the artifact's library algorithm decisions are not used here
+/// (runs_through_ptx), so only the driver / runtime minimums apply.
+void compare_libraries(const artifact::CompatInfo& a, const artifact::CompatInfo& h, std::vector<Mismatch>& out,
+                       bool rechosen) {
   std::map<std::string, std::string> here(h.library_versions.begin(), h.library_versions.end());
   std::map<std::string, std::string> art(a.library_versions.begin(), a.library_versions.end());
   bool differs = false;
@@ -110,8 +114,9 @@ void compare_libraries(const artifact::CompatInfo& a, const artifact::CompatInfo
       differs = true;
       continue;
     }
-    if (v.rfind("any", 0) == 0) continue;
-    if ((k == "cuda_driver" || k == "cuda_runtime") && is_number(v) && is_number(it->second)) {
+    const bool minimum = k == "cuda_driver" || k == "cuda_runtime";
+    if (v.rfind("any", 0) == 0 || (rechosen && !minimum)) continue;
+    if (minimum && is_number(v) && is_number(it->second)) {
       if (std::stoll(it->second) < std::stoll(v))
         out.push_back({"library_versions." + k, v + " or newer",
                        it->second + fmt::format(" (too old: this artifact needs CUDA {}.{} or newer)",
@@ -121,7 +126,7 @@ void compare_libraries(const artifact::CompatInfo& a, const artifact::CompatInfo
     if (v != it->second) differs = true;
   }
   for (auto& [k, v] : here)
-    if (!art.count(k)) differs = true;
+    if (!art.count(k) && !rechosen) differs = true;
   if (differs) out.push_back({"library_versions", fmt_libs(a.library_versions), fmt_libs(h.library_versions)});
 }
 }  // namespace
@@ -132,7 +137,8 @@ std::vector<Mismatch> compare_facts(const artifact::CompatInfo& a, const artifac
     out.push_back({"format_version", std::to_string(a.format_version), std::to_string(artifact::kFormatVersion)});
   if (a.kiln_version != h.kiln_version) out.push_back({"kiln_version", a.kiln_version, h.kiln_version});
   if (a.target != h.target) out.push_back({"target", a.target, h.target});
-  if (a.device_arch != h.device_arch) out.push_back({"device_arch", a.device_arch, h.device_arch});
+  const bool ptx = a.target == "cuda" && runs_through_ptx(a.device_arch, h.device_arch);
+  if (a.device_arch != h.device_arch && !ptx) out.push_back({"device_arch", a.device_arch, h.device_arch});
   std::vector<std::string> missing;
   for (auto& f : a.cpu_isa)
     if (std::find(h.cpu_isa.begin(), h.cpu_isa.end(), f) == h.cpu_isa.end()) missing.push_back(f);
@@ -141,8 +147,20 @@ std::vector<Mismatch> compare_facts(const artifact::CompatInfo& a, const artifac
                    fmt::format("{} (missing: {})", fmt::join(h.cpu_isa, ","), fmt::join(missing, ","))});
   // Without a device there are no library versions to compare: device_arch
   // already says why the artifact cannot run.
-  if (h.device_arch.rfind("none", 0) != 0 || a.device_arch.rfind("none", 0) == 0) compare_libraries(a, h, out);
+  if (h.device_arch.rfind("none", 0) != 0 || a.device_arch.rfind("none", 0) == 0) compare_libraries(a, h, out, ptx);
   return out;
+}
+
+std::vector<std::string> compat_notes(const artifact::CompatInfo& a, const artifact::CompatInfo& h) {
+  std::vector<std::string> notes;
+  if (a.target == "cuda" && runs_through_ptx(a.device_arch, h.device_arch))
+    notes.push_back(fmt::format(
+        "device_arch: the artifact's cubins are for {}, this GPU is {}: its kernels will be JIT-compiled from the "
+        "stored compute_{} PTX at load (a slower load; the program may run slower than one compiled for {}), and its "
+        "matmul / convolution algorithms chosen again by the cuBLASLt / cuDNN heuristics; recompile for {} for full "
+        "speed",
+        a.device_arch, h.device_arch, a.device_arch.substr(3), h.device_arch, h.device_arch));
+  return notes;
 }
 
 std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target& requested) {

@@ -47,6 +47,32 @@ TEST(CompatRules, OtherArchitectureIsRefusedNamingDeviceArch) {
   EXPECT_EQ(m[0].here, "sm_80");
 }
 
+TEST(CompatRules, OlderArchitectureRunsThroughPtxWithLibraryChoicesMadeAgain) {
+  // sm_80 artifact, sm_90 GPU with other cuBLASLt / cuDNN versions: runnable
+  // (PTX JIT, algorithms chosen again), with a note saying so.
+  auto art = cuda_facts("sm_80", "13000", "130000");
+  auto here = cuda_facts("sm_90", "13000", "130100");
+  here.library_versions.back().second = "91400";
+  EXPECT_TRUE(targets::compare_facts(art, here).empty());
+  auto notes = targets::compat_notes(art, here);
+  ASSERT_EQ(notes.size(), 1u);
+  EXPECT_NE(notes[0].find("compute_80 PTX"), std::string::npos) << notes[0];
+  EXPECT_NE(notes[0].find("JIT"), std::string::npos) << notes[0];
+  // The driver minimum still applies.
+  EXPECT_EQ(fields(targets::compare_facts(art, cuda_facts("sm_90", "12080", "130000"))),
+            std::vector<std::string>{"library_versions.cuda_driver"});
+  // Same architecture: nothing to note; a newer one than the GPU's is refused.
+  EXPECT_TRUE(targets::compat_notes(here, here).empty());
+  auto newer = here;
+  newer.device_arch = "sm_100";
+  EXPECT_EQ(fields(targets::compare_facts(newer, here)), std::vector<std::string>{"device_arch"});
+  // Only sm_XY numbers compare; anything else must match exactly.
+  EXPECT_FALSE(targets::runs_through_ptx("sm_80", "none (no GPU)"));
+  EXPECT_FALSE(targets::runs_through_ptx("x86-64", "sm_90"));
+  EXPECT_TRUE(targets::runs_through_ptx("sm_86", "sm_120"));
+  EXPECT_FALSE(targets::runs_through_ptx("sm_90", "sm_90"));
+}
+
 TEST(CompatRules, StoredLibraryDecisionsNeedTheSameLibraryCrossCompiledOnesDoNot) {
   auto here = cuda_facts("sm_90", "13000", "130100");
   EXPECT_EQ(fields(targets::compare_facts(cuda_facts("sm_90", "13000", "130000"), here)),

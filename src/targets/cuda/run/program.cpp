@@ -1,5 +1,6 @@
 // A loaded cuda program: device memory, module, matmul plans, CUDA graph (program.h).
 #include "targets/cuda/run/program.h"
+#include "targets/host.h"
 
 #include <fmt/format.h>
 
@@ -43,11 +44,21 @@ class CudaProgram final : public DeviceProgram {
     const double context_ms = sw.ms();
     KernelBundle bundle = decode_bundle(cp.kernels, "cuda program");
     check_bundle_matches(m, bundle);
-    if (bundle.arch != facts.arch)
+    // An older architecture's artifact runs through its PTX (targets/host.h:
+    // runs_through_ptx): the driver JIT-compiles it here, and the stored
+    // library algorithms (chosen for the old GPU) are chosen again.
+    rechoose_ = bundle.arch != facts.arch && runs_through_ptx(bundle.arch, facts.arch) && !bundle.ptx.empty();
+    if (bundle.arch != facts.arch && !rechoose_)
       fail(ErrorCode::incompatible_artifact,
            "device_arch: the artifact's kernels are for {}, device {} ({}) is {}; recompile for this GPU", bundle.arch,
            device_, facts.name, facts.arch);
-    check(d.cuModuleLoadData(&module_, bundle.cubin.data()), "cuModuleLoadData (the artifact's cubin)");
+    if (rechoose_) {
+      log().info("cuda: the artifact is for {}, this GPU is {}: JIT-compiling its compute_{} PTX", bundle.arch,
+                 facts.arch, bundle.arch.substr(3));
+      check(d.cuModuleLoadData(&module_, bundle.ptx.c_str()), "cuModuleLoadData (the artifact's PTX, JIT-compiled)");
+    } else {
+      check(d.cuModuleLoadData(&module_, bundle.cubin.data()), "cuModuleLoadData (the artifact's cubin)");
+    }
     const double module_ms = sw.ms();
     check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
@@ -322,12 +333,12 @@ class CudaProgram final : public DeviceProgram {
     } else if (n.op_type == "Gemm") {
       GemmSpec spec = gemm_spec_from(n);
       std::optional<std::array<uint64_t, 8>> algo;
-      if (n.has("algo")) {
+      if (n.has("algo") && !rechoose_) {
         auto words = n.ints("algo");
         if (words.size() != 8) fail(ErrorCode::invalid_model, "{}: 'algo' must hold 8 words", n.label());
         algo.emplace();
         for (int i = 0; i < 8; ++i) (*algo)[i] = static_cast<uint64_t>(words[i]);
-      } else if (n.i("algo_at_load", 0) != 1) {
+      } else if (n.i("algo_at_load", 0) != 1 && !n.has("algo")) {
         fail(ErrorCode::invalid_model, "{}: neither a stored cuBLASLt algorithm ('algo') nor 'algo_at_load'", n.label());
       }
       size_t in = 2;
@@ -341,8 +352,8 @@ class CudaProgram final : public DeviceProgram {
       });
     } else if (n.op_type == "Conv") {
       ConvSpec spec = conv_spec_from(n);
-      convs_.push_back(std::make_unique<ConvPlan>(spec, static_cast<int>(n.i("algo")), static_cast<size_t>(n.i("workspace", 0)),
-                                                  n.label()));
+      const int algo = rechoose_ ? kConvAlgoAtLoad : static_cast<int>(n.i("algo"));
+      convs_.push_back(std::make_unique<ConvPlan>(spec, algo, static_cast<size_t>(n.i("workspace", 0)), n.label()));
       const ConvPlan* plan = convs_.back().get();
       CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
       steps_.push_back([this, plan, x, w, y](CUstream s) { plan->run(s, x, w, y, workspace_.get(), workspace_.bytes()); });
@@ -364,6 +375,7 @@ class CudaProgram final : public DeviceProgram {
   std::vector<std::function<void(CUstream)>> steps_;
   std::vector<int> step_node_;          ///< node (index into node_names_) of each step
   std::vector<NodeTime> node_names_;    ///< name and op of each node that has steps (ms 0)
+  bool rechoose_ = false;  ///< running an older architecture's PTX: library algorithms chosen here
   CUgraphExec exec_ = nullptr;
   bool use_graph_ = true;
   mutable std::mutex mu_;
