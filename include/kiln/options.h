@@ -139,8 +139,8 @@ struct SessionOptions {
 
   /// Bucketed symbolic dims by dim_param name, e.g. {"batch", DimSpec::parse("1,2,4,8")}.
   /// Empty: one program, symbolic dims stay dynamic. A symbol named here must
-  /// not also be fixed through input_shapes. Part of the cache key. cpu and
-  /// ref targets only (cuda: Error(invalid_option) naming "dims").
+  /// not also be fixed through input_shapes. Part of the cache key. On cuda
+  /// each bucket is its own program with its own cubin and library choices.
   std::map<std::string, DimSpec> dims;
 
   /// Requests outside every bucket: compile that exact shape (and cache it) or error.

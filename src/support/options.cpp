@@ -199,10 +199,6 @@ void SessionOptions::validate() const {
     for (auto d : dims)
       if (d < 0) fail(ErrorCode::invalid_option, "input_shapes: input '{}' has a negative dimension {}", name, d);
   }
-  // A cuda artifact's device code is one bundle for the whole file (section
-  // 'kernels'); one per bucket is not designed yet.
-  if (!dims.empty() && target.kind == Target::Kind::cuda)
-    fail(ErrorCode::invalid_option, "dims: shape buckets are available on the cpu and ref targets, not cuda (yet)");
   for (auto& [name, spec] : dims) {
     if (name.empty()) fail(ErrorCode::invalid_option, "dims: a dim name is empty");
     spec.validate(fmt::format("dims '{}'", name));

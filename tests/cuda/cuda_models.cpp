@@ -314,4 +314,20 @@ ModelBuilder nhwc_model() {
   return b;
 }
 
+ModelBuilder batch_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {-1, 8});
+  std::vector<float> w(64), bias(8);
+  for (int i = 0; i < 64; ++i) w[i] = 0.1f * static_cast<float>(i % 7) - 0.3f;
+  for (int i = 0; i < 8; ++i) bias[i] = 0.05f * static_cast<float>(i);
+  b.initializer("W", {8, 8}, w);
+  b.initializer("B", {8}, bias);
+  b.node("MatMul", {"x", "W"}, {"mm"});
+  b.node("Add", {"mm", "B"}, {"z"});
+  b.node("Softmax", {"z"}, {"s"});
+  b.node("Sigmoid", {"s"}, {"y"});  // its loop bound N * 8 is baked into the code
+  b.output("y", 1, {-1, 8});
+  return b;
+}
+
 }  // namespace kiln::testing

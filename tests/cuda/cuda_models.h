@@ -68,4 +68,9 @@ ModelBuilder residual_model();
 ///   c6 = Conv(r1, W6[8,4,3,3], group 2, pads 1)           [2,8,9,9]
 ModelBuilder nhwc_model();
 
+/// Symbolic batch (shape buckets): x float32[N, 8] -> y = Sigmoid(Softmax(MatMul(x,
+/// W[8,8]) + B[8])) [N, 8]: one cuBLASLt matmul (bias epilogue) and two
+/// generated kernels whose loop bounds bake in N.
+ModelBuilder batch_model();
+
 }  // namespace kiln::testing

@@ -266,9 +266,13 @@ TEST(CudaCodegen, KernelNodesRecordTheirCubin) {
     targets::cuda::check_bundle_matches(a.model, bb);  // another program's kernels
     FAIL() << "no error";
   } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_EQ(e.code(), ErrorCode::invalid_model);
     EXPECT_NE(std::string(e.what()).find("another cubin"), std::string::npos) << e.what();
   }
+  // Each program carries its own bundle: given another program's section, a
+  // program still finds its own kernels.
+  auto own = targets::cuda::program_bundle(a.model, b.kernels, "a");
+  EXPECT_EQ(targets::cuda::cubin_digest(own), targets::cuda::cubin_digest(ba));
 }
 
 TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <set>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
@@ -153,6 +154,37 @@ TEST(CudaCross, ACrossCompiledArtifactRunsOnlyOnItsArchitecture) {
     EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
     EXPECT_NE(std::string(e.what()).find("device_arch"), std::string::npos) << e.what();
   }
+}
+
+// Shape buckets on cuda: one program per bucket, each with its own cubin
+// (carried in the program as the kiln.cuda.kernels constant) whose digest its
+// Kernel nodes record; the weights stored once.
+TEST(CudaCross, ShapeBucketsGiveOneProgramAndCubinPerBucket) {
+  TempDir dir;
+  batch_model().save(dir / "b.onnx");
+  SessionOptions o = cross(foreign_arch());
+  o.dims["N"] = DimSpec::parse("1,2,4");
+  CompileResult r = compile(dir / "b.onnx", dir / "b.kiln", o);
+  EXPECT_EQ(r.programs, 3);
+  auto cp = artifact::read_file(dir / "b.kiln");
+  ASSERT_EQ(cp.more.size(), 2u);
+  std::vector<const ir::Model*> models = {&cp.model};
+  for (auto& v : cp.more) models.push_back(&v.model);
+  std::set<std::string> digests;
+  for (auto* m : models) {
+    auto b = targets::cuda::program_bundle(*m, {}, "b.kiln");
+    EXPECT_NO_THROW(targets::cuda::check_bundle_matches(*m, b));
+    digests.insert(targets::cuda::cubin_digest(b));
+    int kernels = 0;
+    for (auto& n : m->main.nodes) kernels += n.op_type == "Kernel";
+    EXPECT_GE(kernels, 1);
+  }
+  EXPECT_EQ(digests.size(), 3u) << "each bucket's kernels bake in its own shapes";
+  // Every bucket refers to the weights (stored once by the writer).
+  size_t w_refs = 0;
+  for (auto* m : models)
+    for (auto& v : m->values) w_refs += v.constant && v.name == "W";
+  EXPECT_EQ(w_refs, 3u);
 }
 
 }  // namespace

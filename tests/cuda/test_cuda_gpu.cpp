@@ -276,6 +276,27 @@ TEST(CudaGpu, MismatchingArtifactIsRefusedNamingTheField) {
 /// Inputs of conv_model() and matmul_model() (x and idx).
 std::map<std::string, Tensor> conv_inputs() { return {{"x", filled(DType::f32, {2, 3, 16, 16}, 1.f, 0.9f)}}; }
 
+// Shape buckets on cuda: an artifact with programs for N = 1, 2, 4 (each its
+// own cubin and cuBLASLt choice) answers N = 1, 3 (padded to 4, sliced back)
+// and 4 like the ref target.
+TEST(CudaGpu, ShapeBucketsPickPadAndMatchRef) {
+  TempDir dir;
+  batch_model().save(dir / "b.onnx");
+  SessionOptions o = options(Target::cuda());
+  o.dims["N"] = DimSpec::parse("1,2,4");
+  CompileResult r = compile(dir / "b.onnx", dir / "b.kiln", o);
+  EXPECT_EQ(r.programs, 3);
+  Session s = Session::load(dir / "b.kiln", o);
+  Session ref(dir / "b.onnx", options(Target::ref()));
+  for (int64_t n : {1, 3, 4}) {
+    std::map<std::string, Tensor> in{{"x", filled(DType::f32, {n, 8}, 2.f, 0.3f * static_cast<float>(n))}};
+    auto got = s.run(in);
+    auto want = ref.run(in);
+    ASSERT_EQ(got.at("y").shape(), (std::vector<int64_t>{n, 8}));
+    expect_close(got.at("y"), want.at("y"), "y N=" + std::to_string(n));
+  }
+}
+
 // An artifact for an older architecture (sm_80, cross-compiled here) runs on
 // this GPU through its stored compute_80 PTX, its library algorithms chosen
 // at load, and matches the ref target.

@@ -174,6 +174,14 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   const std::string digest = cubin_digest(bundle);
   for (auto& n : m.main.nodes)
     if (n.op_type == "Kernel" && n.domain == kCudaDomain) n.attrs["cubin"] = digest;
+  // The program carries its own kernels (shape buckets: one cubin each).
+  ir::Value kv;
+  kv.name = std::string(kKernelsValue);
+  kv.dtype = DType::u8;
+  kv.shape = ir::Shape{ir::Dim{static_cast<int64_t>(cp.kernels.size()), ""}};
+  kv.constant = Tensor::from_bytes(DType::u8, {static_cast<int64_t>(cp.kernels.size())}, cp.kernels.data(),
+                                   cp.kernels.size());
+  m.add_value(std::move(kv));
   cp.plan = passes::plan_memory(m);
   st.tuning = L.tuning;
   if (opt.device >= 0)

@@ -60,10 +60,23 @@ struct KernelBundle {
 /// kernels (e.g. one kernels section shared by several shape buckets).
 std::string cubin_digest(const KernelBundle& b);
 
-/// Throws Error(unsupported) naming the node when a kiln.cuda.Kernel node of
+/// Throws Error(invalid_model) naming the node when a kiln.cuda.Kernel node of
 /// `model` records another cubin digest than `b`'s (its kernels are not in
-/// this bundle: cuda artifacts with several shape buckets are not supported yet).
+/// this bundle).
 void check_bundle_matches(const ir::Model& model, const KernelBundle& b);
+
+/// Name of the constant value (uint8 [bytes], encode_bundle) through which
+/// each cuda program carries its own kernels: the programs of a bucketed
+/// artifact (one per shape bucket, each compiled separately) and programs
+/// added to a cache entry later each bring their cubin, stored with the
+/// other constants. The artifact's kernels section holds the first
+/// program's bundle too (kiln inspect; artifacts from before this constant).
+inline constexpr std::string_view kKernelsValue = "kiln.cuda.kernels";
+
+/// The bundle program `model` carries in kKernelsValue, else `section` (the
+/// artifact's kernels section) decoded. Throws Error(corrupt_artifact) like
+/// decode_bundle.
+KernelBundle program_bundle(const ir::Model& model, const std::vector<uint8_t>& section, const std::string& what);
 
 /// Bytes of the kernels section: magic "KLNCUDA1", then four length-prefixed
 /// (u64, little-endian) fields: arch, cubin, ptx, source.

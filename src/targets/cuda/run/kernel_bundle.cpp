@@ -64,10 +64,17 @@ void check_bundle_matches(const ir::Model& model, const KernelBundle& b) {
   const std::string d = cubin_digest(b);
   for (auto& n : model.main.nodes)
     if (n.domain == kCudaDomain && n.op_type == "Kernel" && n.s("cubin", d) != d)
-      fail(ErrorCode::unsupported,
-           "{}: its kernel was compiled into another cubin than the artifact's kernels section holds (cuda artifacts "
-           "with several shape buckets are not supported yet)",
+      fail(ErrorCode::invalid_model, "{}: its kernel was compiled into another cubin than its program carries",
            n.label());
+}
+
+KernelBundle program_bundle(const ir::Model& model, const std::vector<uint8_t>& section, const std::string& what) {
+  for (auto& v : model.values)
+    if (v.name == kKernelsValue && v.constant && v.constant->dtype() == DType::u8) {
+      const auto* p = static_cast<const uint8_t*>(v.constant->raw());
+      return decode_bundle(std::vector<uint8_t>(p, p + v.constant->nbytes()), what);
+    }
+  return decode_bundle(section, what);
 }
 
 }  // namespace kiln::targets::cuda

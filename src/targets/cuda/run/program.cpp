@@ -42,7 +42,7 @@ class CudaProgram final : public DeviceProgram {
     use_device(device_);
     DeviceFacts facts = device_facts(device_);
     const double context_ms = sw.ms();
-    KernelBundle bundle = decode_bundle(cp.kernels, "cuda program");
+    KernelBundle bundle = program_bundle(m, cp.kernels, "cuda program");
     check_bundle_matches(m, bundle);
     // An older architecture's artifact runs through its PTX (targets/host.h:
     // runs_through_ptx): the driver JIT-compiles it here, and the stored
@@ -66,15 +66,16 @@ class CudaProgram final : public DeviceProgram {
     // Constants: one buffer, each at a 256-byte aligned offset, uploaded once.
     std::vector<size_t> const_off(m.values.size(), 0);
     size_t const_total = 0;
+    auto on_device = [&](size_t i) { return m.values[i].constant && m.values[i].name != kKernelsValue; };
     for (size_t i = 0; i < m.values.size(); ++i)
-      if (m.values[i].constant) {
+      if (on_device(i)) {
         const_off[i] = const_total;
         const_total += align256(m.values[i].constant->nbytes());
       }
     if (const_total) {
       consts_ = DeviceBuffer(const_total, "constants");
       for (size_t i = 0; i < m.values.size(); ++i)
-        if (m.values[i].constant) {
+        if (on_device(i)) {
           addr_[i] = consts_.get() + const_off[i];
           const Tensor& t = *m.values[i].constant;
           if (t.nbytes()) check(d.cuMemcpyHtoD(addr_[i], t.raw(), t.nbytes()), "cuMemcpyHtoD (constants)");
