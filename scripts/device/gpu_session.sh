@@ -36,6 +36,9 @@ stamp "cuda tests"
 timeout 240 "$B/tests/cuda/kiln_cuda_gpu_tests" > "$L/gpu_tests.log" 2>&1
 echo "rc=$?" >> "$L/gpu_tests.log"
 grep -E "^\[  (PASSED|FAILED) |Failure|rc=" "$L/gpu_tests.log" | head -20
+timeout 240 "$B/tests/cuda/kiln_cuda_kernels_gpu_tests" > "$L/kernel_tests.log" 2>&1
+echo "rc=$?" >> "$L/kernel_tests.log"
+grep -E "^\[  (PASSED|FAILED) |Failure|rc=" "$L/kernel_tests.log" | head -20
 fi
 
 wait $exp

@@ -330,4 +330,109 @@ ModelBuilder batch_model() {
   return b;
 }
 
+std::vector<int64_t> softmax_lengths() { return {1, 7, 32, 100, 128, 1000, 1030, 3000}; }
+
+ModelBuilder softmax_rows_model() {
+  ModelBuilder b(20);
+  for (int64_t L : softmax_lengths()) {
+    std::string s = std::to_string(L);
+    b.input("s" + s, 1, {13, L});
+    ModelBuilder::attr_int(b.node("Softmax", {"s" + s}, {"sm" + s}), "axis", -1);
+    ModelBuilder::attr_int(b.node("LogSoftmax", {"s" + s}, {"lsm" + s}), "axis", -1);
+    b.output("sm" + s, 1, {13, L}).output("lsm" + s, 1, {13, L});
+  }
+  b.input("s3d", 1, {2, 3, 128});
+  ModelBuilder::attr_int(b.node("Softmax", {"s3d"}, {"sm3d"}), "axis", -1);
+  b.output("sm3d", 1, {2, 3, 128});
+  b.input("sc", 1, {2, 100, 3});
+  ModelBuilder::attr_int(b.node("Softmax", {"sc"}, {"smc"}), "axis", 1);
+  b.output("smc", 1, {2, 100, 3});
+  return b;
+}
+
+std::vector<int64_t> layer_norm_sizes() { return {5, 768, 1024, 1500}; }
+
+ModelBuilder layer_norm_rows_model() {
+  ModelBuilder b(20);
+  for (int64_t D : layer_norm_sizes()) {
+    std::string s = std::to_string(D);
+    b.input("l" + s, 1, {7, D});
+    b.initializer("g" + s, {D}, ramp(static_cast<int>(D), 1.0f, 0.3f));
+    b.initializer("b" + s, {D}, ramp(static_cast<int>(D), 0.5f, 1.3f));
+    auto& n = b.node("LayerNormalization", {"l" + s, "g" + s, "b" + s}, {"ln" + s, "lnm" + s, "lni" + s});
+    ModelBuilder::attr_int(n, "axis", -1);
+    attr_float(n, "epsilon", 1e-5f);
+    ModelBuilder::attr_int(b.node("LayerNormalization", {"l" + s, "g" + s}, {"lnnb" + s}), "axis", -1);
+    b.output("ln" + s, 1, {7, D}).output("lnm" + s, 1, {7, 1}).output("lni" + s, 1, {7, 1});
+    b.output("lnnb" + s, 1, {7, D});
+  }
+  b.initializer("g1", {1}, {1.5f});
+  b.node("LayerNormalization", {"l768", "g1"}, {"lns768"});
+  b.output("lns768", 1, {7, 768});
+  b.input("l3", 1, {6, 4, 192});
+  b.initializer("g3", {4, 192}, ramp(768, 1.0f, 0.7f));
+  b.initializer("b3", {4, 192}, ramp(768, 0.3f, 0.1f));
+  ModelBuilder::attr_int(b.node("LayerNormalization", {"l3", "g3", "b3"}, {"ln3"}), "axis", 1);
+  b.output("ln3", 1, {6, 4, 192});
+  return b;
+}
+
+ModelBuilder elementwise_chains_model() {
+  ModelBuilder b(20);
+  b.input("e", 1, {2, 3, 5, 7}).input("e2", 1, {3, 1001}).input("ea", 1, {4, 1001}).input("eb", 1, {4, 1001});
+  b.input("g", 1, {33, 3077}).input("b1", 1, {3, 3000001}).input("b2", 1, {3, 3000001});
+  b.initializer("c", {3, 1, 1}, {0.5f, -0.25f, 1.5f});
+  b.initializer("k075", {}, {0.75f});
+  b.initializer("one", {}, {1.f});
+  b.initializer("half", {}, {0.5f});
+  b.initializer("sqrt2", {}, {1.4142135f});
+  b.node("Add", {"e", "c"}, {"ec0"});
+  b.node("Relu", {"ec0"}, {"ec"});
+  b.node("Mul", {"e2", "k075"}, {"es0"});
+  b.node("Add", {"es0", "one"}, {"es"});
+  b.node("Add", {"ea", "eb"}, {"ef0"});
+  b.node("Relu", {"ef0"}, {"ef"});
+  b.node("Greater", {"ea", "eb"}, {"gt"});
+  b.node("Gelu", {"g"}, {"ge"});
+  auto* a = b.node("Gelu", {"g"}, {"gh"}).add_attribute();
+  a->set_name("approximate");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s("tanh");
+  b.node("Div", {"g", "sqrt2"}, {"gd0"});
+  b.node("Erf", {"gd0"}, {"gd1"});
+  b.node("Add", {"gd1", "one"}, {"gd2"});
+  b.node("Mul", {"g", "half"}, {"gd3"});
+  b.node("Mul", {"gd3", "gd2"}, {"gd"});
+  b.node("Add", {"b1", "b2"}, {"big0"});
+  b.node("Relu", {"big0"}, {"big"});
+  b.output("ec", 1, {2, 3, 5, 7}).output("es", 1, {3, 1001}).output("ef", 1, {4, 1001}).output("gt", 9, {4, 1001});
+  b.output("ge", 1, {33, 3077}).output("gh", 1, {33, 3077}).output("gd", 1, {33, 3077}).output("big", 1, {3, 3000001});
+  return b;
+}
+
+ModelBuilder transposes_model() {
+  ModelBuilder b(20);
+  auto tr = [&](const std::string& x, const std::string& y, const std::vector<int64_t>& perm) {
+    ModelBuilder::attr_ints(b.node("Transpose", {x}, {y}), "perm", perm);
+  };
+  b.input("t1", 1, {2, 5, 3, 8}).input("t2", 1, {3, 7, 5, 6}).input("t3", 1, {33, 65}).input("t4", 1, {2, 3, 20, 40});
+  b.input("t5", 1, {2, 40, 4, 5}).input("t6", 1, {4, 1, 7, 8}).input("ti", 7, {3, 7, 5, 6}).input("t7", 1, {2, 3, 4, 5, 6});
+  tr("t1", "tr1a", {0, 2, 1, 3});
+  tr("t1", "tr1b", {0, 3, 1, 2});
+  tr("t1", "tr1c", {0, 2, 3, 1});
+  tr("t2", "tr2a", {0, 2, 1, 3});
+  tr("t2", "tr2b", {0, 3, 1, 2});
+  tr("t3", "tr3", {1, 0});
+  tr("t4", "tr4", {0, 3, 1, 2});
+  tr("t5", "tr5", {0, 2, 3, 1});
+  tr("t6", "tr6", {0, 2, 1, 3});
+  tr("ti", "tri", {0, 2, 1, 3});
+  tr("t7", "tr7", {4, 2, 0, 3, 1});
+  b.output("tr1a", 1, {2, 3, 5, 8}).output("tr1b", 1, {2, 8, 5, 3}).output("tr1c", 1, {2, 3, 8, 5});
+  b.output("tr2a", 1, {3, 5, 7, 6}).output("tr2b", 1, {3, 6, 7, 5}).output("tr3", 1, {65, 33});
+  b.output("tr4", 1, {2, 40, 3, 20}).output("tr5", 1, {2, 4, 5, 40}).output("tr6", 1, {4, 7, 1, 8});
+  b.output("tri", 7, {3, 5, 7, 6}).output("tr7", 1, {6, 4, 2, 5, 3});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -73,4 +73,36 @@ ModelBuilder nhwc_model();
 /// generated kernels whose loop bounds bake in N.
 ModelBuilder batch_model();
 
+/// The row-wise kernels (opset 20; every input float32 with the shape given):
+/// for L in softmax_lengths(): input s<L> [13, L] -> sm<L> = Softmax(axis -1),
+/// lsm<L> = LogSoftmax(axis -1); s3d [2, 3, 128] -> sm3d; sc [2, 100, 3] ->
+/// smc = Softmax(axis 1) (strided rows).
+ModelBuilder softmax_rows_model();
+std::vector<int64_t> softmax_lengths();  ///< 1, 7, 32, 100, 128, 1000, 1030, 3000
+
+/// LayerNormalization (opset 20): for D in layer_norm_sizes(): input l<D>
+/// [7, D], scale g<D> and bias b<D> [D] (initializers) -> ln<D> with Mean
+/// lnm<D> and InvStdDev lni<D> [7, 1], lnnb<D> (no bias, y only); l768 ->
+/// lns768 (scale of shape [1], no bias); l3 [6, 4, 192] -> ln3 (axis 1, scale
+/// and bias [4, 192]).
+ModelBuilder layer_norm_rows_model();
+std::vector<int64_t> layer_norm_sizes();  ///< 5, 768, 1024, 1500
+
+/// Fused element-wise chains (opset 20), none with a count that is a multiple of 8:
+///   ec = Relu(e [2,3,5,7] + c [3,1,1])                     (per-channel constant)
+///   es = e2 [3,1001] * 0.75 + 1                            (scalars)
+///   ef = Relu(ea [4,1001] + eb [4,1001])                   (two full-shape inputs)
+///   gt = Greater(ea, eb)                                   (bool output)
+///   ge = Gelu(g [33,3077]); gd = g * 0.5 * (1 + Erf(g / 1.4142135))   (Gelu and its decomposition)
+///   gh = Gelu(g, approximate tanh)
+///   big = Relu(b1 [3,3000001] + b2 [3,3000001])           (a grid-stride loop)
+ModelBuilder elementwise_chains_model();
+
+/// Transposes (opset 20): t1 [2,5,3,8] -> tr1a (0,2,1,3), tr1b (0,3,1,2),
+/// tr1c (0,2,3,1); t2 [3,7,5,6] -> tr2a (0,2,1,3), tr2b (0,3,1,2);
+/// t3 [33,65] -> tr3 (1,0); t4 [2,3,20,40] -> tr4 (0,3,1,2); t5 [2,40,4,5] ->
+/// tr5 (0,2,3,1); t6 [4,1,7,8] -> tr6 (0,2,1,3); ti int64 [3,7,5,6] -> tri (0,2,1,3);
+/// t7 [2,3,4,5,6] -> tr7 (4,2,0,3,1).
+ModelBuilder transposes_model();
+
 }  // namespace kiln::testing

@@ -328,6 +328,73 @@ TEST(CudaCodegen, MatmulWithoutDeviceIsRefusedAtCompileTime) {
   }
 }
 
+/// Lowers for sm_90 without a device, computing in `dtype` (the precision pass).
+artifact::CompiledProgram lower_as(const ModelBuilder& b, DType dtype) {
+  auto bytes = b.bytes();
+  artifact::CompiledProgram cp;
+  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(cp.model, {});
+  passes::infer_and_fold(cp.model);
+  passes::eliminate_dead_code(cp.model);
+  targets::cuda::LowerOptions opt;
+  opt.arch = "sm_90";
+  opt.device = -1;
+  opt.dtype = dtype;
+  targets::cuda::lower_for_cuda(cp, opt);
+  return cp;
+}
+
+/// The kernel of `src` whose name ends with `tag` ("_softmax(") after `from`.
+std::string kernel_text(const std::string& src, const std::string& tag, size_t from = 0) {
+  auto at = src.find(tag, from);
+  if (at == std::string::npos) return {};
+  auto begin = src.rfind("\n//", at);
+  return src.substr(begin, src.find("\n}\n", at) - begin);
+}
+
+size_t count(const std::string& s, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) ++n;
+  return n;
+}
+
+// The row kernels (one warp per row up to 1024 elements, a block per row
+// beyond), the vectorized element-wise and transpose kernels and their scalar
+// fallbacks compile for float32, float16 and bfloat16; 16-bit programs use
+// 16-byte accesses.
+TEST(CudaCodegen, RowVectorAndTiledKernelsCompileForEveryDtype) {
+  for (DType dt : {DType::f32, DType::f16, DType::bf16}) {
+    SCOPED_TRACE(dtype_name(dt));
+    auto sm = targets::cuda::decode_bundle(lower_as(softmax_rows_model(), dt).kernels, "test");
+    // 8 lengths x (Softmax, LogSoftmax) + s3d: warp rows for L <= 1024, block rows for 1030 and 3000.
+    EXPECT_EQ(count(sm.source, "(warp per row"), 13u) << sm.source;
+    EXPECT_EQ(count(sm.source, "kl_block_max(m)"), 4u);
+    EXPECT_NE(sm.source.find("columns of 100, stride 3"), std::string::npos);  // axis 1 of [2,100,3]
+    auto ln = targets::cuda::decode_bundle(lower_as(layer_norm_rows_model(), dt).kernels, "test");
+    // D 5, 768, 1024 (x2 each), lns768 and ln3 (768) by warps; D 1500 (x2) by blocks.
+    EXPECT_EQ(count(ln.source, "(warp per row"), 8u) << ln.source;
+    EXPECT_EQ(count(ln.source, "mean_out[row]"), 3u);
+    EXPECT_EQ(count(ln.source, "mean_out[blockIdx.x]"), 1u);
+    auto ew = targets::cuda::decode_bundle(lower_as(elementwise_chains_model(), dt).kernels, "test");
+    EXPECT_GE(count(ew.source, "union {"), 6u) << ew.source;
+    EXPECT_GE(count(ew.source, "} else {"), 6u);
+    auto tr = targets::cuda::decode_bundle(lower_as(transposes_model(), dt).kernels, "test");
+    // Tiles for tr3, tr4 ([2,60,40] -> [2,40,60]) and tr5 ([2,40,20] -> [2,20,40]) after merging dims;
+    // contiguous runs for tr1a, tr2a, tri and tr6 (a plain copy once the size-1 dim is dropped).
+    EXPECT_EQ(count(tr.source, "(32x32 tiles"), 3u) << tr.source;
+    EXPECT_EQ(count(tr.source, "(inner dim kept"), 4u) << tr.source;
+    for (auto* b : {&sm, &ln, &ew, &tr}) {
+      EXPECT_NE(b->ptx.find(".target sm_90"), std::string::npos);
+      EXPECT_EQ(std::memcmp(b->cubin.data(), "\x7f" "ELF", 4), 0);
+    }
+    if (dt != DType::f32) {
+      // 8 half elements per 16-byte access in the element-wise and transpose kernels.
+      EXPECT_NE(ew.ptx.find(".v4.u32"), std::string::npos) << "no 16-byte access in the element-wise kernels";
+      EXPECT_NE(tr.ptx.find(".v4.u32"), std::string::npos) << "no 16-byte access in the transposes";
+    }
+  }
+}
+
 TEST(CudaCodegen, NvrtcRejectsBadArch) {
   EXPECT_THROW(targets::cuda::nvrtc_compile("extern \"C\" __global__ void f() {}", "gpu90"), Error);
   auto b = targets::cuda::nvrtc_compile("extern \"C\" __global__ void f(float* x) { x[threadIdx.x] = 1.f; }", "sm_90");

@@ -260,10 +260,15 @@ TEST_P(PrecisionPass, SixteenBitKernelsComputeInFloatAndCompile) {
   std::string ln = kernel("_layernorm(");
   EXPECT_NE(ln.find("const unsigned short* __restrict__ x, const float* __restrict__ g"), std::string::npos) << ln;
   EXPECT_NE(ln.find("float s = 0.f;"), std::string::npos) << ln;
-  EXPECT_NE(ln.find("s += " + load + "x[b + j])"), std::string::npos) << ln;
+  // One warp per row: each lane loads its elements as floats into registers once.
+  EXPECT_NE(ln.find("float v[1][1];"), std::string::npos) << ln;
+  EXPECT_NE(ln.find("v[c][0] = " + load + "x[b + j])"), std::string::npos) << ln;
+  EXPECT_NE(ln.find("s += v[c][p];"), std::string::npos) << ln;
   EXPECT_NE(ln.find("y[b + j] = " + store), std::string::npos) << ln;
   std::string sm = kernel("_softmax(");
-  EXPECT_NE(sm.find("s += expf(" + load), std::string::npos) << sm;
+  EXPECT_NE(sm.find("v[c][0] = " + load + "x[b + j])"), std::string::npos) << sm;
+  EXPECT_NE(sm.find("float s = 0.f;"), std::string::npos) << sm;
+  EXPECT_NE(sm.find("v[c][p] = expf(v[c][p] - m); s += v[c][p];"), std::string::npos) << sm;
   EXPECT_NE(sm.find("unsigned short* __restrict__ y"), std::string::npos) << sm;
   std::string mean = kernel("_reducemean(");
   EXPECT_NE(mean.find("float a = 0.f;"), std::string::npos) << mean;

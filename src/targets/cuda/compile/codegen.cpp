@@ -96,6 +96,25 @@ std::string raw_type(size_t bytes) {
   }
 }
 
+std::string vector_type(size_t bytes) {
+  switch (bytes) {
+    case 1: return "unsigned char";
+    case 2: return "unsigned short";
+    case 4: return "unsigned int";
+    case 8: return "uint2";
+    case 16: return "uint4";
+    default: fail(ErrorCode::internal, "vector_type: no {}-byte access", bytes);
+  }
+}
+
+std::string aligned_condition(const std::vector<std::pair<std::string, size_t>>& ptrs) {
+  if (ptrs.empty()) return "true";
+  std::string s;
+  for (auto& [p, a] : ptrs)
+    s += fmt::format("{}(((unsigned long long)({})) & {}ull)", s.empty() ? "" : " | ", p, a - 1);
+  return "(" + s + ") == 0ull";
+}
+
 int64_t numel(const std::vector<int64_t>& dims) {
   int64_t n = 1;
   for (auto d : dims) n *= d;
@@ -225,6 +244,16 @@ KL_D unsigned short kl_f2bf(float f) {
   u += 0x7fffu + ((u >> 16) & 1u);                                                   // round to nearest even
   return (unsigned short)(u >> 16);
 }
+// Vector stores of a packed union (kl_stv(dst, u)): 16 and 8 bytes as one
+// st.global.v4.u32 / v2.u32 (a union of 16-bit elements otherwise tends to be
+// stored in pieces); `dst` points to global memory, aligned to the size.
+KL_D void kl_stv(uint4* p, uint4 v) {
+  asm volatile("st.global.v4.u32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
+}
+KL_D void kl_stv(uint2* p, uint2 v) { asm volatile("st.global.v2.u32 [%0], {%1, %2};" ::"l"(p), "r"(v.x), "r"(v.y) : "memory"); }
+KL_D void kl_stv(unsigned int* p, unsigned int v) { *p = v; }
+KL_D void kl_stv(unsigned short* p, unsigned short v) { *p = v; }
+KL_D void kl_stv(unsigned char* p, unsigned char v) { *p = v; }
 template <class T> KL_D T kl_abs(T x) { return x < T(0) ? T(-x) : x; }
 template <class T> KL_D T kl_max(T a, T b) { return (a != a) ? a : (b != b) ? b : (a > b ? a : b); }
 template <class T> KL_D T kl_min(T a, T b) { return (a != a) ? a : (b != b) ? b : (a < b ? a : b); }

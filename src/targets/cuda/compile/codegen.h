@@ -70,6 +70,16 @@ std::string store_float(DType t, const std::string& e);
 /// The unsigned CUDA type of an element of `bytes` bytes (1, 2, 4, 8), for
 /// kernels that only move data.
 std::string raw_type(size_t bytes);
+/// The CUDA type that moves `bytes` bytes (1, 2, 4, 8 or 16) in one access
+/// ("unsigned char", "unsigned short", "unsigned int", "uint2", "uint4"), for
+/// vectorized loads and stores; an access of that type needs `bytes` alignment.
+std::string vector_type(size_t bytes);
+/// A run-time condition (CUDA C++ expression) true when every pointer
+/// expression `p.first` is aligned to `p.second` bytes (a power of two), e.g.
+/// "((((unsigned long long)(x)) & 15ull) | (((unsigned long long)(y)) & 7ull)) == 0ull";
+/// "true" for an empty list. Vectorized kernels test it (a uniform branch)
+/// and fall back to scalar accesses for caller memory of unknown alignment.
+std::string aligned_condition(const std::vector<std::pair<std::string, size_t>>& ptrs);
 /// Element count of dims (1 for rank 0).
 int64_t numel(const std::vector<int64_t>& dims);
 /// Row-major strides (elements) of dims.

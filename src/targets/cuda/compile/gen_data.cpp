@@ -53,22 +53,156 @@ ir::Node copy_node(const ir::Node& from) {
   return c;
 }
 
+/// A transpose with dims of size 1 dropped and runs of input dims that stay
+/// adjacent and in order in the output merged into one: the same element
+/// mapping on fewer, larger dims (rank 0 becomes [1]).
+struct CanonicalPerm {
+  std::vector<int64_t> in, perm;  ///< output dim d is input dim perm[d]
+};
+CanonicalPerm canonical_perm(const std::vector<int64_t>& in, const std::vector<int64_t>& perm) {
+  const int64_t r = static_cast<int64_t>(in.size());
+  // The input dims of size other than 1, renumbered 0..; p: the perm over them.
+  std::vector<int64_t> renum(r, -1), kept;
+  for (int64_t d = 0; d < r; ++d)
+    if (in[d] != 1) renum[d] = static_cast<int64_t>(kept.size()), kept.push_back(in[d]);
+  std::vector<int64_t> p;
+  for (int64_t d = 0; d < r; ++d)
+    if (in[perm[d]] != 1) p.push_back(renum[perm[d]]);
+  // Groups: maximal runs of p where the input dim increases by one.
+  std::vector<std::pair<int64_t, int64_t>> groups;  // (first input dim, size), in output order
+  for (size_t k = 0; k < p.size(); ++k) {
+    if (k > 0 && p[k] == p[k - 1] + 1) {
+      groups.back().second *= kept[p[k]];
+    } else {
+      groups.emplace_back(p[k], kept[p[k]]);
+    }
+  }
+  CanonicalPerm c;
+  if (groups.empty()) {
+    c.in = {1};
+    c.perm = {0};
+    return c;
+  }
+  std::vector<size_t> order(groups.size());  // groups by first input dim = the new input dims
+  for (size_t g = 0; g < order.size(); ++g) order[g] = g;
+  std::sort(order.begin(), order.end(), [&](size_t a, size_t b) { return groups[a].first < groups[b].first; });
+  std::vector<int64_t> rank_of(groups.size());
+  for (size_t k = 0; k < order.size(); ++k) {
+    rank_of[order[k]] = static_cast<int64_t>(k);
+    c.in.push_back(groups[order[k]].second);
+  }
+  for (size_t g = 0; g < groups.size(); ++g) c.perm.push_back(rank_of[g]);
+  return c;
+}
+
 ir::Node transpose(Lowering& L, const ir::Node& n) {
-  auto in = L.dims(n, n.inputs[0]), out = L.dims(n, n.outputs[0]);
-  int64_t r = static_cast<int64_t>(in.size());
-  std::vector<int64_t> perm = n.ints("perm");
-  if (perm.empty())
-    for (int64_t d = r - 1; d >= 0; --d) perm.push_back(d);
-  if (static_cast<int64_t>(perm.size()) != r) refuse(n, "perm does not match the rank");
+  auto in0 = L.dims(n, n.inputs[0]), out0 = L.dims(n, n.outputs[0]);
+  int64_t r0 = static_cast<int64_t>(in0.size());
+  std::vector<int64_t> perm0 = n.ints("perm");
+  if (perm0.empty())
+    for (int64_t d = r0 - 1; d >= 0; --d) perm0.push_back(d);
+  if (static_cast<int64_t>(perm0.size()) != r0) refuse(n, "perm does not match the rank");
+  {
+    std::vector<bool> seen(r0, false);
+    for (auto d : perm0) {
+      if (d < 0 || d >= r0 || seen[d]) refuse(n, "perm is not a permutation of the dims");
+      seen[d] = true;
+    }
+  }
+  const size_t es = elem_size(L.model, n, n.inputs[0]);
+  const std::string T = raw_type(es);
+  const CanonicalPerm cp = canonical_perm(in0, perm0);
+  const std::vector<int64_t>& in = cp.in;
+  const std::vector<int64_t>& perm = cp.perm;
+  const int64_t r = static_cast<int64_t>(in.size());
+  std::vector<int64_t> out(r);
+  for (int64_t d = 0; d < r; ++d) out[d] = in[perm[d]];
+  const int64_t N = numel(out);
   auto st = strides_of(in);
-  std::string T = raw_type(elem_size(L.model, n, n.inputs[0]));
-  std::string idx = "I j = 0";
-  for (int64_t d = 0; d < r; ++d) idx += fmt::format(" + c{} * {}u", d, st[perm[d]]);
   std::string name = L.kernel_name("transpose");
-  int64_t N = numel(out);
-  L.source += loop_kernel(fmt::format("{} perm [{}]", n.label(), fmt::join(perm, ",")), name,
-                          fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T), N,
-                          coords(out) + " " + idx + "; y[i] = x[j];");
+  std::string comment = fmt::format("{} perm [{}] of [{}] as perm [{}] of [{}]", n.label(), fmt::join(perm0, ","),
+                                    fmt::join(in0, ","), fmt::join(perm, ","), fmt::join(in, ","));
+  std::string params = fmt::format("const {0}* __restrict__ x, {0}* __restrict__ y", T);
+  // Element by element (the scalar path): output index i -> input index j.
+  auto scalar_body = [&](const std::vector<int64_t>& o, const std::vector<int64_t>& s) {
+    std::string idx = "I j = 0";
+    for (int64_t d = 0; d < static_cast<int64_t>(o.size()); ++d) idx += fmt::format(" + c{} * {}u", d, s[perm[d]]);
+    return coords(o) + " " + idx + ";";
+  };
+  if (perm.back() == r - 1) {
+    // The innermost dim is kept: contiguous runs of W elements move as vectors of P
+    // elements (16 bytes at most) when both pointers are aligned, else one by one.
+    const int64_t W = in.back();
+    int64_t P = 1;
+    for (int64_t c = 2; c * static_cast<int64_t>(es) <= 16; c *= 2)
+      if (W % c == 0) P = c;
+    std::string scalar = fmt::format(
+        "  for (I i = tid; i < (I){}ull; i += stride) {{\n    {} y[i] = x[j];\n  }}\n", N, scalar_body(out, st));
+    std::string code = fmt::format(
+        "\n// {} (inner dim kept, {} elements per vector)\nextern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n"
+        "  typedef {} I;\n  const I tid = (I)blockIdx.x * 256u + threadIdx.x, stride = (I)gridDim.x * 256u;\n",
+        comment, P, name, params, index_type(N));
+    int64_t items = N;
+    if (P > 1) {
+      std::vector<int64_t> vin = in, vout = out;
+      vin.back() /= P;
+      vout.back() /= P;
+      items = N / P;
+      const std::string VT = vector_type(es * static_cast<size_t>(P));
+      code += fmt::format(
+          "  if ({}) {{\n    const {}* __restrict__ xv = reinterpret_cast<const {}*>(x);\n"
+          "    {}* __restrict__ yv = reinterpret_cast<{}*>(y);\n"
+          "    for (I i = tid; i < (I){}ull; i += stride) {{\n      {} yv[i] = xv[j];\n    }}\n  }} else {{\n{}  }}\n}}\n",
+          aligned_condition({{"x", es * P}, {"y", es * P}}), VT, VT, VT, VT, items, scalar_body(vout, strides_of(vin)),
+          scalar);
+    } else {
+      code += scalar + "}\n";
+    }
+    L.source += code;
+    return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(items, 256), 256);
+  }
+  // The innermost dim moves: p is where the input's innermost dim lands in the
+  // output, q = r - 1 the output's innermost (input dim perm[q]). When both are
+  // long enough, 32 x 32 tiles through shared memory, so that the reads (along
+  // p) and the writes (along q) are both contiguous; the other dims are batches.
+  const int64_t q = r - 1;
+  int64_t p = 0;
+  while (perm[p] != r - 1) ++p;
+  const int64_t TP = (out[p] + 31) / 32, TQ = (out[q] + 31) / 32;
+  const int64_t tiles = (N / (out[p] * out[q])) * TP * TQ;
+  if (out[p] >= 16 && out[q] >= 16 && tiles < (int64_t{1} << 31) && es <= 8) {
+    auto so = strides_of(out);
+    std::string batch = "I xb = 0, yb = 0;";
+    if (r > 2) {
+      batch = "I xb = 0, yb = 0; { I t = bt;";
+      for (int64_t d = r - 1; d >= 0; --d) {
+        if (d == p || d == q) continue;
+        batch += fmt::format(" {{ I c = t % {}u; t /= {}u; xb += c * {}u; yb += c * {}u; }}", out[d], out[d], st[perm[d]],
+                             so[d]);
+      }
+      batch += " }";
+    }
+    L.source += fmt::format(
+        "\n// {} (32x32 tiles of output dims {} and {})\nextern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n"
+        "  typedef {} I;\n"
+        "  __shared__ {} sh[32][33];\n"
+        "  const unsigned tx = threadIdx.x & 31u, ty = threadIdx.x >> 5;\n"
+        "  I bt = blockIdx.x; const unsigned tq = (unsigned)(bt % {}u); bt /= {}u; const unsigned tp = (unsigned)(bt % {}u); bt /= {}u;\n"
+        "  {}\n"
+        "  for (unsigned k = ty; k < 32u; k += 8u) {{\n"
+        "    const unsigned cp = tp * 32u + tx, cq = tq * 32u + k;\n"
+        "    if (cp < {}u && cq < {}u) sh[k][tx] = x[xb + (I)cp + (I)cq * {}u];\n"
+        "  }}\n"
+        "  __syncthreads();\n"
+        "  for (unsigned k = ty; k < 32u; k += 8u) {{\n"
+        "    const unsigned cq = tq * 32u + tx, cp = tp * 32u + k;\n"
+        "    if (cp < {}u && cq < {}u) y[yb + (I)cp * {}u + (I)cq] = sh[tx][k];\n"
+        "  }}\n}}\n",
+        comment, p, q, name, params, index_type(N), T, TQ, TQ, TP, TP, batch, out[p], out[q], st[perm[q]], out[p], out[q],
+        so[p]);
+    return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, tiles, 256);
+  }
+  L.source += loop_kernel(comment, name, params, N, scalar_body(out, st) + " y[i] = x[j];");
   return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, L.grid_for(N, 256), 256);
 }
 

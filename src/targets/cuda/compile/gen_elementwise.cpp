@@ -179,41 +179,102 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
     for (size_t i : data_inputs(*n))
       if (!inside.count(n->inputs[i]) && std::find(ext.begin(), ext.end(), n->inputs[i]) == ext.end())
         ext.push_back(n->inputs[i]);
-  std::string name = L.kernel_name(root.op_type);
-  std::string params, body;
-  for (size_t k = 0; k < ext.size(); ++k) {
-    const ir::Value& v = m.value(ext[k]);
-    params += fmt::format("const {}* __restrict__ in{}, ", *storage_type(v.dtype), k);
-    body += fmt::format("    {}\n", broadcast_index(fmt::format("j{}", k), "i", L.dims(root, ext[k]), out));
-    body += fmt::format("    const {} v{} = {};\n", *compute(v.dtype), ext[k],
-                        load_float(v.dtype, fmt::format("in{}[j{}]", k, k)));
-  }
-  for (auto* n : members) {
-    std::vector<std::string> a(n->inputs.size());
-    for (size_t i : data_inputs(*n)) a[i] = fmt::format("v{}", n->inputs[i]);
-    DType in = m.value(n->inputs[data_inputs(*n)[0]]).dtype;
-    DType od = m.value(n->outputs[0]).dtype;
-    std::string tout = *compute(od);
-    auto e = expr(*n, a, in, *compute(in), tout);
-    if (!e) refuse(*n, "element-wise operator on this dtype is not generated");
-    std::string v = fmt::format("({}){}", tout, *e);
-    if (is_half(od) && n != members.back()) v = load_float(od, store_float(od, v));
-    body += fmt::format("    const {} v{} = {};  // {}\n", tout, n->outputs[0], v, n->op_type);
-  }
   DType rd = m.value(root.outputs[0]).dtype;
+  // Inputs read at the output's own index (same element count and shape, right-aligned)
+  // are loaded as vectors of V elements, like the output is stored; broadcast inputs
+  // (a scalar, a per-channel constant) keep the per-element index (served by the cache).
+  std::vector<bool> full(ext.size(), false);
+  size_t widest = dtype_size(rd);
+  for (size_t k = 0; k < ext.size(); ++k) {
+    auto d = L.dims(root, ext[k]);
+    std::vector<int64_t> padded(out.size(), 1);
+    if (d.size() <= out.size()) {
+      std::copy(d.begin(), d.end(), padded.end() - static_cast<std::ptrdiff_t>(d.size()));
+      full[k] = numel(d) == N && padded == out;
+    }
+    if (full[k]) widest = std::max(widest, dtype_size(m.value(ext[k]).dtype));
+  }
+  // V elements per thread: 16 bytes of the widest vectorized dtype, at most 8.
+  const int64_t V = std::min<int64_t>(8, 16 / static_cast<int64_t>(std::max<size_t>(widest, 1)));
+  const int64_t NV = V > 1 ? N / V : 0;  // whole vectors; the N % V tail is scalar
+  std::string name = L.kernel_name(root.op_type);
+  std::string params;
+  for (size_t k = 0; k < ext.size(); ++k)
+    params += fmt::format("const {}* __restrict__ in{}, ", *storage_type(m.value(ext[k]).dtype), k);
   params += fmt::format("{}* __restrict__ out0", *storage_type(rd));
+  // The chain for element i: `vector` true reads full inputs from the loaded packs p<k>.v[e].
+  auto chain = [&](bool vector) {
+    std::string body;
+    for (size_t k = 0; k < ext.size(); ++k) {
+      const ir::Value& v = m.value(ext[k]);
+      if (vector && full[k]) {
+        body += fmt::format("    const {} v{} = {};\n", *compute(v.dtype), ext[k], load_float(v.dtype, fmt::format("p{}.v[e]", k)));
+        continue;
+      }
+      body += fmt::format("    {}\n", broadcast_index(fmt::format("j{}", k), "i", L.dims(root, ext[k]), out));
+      body += fmt::format("    const {} v{} = {};\n", *compute(v.dtype), ext[k],
+                          load_float(v.dtype, fmt::format("in{}[j{}]", k, k)));
+    }
+    for (auto* n : members) {
+      std::vector<std::string> a(n->inputs.size());
+      for (size_t i : data_inputs(*n)) a[i] = fmt::format("v{}", n->inputs[i]);
+      DType in = m.value(n->inputs[data_inputs(*n)[0]]).dtype;
+      DType od = m.value(n->outputs[0]).dtype;
+      std::string tout = *compute(od);
+      auto e = expr(*n, a, in, *compute(in), tout);
+      if (!e) refuse(*n, "element-wise operator on this dtype is not generated");
+      std::string v = fmt::format("({}){}", tout, *e);
+      if (is_half(od) && n != members.back()) v = load_float(od, store_float(od, v));
+      body += fmt::format("    const {} v{} = {};  // {}\n", tout, n->outputs[0], v, n->op_type);
+    }
+    body += fmt::format("    {} = {};\n", vector ? "po.v[e]" : "out0[i]", store_float(rd, fmt::format("v{}", root.outputs[0])));
+    return body;
+  };
   std::string ops;
   for (auto* n : members) ops += (ops.empty() ? "" : ", ") + n->op_type;
-  L.source += fmt::format(
+  std::string code = fmt::format(
       "\n// {}: {} -> [{}]\n"
       "extern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n"
       "  typedef {} I;\n"
-      "  for (I i = (I)blockIdx.x * 256u + threadIdx.x; i < (I){}ull; i += (I)gridDim.x * 256u) {{\n"
-      "{}    out0[i] = {};\n"
-      "  }}\n}}\n",
-      root.label(), ops, fmt::join(out, ","), name, params, index_type(N), N, body,
-      store_float(rd, fmt::format("v{}", root.outputs[0])));
-  return L.kernel_node(root, name, ext, {root.outputs[0]}, L.grid_for(N, 256), 256);
+      "  const I tid = (I)blockIdx.x * 256u + threadIdx.x, stride = (I)gridDim.x * 256u;\n",
+      root.label(), ops, fmt::join(out, ","), name, params, index_type(N));
+  const std::string scalar_body = chain(false);
+  auto scalar_loop = [&](const std::string& start) {
+    return fmt::format("  for (I i = {}; i < (I){}ull; i += stride) {{\n{}  }}\n", start, N, scalar_body);
+  };
+  if (NV > 0) {
+    // Vector path: V consecutive elements per item, 16-byte (or narrower) accesses,
+    // taken only when every vectorized pointer is aligned to its access size.
+    std::vector<std::pair<std::string, size_t>> ptrs;
+    std::string loads;
+    for (size_t k = 0; k < ext.size(); ++k) {
+      if (!full[k]) continue;
+      size_t bytes = dtype_size(m.value(ext[k]).dtype) * static_cast<size_t>(V);
+      ptrs.emplace_back(fmt::format("in{}", k), bytes);
+      loads += fmt::format("    union {{ {0} u; {1} v[{2}]; }} p{3}; p{3}.u = *reinterpret_cast<const {0}*>(in{3} + i0);\n",
+                           vector_type(bytes), *storage_type(m.value(ext[k]).dtype), V, k);
+    }
+    size_t obytes = dtype_size(rd) * static_cast<size_t>(V);
+    ptrs.emplace_back("out0", obytes);
+    code += fmt::format(
+        "  if ({0}) {{\n"
+        "  for (I q = tid; q < (I){1}ull; q += stride) {{\n"
+        "    const I i0 = q * {2}u;\n{3}"
+        "    union {{ {4} u; {5} v[{2}]; }} po;\n"
+        "    #pragma unroll\n"
+        "    for (int e = 0; e < {2}; ++e) {{\n"
+        "    const I i = i0 + (I)e;\n{6}"
+        "    }}\n"
+        "    kl_stv(reinterpret_cast<{4}*>(out0 + i0), po.u);\n"
+        "  }}\n",
+        aligned_condition(ptrs), NV, V, loads, vector_type(obytes), *storage_type(rd), chain(true));
+    if (NV * V < N) code += scalar_loop(fmt::format("(I){}u + tid", NV * V));
+    code += "  } else {\n" + scalar_loop("tid") + "  }\n";
+  } else {
+    code += scalar_loop("tid");
+  }
+  L.source += code + "}\n";
+  return L.kernel_node(root, name, ext, {root.outputs[0]}, L.grid_for(NV > 0 ? NV : N, 256), 256);
 }
 
 }  // namespace kiln::targets::cuda

@@ -9,6 +9,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <set>
 
 #include "support/error.h"
@@ -39,6 +40,74 @@ struct Io {
 Io io(const Lowering& L, ir::ValueId v) {
   DType t = L.model.value(v).dtype;
   return {*storage_type(t), load_fn(t), store_fn(t)};
+}
+
+/// One warp per row (rows of at most kWarpRowMax elements): each lane keeps
+/// its part of the row in registers (read once), warp shuffles reduce, 8 rows
+/// per 256-thread block. Lane `lane` holds chunks c = 0..C-1 of P consecutive
+/// elements starting at j = (c * 32 + lane) * P; with P > 1 a chunk is one
+/// vector access when every vectorized pointer is aligned (checked at run
+/// time, `vec`), else P scalar accesses (same registers, same arithmetic).
+constexpr int64_t kWarpRowMax = 1024;
+struct WarpRow {
+  int64_t len, P, C;
+  bool guard;  ///< some chunks lie past the row's end (len % (32 P) != 0)
+};
+/// The layout of a row of `len` elements whose vectorized pointers have
+/// elements of at most `widest` bytes: P the largest power of two with
+/// P * widest <= 16 bytes that divides len and still gives every lane a chunk
+/// (len / P >= 32); 1 when none does.
+WarpRow warp_row(int64_t len, size_t widest) {
+  int64_t P = 1;
+  for (int64_t c = 2; c * static_cast<int64_t>(widest) <= 16; c *= 2)
+    if (len % c == 0 && len / c >= 32) P = c;
+  int64_t C = (len + 32 * P - 1) / (32 * P);
+  return {len, P, C, len % (32 * P) != 0};
+}
+/// `body` for every chunk of this lane (c, j in scope), skipping chunks past the row's end.
+std::string each_chunk(const WarpRow& w, const std::string& body) {
+  return fmt::format(
+      "  #pragma unroll\n  for (int c = 0; c < {}; ++c) {{\n    const int j = (c * 32 + lane) * {};\n"
+      "    {}{{\n{}    }}\n  }}\n",
+      w.C, w.P, w.guard ? fmt::format("if (j < {}) ", w.len) : "", body);
+}
+/// Statements loading chunk j of `ptr` (+ `base`) into floats `dst`[0..P) (`vec` decides the access).
+std::string chunk_load(const WarpRow& w, const std::string& ptr, const std::string& base, const Io& io,
+                       size_t esize, const std::string& dst) {
+  std::string off = base.empty() ? "j" : base + " + j";
+  if (w.P == 1) return fmt::format("      {}[0] = {}({}[{}]);\n", dst, io.ld, ptr, off);
+  std::string vt = vector_type(esize * static_cast<size_t>(w.P));
+  return fmt::format(
+      "      if (vec) {{ union {{ {0} u; {1} v[{2}]; }} t; t.u = *reinterpret_cast<const {0}*>({3} + {4});\n"
+      "        #pragma unroll\n        for (int p = 0; p < {2}; ++p) {5}[p] = {6}(t.v[p]); }}\n"
+      "      else {{\n        #pragma unroll\n        for (int p = 0; p < {2}; ++p) {5}[p] = {6}({3}[{4} + p]); }}\n",
+      vt, io.T, w.P, ptr, off, dst, io.ld);
+}
+/// Statements storing floats `expr(p)` (a format with {} for p) as chunk j of `ptr` (+ `base`).
+std::string chunk_store(const WarpRow& w, const std::string& ptr, const std::string& base, const Io& io,
+                        size_t esize, const std::string& value) {
+  std::string off = base.empty() ? "j" : base + " + j";
+  if (w.P == 1) return fmt::format("      {{ const int p = 0; {}[{}] = {}({}); }}\n", ptr, off, io.st, value);
+  std::string vt = vector_type(esize * static_cast<size_t>(w.P));
+  return fmt::format(
+      "      if (vec) {{ union {{ {0} u; {1} v[{2}]; }} t;\n"
+      "        #pragma unroll\n        for (int p = 0; p < {2}; ++p) t.v[p] = {6}({5});\n"
+      "        kl_stv(reinterpret_cast<{0}*>({3} + {4}), t.u); }}\n"
+      "      else {{\n        #pragma unroll\n        for (int p = 0; p < {2}; ++p) {3}[{4} + p] = {6}({5}); }}\n",
+      vt, io.T, w.P, ptr, off, value, io.st);
+}
+/// The kernel's opening: lane, row (8 per block; surplus warps return), base offset b, `vec`.
+std::string warp_row_head(int64_t rows, int64_t len, const WarpRow& w, const std::vector<std::pair<std::string, size_t>>& ptrs) {
+  std::vector<std::pair<std::string, size_t>> aligned;
+  for (auto& [p, s] : ptrs) aligned.emplace_back(p, s * static_cast<size_t>(w.P));
+  return fmt::format(
+      "  const int lane = threadIdx.x & 31;\n"
+      "  const unsigned long long row = (unsigned long long)blockIdx.x * 8u + (threadIdx.x >> 5);\n"
+      "  if (row >= {}ull) return;  // whole warps\n"
+      "  const unsigned long long b = row * {}ull;\n"
+      "  const bool vec = {};\n  (void)vec;\n"
+      "  float v[{}][{}];\n",
+      rows, len, w.P > 1 ? aligned_condition(aligned) : "false", w.C, w.P);
 }
 
 /// Softmax / LogSoftmax / Hardmax: rows of `len` elements `inner` apart.
@@ -75,8 +144,32 @@ ir::Node softmax(Lowering& L, const ir::Node& n) {
   }
   std::string fin = log ? fmt::format("y[b + (I)j * S] = {}(v - m - logf(s));", Y.st)
                         : fmt::format("y[b + (I)j * S] = {}(expf(v - m) / s);", Y.st);
+  if (inner == 1 && len <= kWarpRowMax) {
+    // One warp per row, the row in registers: read x once, warp max, warp sum of exp, write once.
+    const size_t xs = dtype_size(L.model.value(n.inputs[0]).dtype), ys = dtype_size(L.model.value(n.outputs[0]).dtype);
+    const WarpRow w = warp_row(len, std::max(xs, ys));
+    std::string k = fmt::format("\n// {} rows {} x {} (warp per row, {} x {} per lane)\n", n.label(), outer, len, w.C, w.P);
+    k += fmt::format("extern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n", name, io_args());
+    k += warp_row_head(outer, len, w, {{"x", xs}, {"y", ys}});
+    k += each_chunk(w, chunk_load(w, "x", "b", X, xs, "v[c]"));
+    k += "  float m = -__int_as_float(0x7f800000);\n";
+    k += each_chunk(w, fmt::format("      #pragma unroll\n      for (int p = 0; p < {}; ++p) m = kl_max(m, v[c][p]);\n", w.P));
+    k += "  m = kl_warp_max(m);\n  float s = 0.f;\n";
+    if (log) {
+      k += each_chunk(w, fmt::format("      #pragma unroll\n      for (int p = 0; p < {}; ++p) s += expf(v[c][p] - m);\n", w.P));
+      k += "  s = kl_warp_sum(s);\n  const float ls = logf(s);\n";
+      k += each_chunk(w, chunk_store(w, "y", "b", Y, ys, "v[c][p] - m - ls"));
+    } else {
+      k += each_chunk(w, fmt::format(
+                             "      #pragma unroll\n      for (int p = 0; p < {}; ++p) {{ v[c][p] = expf(v[c][p] - m); s += v[c][p]; }}\n", w.P));
+      k += "  s = kl_warp_sum(s);\n";
+      k += each_chunk(w, chunk_store(w, "y", "b", Y, ys, "v[c][p] / s"));
+    }
+    L.source += k + "}\n";
+    return L.kernel_node(n, name, {n.inputs[0]}, {n.outputs[0]}, (outer + 7) / 8, 256);
+  }
   if (inner == 1) {
-    // One block per row: block max, block sum of exp.
+    // One block per row (rows longer than a warp keeps in registers): block max, block sum of exp.
     L.source += fmt::format(
         "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}({5}) {{\n"
         "  typedef unsigned long long I; const I S = 1; I b = (I)blockIdx.x * {2}ull;\n"
@@ -149,6 +242,45 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
     outs.push_back(n.outputs[2]);
   }
   std::string name = L.kernel_name("layernorm");
+  if (D <= kWarpRowMax) {
+    // One warp per row, the row in registers: read x once; mean, then the
+    // variance of (x - mean) from the registers (two passes over registers).
+    auto size_of = [&](ir::ValueId v) { return dtype_size(L.model.value(v).dtype); };
+    const size_t xs = size_of(n.inputs[0]), ys = size_of(n.outputs[0]), gs = size_of(n.inputs[1]),
+                 bs = has_bias ? size_of(n.inputs[2]) : 1;
+    const bool g_vec = si == "[j]", b_vec = has_bias && bi == "[j]";
+    size_t widest = std::max(xs, ys);
+    std::vector<std::pair<std::string, size_t>> ptrs = {{"x", xs}, {"y", ys}};
+    if (g_vec) widest = std::max(widest, gs), ptrs.emplace_back("g", gs);
+    if (b_vec) widest = std::max(widest, bs), ptrs.emplace_back("bb", bs);
+    const WarpRow w = warp_row(D, widest);
+    std::string k = fmt::format("\n// {} rows {} x {} (warp per row, {} x {} per lane)\n", n.label(), rows, D, w.C, w.P);
+    k += fmt::format("extern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n", name, params);
+    k += warp_row_head(rows, D, w, ptrs);
+    k += each_chunk(w, chunk_load(w, "x", "b", X, xs, "v[c]"));
+    k += "  float s = 0.f;\n";
+    k += each_chunk(w, fmt::format("      #pragma unroll\n      for (int p = 0; p < {}; ++p) s += v[c][p];\n", w.P));
+    k += fmt::format("  const float mean = kl_warp_sum(s) / (float){};\n  float q = 0.f;\n", D);
+    k += each_chunk(w, fmt::format(
+                           "      #pragma unroll\n      for (int p = 0; p < {}; ++p) {{ float d = v[c][p] - mean; q += d * d; }}\n", w.P));
+    k += fmt::format("  const float inv = 1.f / sqrtf(kl_warp_sum(q) / (float){} + {});\n", D, float_literal(eps));
+    if (!g_vec) k += fmt::format("  const float g0 = {}(g[0]);\n", G.ld);
+    if (has_bias && !b_vec) k += fmt::format("  const float b0 = {}(bb[0]);\n", B.ld);
+    std::string body = fmt::format("      float gv[{}];\n", w.P);
+    body += g_vec ? chunk_load(w, "g", "", G, gs, "gv")
+                  : fmt::format("      #pragma unroll\n      for (int p = 0; p < {}; ++p) gv[p] = g0;\n", w.P);
+    if (has_bias) {
+      body += fmt::format("      float bv[{}];\n", w.P);
+      body += b_vec ? chunk_load(w, "bb", "", B, bs, "bv")
+                    : fmt::format("      #pragma unroll\n      for (int p = 0; p < {}; ++p) bv[p] = b0;\n", w.P);
+    }
+    body += chunk_store(w, "y", "b", Y, ys, has_bias ? "(v[c][p] - mean) * inv * gv[p] + bv[p]" : "(v[c][p] - mean) * inv * gv[p]");
+    k += each_chunk(w, body);
+    if (stats) k += fmt::format("  if (lane == 0) mean_out[row] = {}(mean);\n", mean_st);
+    if (inv) k += fmt::format("  if (lane == 0) inv_out[row] = {}(inv);\n", inv_st);
+    L.source += k + "}\n";
+    return L.kernel_node(n, name, ins, outs, (rows + 7) / 8, 256);
+  }
   L.source += fmt::format(
       "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}({4}) {{\n"
       "  const unsigned long long b = (unsigned long long)blockIdx.x * {2}ull;\n"
