@@ -383,29 +383,9 @@ TEST(CudaKernels, MisalignedFloat16PointersTakeTheScalarPathWithTheSameResults) 
         },
         {2e-3, 1e-7}, "softmax " + std::to_string(L));
   }
-  {  // LayerNormalization over 768 with float16 scale and bias
-    ModelBuilder b(17);
-    b.input("x", 10, {7, 768}).input("g", 10, {768}).input("bb", 10, {768});
-    ModelBuilder::attr_int(b.node("LayerNormalization", {"x", "g", "bb"}, {"y"}), "axis", -1);
-    b.output("y", 10, {7, 768});
-    OneKernel k(b);
-    check_offsets(
-        k, {wave_values(7 * 768, 2.f, 0.2f, 3.f), wave_values(768, 1.f, 0.5f), wave_values(768, 0.5f, 1.1f)},
-        [](const std::vector<std::vector<float>>& in) {
-          std::vector<float> y(in[0].size());
-          for (int r = 0; r < 7; ++r) {
-            const float* x = in[0].data() + r * 768;
-            double mean = 0, var = 0;
-            for (int j = 0; j < 768; ++j) mean += x[j];
-            mean /= 768;
-            for (int j = 0; j < 768; ++j) var += (x[j] - mean) * (x[j] - mean);
-            double inv = 1 / std::sqrt(var / 768 + 1e-5);
-            for (int j = 0; j < 768; ++j) y[r * 768 + j] = float((x[j] - mean) * inv * in[1][j] + in[2][j]);
-          }
-          return y;
-        },
-        {2e-3, 2e-3}, "layernorm");
-  }
+  // (No LayerNormalization here: kiln's shape inference takes float32 / float64
+  // X only, as its reference kernels do; 16-bit layer norms come from the
+  // precision pass, covered by LayerNormalizationRowsMatchRef in fp16.)
   {  // Transpose (0,2,1,3) of [2,5,3,8]: runs of 8 halves = one 16-byte access
     ModelBuilder b(17);
     b.input("x", 10, {2, 5, 3, 8});

@@ -70,6 +70,18 @@ cudnnMathType_t conv_math(const ConvSpec& s) {
   return s.tf32 ? CUDNN_DEFAULT_MATH : CUDNN_FMA_MATH;
 }
 
+std::optional<size_t> conv_workspace(const ConvDescs& d, bool transposed, int algo) {
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
+  size_t need = 0;
+  cudnnStatus_t st =
+      transposed ? cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_handle(), d.w, d.x, d.conv, d.y,
+                                                                static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &need)
+                 : cudnnGetConvolutionForwardWorkspaceSize(cudnn_handle(), d.x, d.w, d.conv, d.y,
+                                                           static_cast<cudnnConvolutionFwdAlgo_t>(algo), &need);
+  if (st != CUDNN_STATUS_SUCCESS) return std::nullopt;
+  return need;
+}
+
 std::mutex& cudnn_mutex() {
   static std::mutex mu;
   return mu;
@@ -207,7 +219,7 @@ ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::str
       fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here has no algorithm for this convolution within {} bytes of workspace",
            where, cudnnGetVersion(), workspace);
     algo_ = found[0].algo;
-    workspace_ = found[0].workspace;
+    workspace_ = std::max(found[0].workspace, conv_workspace(d_, transposed_, algo_).value_or(0));
     chosen_at_load_ = true;
     return;
   }

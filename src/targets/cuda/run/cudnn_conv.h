@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -93,6 +94,13 @@ std::vector<ConvAlgo> conv_heuristic(const ConvDescs& d, bool transposed, size_t
 /// cuDNN's own measurement of every algorithm (cudnnFind...; runs each once
 /// on the current device): the supported ones within `max_workspace`, fastest first.
 std::vector<ConvAlgo> conv_find(const ConvDescs& d, bool transposed, size_t max_workspace, std::string* why);
+
+/// Workspace bytes cuDNN asks for algorithm `algo` of `d`
+/// (cudnnGetConvolution{Forward,BackwardData}WorkspaceSize); nullopt when
+/// cuDNN does not support that algorithm for it. cudnnFind's reported
+/// memory can be below this (seen on the H200: 0 reported, 32 bytes asked),
+/// so the compile records the larger of the two.
+std::optional<size_t> conv_workspace(const ConvDescs& d, bool transposed, int algo);
 
 /// Serializes every use of the process-wide cuDNN handle (its stream is
 /// state: set for one call, reset to the null stream after it).
