@@ -62,6 +62,7 @@ def main() -> int:
     ap.add_argument("--seq-max", type=int, default=512)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--target", default="cpu", help="kiln target (cpu, cuda); ONNX Runtime stays on the CPU")
     ap.add_argument("--model", default=None)
     ap.add_argument("--stream", default="build/bench/stream/kiln-stream")
     ap.add_argument("--cache-dir", default=None, help="default: a fresh temporary directory (cold cache)")
@@ -108,7 +109,7 @@ def main() -> int:
     load_before = os.getloadavg()
 
     # kiln: one process, one Session, cold cache.
-    cmd = [a.stream, model, str(reqs_dir), str(out_dir), *dims, "--cache-dir", str(cache), "--threads", str(a.threads)]
+    cmd = [a.stream, model, str(reqs_dir), str(out_dir), *dims, "--cache-dir", str(cache), "--threads", str(a.threads), "--target", a.target]
     t0 = time.perf_counter()
     p = subprocess.run(cmd, capture_output=True, text=True)
     kiln_wall = time.perf_counter() - t0
@@ -148,7 +149,7 @@ def main() -> int:
     compiles = k["compiled_by_run"] + (1 if k["construct_compile_ms"] > 0 else 0)
     report = {
         "model": model,
-        "params": {"kind": a.model_kind, "count": a.count, "batch": [1, a.batch_max],
+        "params": {"kind": a.model_kind, "target": a.target, "count": a.count, "batch": [1, a.batch_max],
                    "sequence": [1, a.seq_max] if a.model_kind == "bert" else None, "seed": a.seed,
                    "threads": a.threads, "kiln_dims": dims},
         "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},

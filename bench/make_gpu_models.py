@@ -8,7 +8,7 @@ of tools/models/prepare.py:
 With --batch B (B != 1) the files are OUTDIR/bert_base_bB.onnx and
 OUTDIR/resnet50_bB.onnx, batch B (same weights: the weights depend only on the
 seed).
-Usage: make_gpu_models.py OUTDIR [--batch B] [bert_base] [resnet50]
+Usage: make_gpu_models.py OUTDIR [--batch B | --dynamic] [bert_base] [resnet50]
 
 bench/cuda_vs_torch.py imports build_module() and make_inputs() from here, so
 the PyTorch side it times is the very module exported here, with the same
@@ -82,10 +82,20 @@ def onnx_name(name: str, batch: int) -> str:
     return f"{name}.onnx" if batch == 1 else f"{name}_b{batch}.onnx"
 
 
-def export(module, args, path, input_names, output_names):
+DYNAMIC_AXES = {
+    "resnet50": {"input": {0: "N"}, "logits": {0: "N"}},
+    "bert_base": {"input_ids": {0: "batch", 1: "sequence"}, "attention_mask": {0: "batch", 1: "sequence"},
+                  "token_type_ids": {0: "batch", 1: "sequence"},
+                  "last_hidden_state": {0: "batch", 1: "sequence"}, "pooler_output": {0: "batch"}},
+}
+
+
+def export(module, args, path, input_names, output_names, dynamic_axes=None):
     import torch
 
     kw = dict(opset_version=17, input_names=input_names, output_names=output_names, do_constant_folding=True)
+    if dynamic_axes:
+        kw["dynamic_axes"] = dynamic_axes
     with torch.no_grad():
         try:
             torch.onnx.export(module, args, path, dynamo=False, **kw)
@@ -93,15 +103,16 @@ def export(module, args, path, input_names, output_names):
             torch.onnx.export(module, args, path, **kw)
 
 
-def export_model(name: str, batch: int, path: str) -> None:
-    """Exports `name` at `batch` (static shapes) to `path`, written atomically."""
+def export_model(name: str, batch: int, path: str, dynamic: bool = False) -> None:
+    """Exports `name` at `batch` (static shapes; with `dynamic` the batch, and
+    BERT's sequence, are symbolic: N / batch, sequence) to `path`, written atomically."""
     import torch
 
     module = build_module(name)
     feeds = make_inputs(name, batch)
     args = tuple(torch.from_numpy(feeds[n]) for n in INPUT_NAMES[name])
     tmp = path + f".tmp-{os.getpid()}.onnx"
-    export(module, args, tmp, INPUT_NAMES[name], OUTPUT_NAMES[name])
+    export(module, args, tmp, INPUT_NAMES[name], OUTPUT_NAMES[name], DYNAMIC_AXES[name] if dynamic else None)
     os.replace(tmp, path)
 
 
@@ -110,14 +121,17 @@ def main() -> int:
     ap.add_argument("outdir")
     ap.add_argument("names", nargs="*", metavar="NAME", help=f"models to write (default: all): {', '.join(MODELS)}")
     ap.add_argument("--batch", type=int, default=1)
+    ap.add_argument("--dynamic", action="store_true",
+                    help="symbolic batch (N for resnet50; batch and sequence for bert_base): OUTDIR/NAME_dyn.onnx, "
+                         "for shape buckets (bench/buckets_stream.py)")
     a = ap.parse_intermixed_args()
     bad = [n for n in a.names if n not in MODELS]
     if bad:
         ap.error(f"unknown model(s) {', '.join(bad)} (expected {', '.join(MODELS)})")
     os.makedirs(a.outdir, exist_ok=True)
     for n in a.names or ["bert_base", "resnet50"]:
-        path = os.path.join(a.outdir, onnx_name(n, a.batch))
-        export_model(n, a.batch, path)
+        path = os.path.join(a.outdir, f"{n}_dyn.onnx" if a.dynamic else onnx_name(n, a.batch))
+        export_model(n, a.batch, path, a.dynamic)
         print("wrote", path)
     return 0
 

@@ -1,4 +1,4 @@
-// kiln-stream MODEL.onnx REQUESTS_DIR OUT_DIR [--dim NAME=SPEC]... [--cache-dir DIR] [--threads N]
+// kiln-stream MODEL.onnx REQUESTS_DIR OUT_DIR [--dim NAME=SPEC]... [--cache-dir DIR] [--target T] [--threads N]
 //                                            [--out-of-bucket compile|error]
 //
 // Runs every request of REQUESTS_DIR (subdirectories 000000, 000001, ... in
@@ -29,7 +29,7 @@ static double ms_since(std::chrono::steady_clock::time_point t0) {
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr, "usage: kiln-stream MODEL.onnx REQUESTS_DIR OUT_DIR [--dim NAME=SPEC]... [--cache-dir DIR] "
-                         "[--threads N] [--out-of-bucket compile|error]\n");
+                         "[--target T] [--threads N] [--out-of-bucket compile|error]\n");
     return 2;
   }
   try {
@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
         opt.dims[val.substr(0, eq)] = kiln::DimSpec::parse(eq == std::string::npos ? "" : val.substr(eq + 1), flag);
       } else if (flag == "--cache-dir") {
         opt.cache_dir = val;
+      } else if (flag == "--target") {
+        opt.target = kiln::Target::parse(val);
       } else if (flag == "--threads") {
         opt.threads = std::stoi(val);
       } else if (flag == "--out-of-bucket") {
