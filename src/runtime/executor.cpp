@@ -2,10 +2,12 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <thread>
 
 #include "runtime/program.h"
 #include "support/error.h"
@@ -20,6 +22,41 @@ struct Program::Arena {
   size_t bytes;
   std::unique_ptr<uint8_t, Free> data;
 };
+
+void Program::bind_all() {
+  std::vector<const ir::Node*> nodes;
+  for_each_graph(cp_.model.main, [&](ir::Graph& g) {
+    for (auto& n : g.nodes) nodes.push_back(&n);
+  });
+  // Binding creates the oneDNN primitives (JIT code generation): most of a
+  // cpu load. The nodes are independent, so up to build_threads_ threads bind
+  // them. std::thread, not an OpenMP region: inside one, oneDNN would see a
+  // single thread while planning each primitive's parallel work. Each worker
+  // takes the session's thread count so that primitives plan for it.
+  std::vector<targets::BoundKernel> bound(nodes.size());
+  std::vector<std::exception_ptr> errors(nodes.size());
+  std::atomic<size_t> next{0};
+  const std::string target = cp_.compat.target;
+  auto work = [&] {
+    omp_set_num_threads(build_threads_);
+    for (size_t i; (i = next.fetch_add(1)) < nodes.size();) {
+      try {
+        bound[i] = targets::bind_kernel(target, *nodes[i], cp_.model);
+      } catch (...) {
+        errors[i] = std::current_exception();
+      }
+    }
+  };
+  const size_t helpers = std::min<size_t>(static_cast<size_t>(build_threads_), std::max<size_t>(nodes.size(), 1)) - 1;
+  std::vector<std::thread> pool;
+  for (size_t t = 0; t < helpers; ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  // The first failing node in graph order, as a serial bind would report.
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
+  for (size_t i = 0; i < nodes.size(); ++i) kernels_[nodes[i]] = std::move(bound[i]);
+}
 
 TensorInfo tensor_info(const ir::Value& v) {
   TensorInfo t;
@@ -38,9 +75,7 @@ Program::Program(artifact::CompiledProgram cp, int device) : cp_(std::move(cp)) 
   // Device targets run the whole program themselves (device memory, modules).
   device_ = targets::make_device_program(cp_, device);
   if (device_) return;
-  for_each_graph(cp_.model.main, [&](ir::Graph& g) {
-    for (auto& n : g.nodes) kernels_[&n] = targets::bind_kernel(cp_.compat.target, n, cp_.model);
-  });
+  bind_all();
   base_env_.resize(cp_.model.values.size());
   for (size_t i = 0; i < cp_.model.values.size(); ++i)
     if (cp_.model.values[i].constant) base_env_[i] = *cp_.model.values[i].constant;

@@ -58,6 +58,8 @@ class Program {
   void give_back(std::unique_ptr<Arena> a) const;
 
   artifact::CompiledProgram cp_;
+  /// Binds every node of every graph into kernels_ (in parallel: bind_all in executor.cpp).
+  void bind_all();
   std::unordered_map<const ir::Node*, targets::BoundKernel> kernels_;
   std::unique_ptr<targets::DeviceProgram> device_;  ///< the whole program, for device targets (cuda)
   std::vector<std::vector<ir::ValueId>> free_after_;  ///< per main node: heap values dead after it
