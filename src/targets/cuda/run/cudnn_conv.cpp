@@ -235,15 +235,11 @@ ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::str
     return !(e && std::string(e) == "0");
   }();
   if (!query) return;
-  size_t need = 0;
-  cudnnStatus_t st =
-      transposed_ ? cudnnGetConvolutionBackwardDataWorkspaceSize(cudnn_handle(), d_.w, d_.x, d_.conv, d_.y,
-                                                                 static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), &need)
-                  : cudnnGetConvolutionForwardWorkspaceSize(cudnn_handle(), d_.x, d_.w, d_.conv, d_.y,
-                                                            static_cast<cudnnConvolutionFwdAlgo_t>(algo), &need);
-  if (st != CUDNN_STATUS_SUCCESS)
-    fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here does not support the stored convolution algorithm {} ({}); recompile",
-         where, cudnnGetVersion(), algo, cudnnGetErrorString(st));
+  std::optional<size_t> asked = conv_workspace(d_, transposed_, algo);
+  if (!asked)
+    fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here does not support the stored convolution algorithm {}; recompile",
+         where, cudnnGetVersion(), algo);
+  const size_t need = *asked;
   if (need > workspace)
     fail(ErrorCode::incompatible_artifact,
          "{}: the stored cuDNN algorithm needs {} bytes of workspace here, the artifact recorded {}; recompile", where, need,
