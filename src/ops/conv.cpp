@@ -21,6 +21,8 @@ namespace kiln::ops {
 namespace {
 
 constexpr size_t kMaxSpatial = 3;
+/// Largest kernel_shape / strides / dilations / pads value accepted (2^31 - 1).
+constexpr int64_t kMaxWindowAttr = (int64_t{1} << 31) - 1;
 
 enum class AutoPad { notset, same_upper, same_lower, valid };
 
@@ -67,6 +69,12 @@ ConvAttrs read_attrs(const ir::Node& n, size_t r, const std::vector<int64_t>& w_
   for (size_t i = 0; i < r; ++i)
     if (a.strides[i] < 1 || a.dilations[i] < 1 || a.pads[i] < 0 || a.pads[i + r] < 0)
       fail(ErrorCode::invalid_model, "{}: strides and dilations must be >= 1 and pads >= 0", n.label());
+  // Bounded so that the output-size arithmetic cannot overflow int64.
+  for (auto* v : {&a.kernel, &a.strides, &a.dilations, &a.pads})
+    for (auto x : *v)
+      if (x > kMaxWindowAttr)
+        fail(ErrorCode::invalid_model, "{}: kernel_shape, strides, dilations and pads must be at most {}, got {}",
+             n.label(), kMaxWindowAttr, x);
   if (a.group < 1) fail(ErrorCode::invalid_model, "{}: group must be >= 1, got {}", n.label(), a.group);
   return a;
 }
@@ -277,6 +285,12 @@ std::vector<OutType> infer_conv(const InferContext& c) {
     fail(ErrorCode::invalid_model, "{}: X {} and W {} have different ranks", c.node.label(), ir::shape_str(x.shape),
          ir::shape_str(w.shape));
   const ConvAttrs a = read_attrs(c.node, *r, weight_kernel(w.shape, *r));
+  if (c.has(2) && c.in(2).shape && w.shape && (*w.shape)[0].is_static()) {
+    const ir::Shape& b = *c.in(2).shape;
+    if (b.size() != 1 || (b[0].is_static() && b[0].value != (*w.shape)[0].value))
+      fail(ErrorCode::invalid_model, "{}: bias B has shape {}; it must be [{}] (one value per output channel of W)",
+           c.node.label(), ir::shape_str(c.in(2).shape), (*w.shape)[0].value);
+  }
   ir::Shape y(*r + 2, ir::Dim::sym(""));
   if (x.shape) y[0] = (*x.shape)[0];
   if (w.shape) y[1] = (*w.shape)[0];
@@ -290,7 +304,13 @@ std::vector<OutType> infer_conv(const InferContext& c) {
     const ir::Dim& in = (*x.shape)[i + 2];
     if (!in.is_static() || a.kernel[i] < 0) continue;
     int64_t pb = a.pads[i], pe = a.pads[i + *r];
-    y[i + 2] = ir::Dim::known(conv_out_size(in.value, a.kernel[i], a.strides[i], a.dilations[i], a.auto_pad, pb, pe));
+    const int64_t o = conv_out_size(in.value, a.kernel[i], a.strides[i], a.dilations[i], a.auto_pad, pb, pe);
+    if (o < 1 && in.value > 0)
+      fail(ErrorCode::invalid_model,
+           "{}: spatial dim {} of size {} (pads {} + {}) is smaller than the dilated kernel ({}): the output would be "
+           "empty",
+           c.node.label(), i, in.value, pb, pe, (a.kernel[i] - 1) * a.dilations[i] + 1);
+    y[i + 2] = ir::Dim::known(o);
   }
   return {OutType{x.dtype, y}};
 }

@@ -174,7 +174,7 @@ void inspect(const std::string& path, bool as_json) {
 
 void check(const std::string& path, const std::string& target_text, bool as_json) {
   auto compat = artifact::read_compat(path);
-  Target target = Target::parse(target_text.empty() ? compat.target : target_text);
+  Target target = target_text.empty() ? artifact_target(path, compat.target) : Target::parse(target_text);
   const artifact::CompatInfo here = targets::host_facts(target);
   auto mismatches = targets::compare_facts(compat, here);
   auto notes = mismatches.empty() ? targets::compat_notes(compat, here) : std::vector<std::string>{};

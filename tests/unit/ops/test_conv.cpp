@@ -4,6 +4,8 @@
 // test says which one it follows and why. Inputs are arange()-style integers
 // so every value is exact. The randomized tests compare against naive direct
 // loops written in this file.
+#include <climits>
+#include <functional>
 #include <random>
 
 #include "kiln/errors.h"
@@ -99,6 +101,33 @@ TEST(Conv, ChannelMismatchAndBadDtype) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
     EXPECT_NE(std::string(e.what()).find("Conv node 'test_Conv'"), std::string::npos) << e.what();
   }
+}
+
+/// Runs `f`, which must throw Error(invalid_model) whose message holds `part`.
+void expect_invalid(const std::function<void()>& f, const std::string& part) {
+  try {
+    f();
+    ADD_FAILURE() << "expected an error naming " << part;
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_model) << e.what();
+    EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+  }
+}
+
+// Found by adversarial testing: a bias of the wrong length compiled for cuda
+// (reading past its end), huge pads overflowed the output size, and a kernel
+// larger than the padded input gave an empty output.
+TEST(Conv, BadBiasHugeAttributesAndEmptyOutputsAreInvalidModels) {
+  expect_invalid([] { run_op("Conv", {}, {ar({1, 4, 5, 5}), ar({4, 4, 3, 3}), ar({3})}); }, "bias B has shape [3]");
+  expect_invalid([] { run_op("Conv", {}, {ar({1, 4, 5, 5}), ar({4, 4, 3, 3}), ar({4, 1})}); }, "must be [4]");
+  expect_invalid(
+      [] {
+        run_op("Conv", {{"pads", Ints{INT64_MAX, 0, INT64_MAX, 0}}}, {ar({1, 1, 8, 8}), ar({1, 1, 3, 3})});
+      },
+      "must be at most");
+  expect_invalid([] { run_op("Conv", {{"dilations", Ints{int64_t{1} << 62, 1}}}, {ar({1, 1, 8, 8}), ar({1, 1, 3, 3})}); },
+                 "must be at most");
+  expect_invalid([] { run_op("Conv", {}, {ar({1, 1, 2, 8}), ar({1, 1, 3, 3})}); }, "the output would be empty");
 }
 
 TEST(Conv, SymbolicShapeInference) {

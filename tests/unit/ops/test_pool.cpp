@@ -39,6 +39,24 @@ void expect_near(const Tensor& t, const Ints& shape, const std::vector<float>& w
   }
 }
 
+// Found by adversarial testing: a window larger than the input crashed the
+// cpu target (an empty output), and pads >= kernel divided 0 by 0.
+TEST(MaxPool, EmptyOutputsAndPadsAsLargeAsTheKernelAreInvalidModels) {
+  auto expect_invalid = [](const std::string& op, std::map<std::string, ir::AttrValue> attrs, const std::string& part) {
+    try {
+      run_op(op, std::move(attrs), {signed_5x5()});
+      ADD_FAILURE() << op << ": expected an error naming " << part;
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_model) << e.what();
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  expect_invalid("MaxPool", {{"kernel_shape", Ints{20, 20}}}, "the output would be empty");
+  expect_invalid("AveragePool", {{"kernel_shape", Ints{2, 2}}, {"pads", Ints{3, 3, 3, 3}}},
+                 "must be smaller than the kernel");
+  expect_invalid("MaxPool", {{"kernel_shape", Ints{3, 3}}, {"strides", Ints{int64_t{1} << 40, 1}}}, "must be at most");
+}
+
 TEST(MaxPool, PadsStridesAndIndices) {
   auto y = run_op("MaxPool", {{"kernel_shape", Ints{3, 3}}, {"pads", Ints{1, 1, 1, 1}}, {"strides", Ints{2, 2}}},
                   {signed_5x5()}, 2);
