@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <set>
 
+#include "passes/passes.h"
 #include "support/error.h"
 
 namespace kiln {
@@ -34,18 +35,43 @@ std::string lower(std::string s) {
 
 }  // namespace
 
+/// The graph outputs with the shapes shape inference gives them where the
+/// model declares none or leaves a dim anonymous (exporters often do): the
+/// padding decision below needs to see which axis carries each symbol.
+std::vector<ir::Value> output_values(const ir::Model& m) {
+  std::vector<ir::Value> out;
+  bool need = false;
+  for (auto id : m.main.outputs) {
+    out.push_back(m.value(id));
+    need |= has_anonymous_dim(out.back());
+  }
+  if (!need) return out;
+  ir::Model probe = m;
+  try {
+    passes::infer_and_fold(probe, /*max_fold_bytes=*/0);
+  } catch (const Error&) {
+    return out;  // the compile reports the reason; the declared shapes decide here
+  }
+  for (size_t i = 0; i < out.size(); ++i) {
+    const ir::Value& v = probe.value(m.main.outputs[i]);
+    if (has_anonymous_dim(out[i]) && !has_anonymous_dim(v)) out[i].shape = v.shape;
+  }
+  return out;
+}
+
 artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string, DimSpec>& dims) {
   artifact::BucketSet set;
   if (dims.empty()) return set;
+  const std::vector<ir::Value> outputs = output_values(m);
   for (auto id : m.main.inputs) set.inputs.push_back(io_symbols(m.value(id), dims));
-  for (auto id : m.main.outputs) set.outputs.push_back(io_symbols(m.value(id), dims));
+  for (auto& v : outputs) set.outputs.push_back(io_symbols(v, dims));
   std::set<std::string> input_symbols;
   for (auto id : m.main.inputs)
     if (auto& sh = m.value(id).shape)
       for (auto& d : *sh)
         if (!d.is_static() && !d.symbol.empty()) input_symbols.insert(d.symbol);
   bool outputs_declared = true;
-  for (auto id : m.main.outputs) outputs_declared &= !has_anonymous_dim(m.value(id));
+  for (auto& v : outputs) outputs_declared &= !has_anonymous_dim(v);
 
   for (auto& [name, spec] : dims) {
     if (!input_symbols.count(name))

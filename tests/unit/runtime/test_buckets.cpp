@@ -219,6 +219,21 @@ TEST(BucketPadding, ZeroPadsInputsAndSlicesOutputsBack) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(r.data<float>()[i], wy[static_cast<size_t>(i)]) << i;
 }
 
+// Exporters often leave output shapes undeclared: the batch padding decision
+// then comes from shape inference, not from "nothing declared".
+TEST_F(Buckets, UndeclaredOutputShapesStillAllowBatchPadding) {
+  ModelBuilder b = batch_model();
+  b.graph().mutable_output(0)->clear_type();
+  b.save(model);
+  opt.dims["N"] = DimSpec::parse("1,2,4");
+  opt.use_cache = false;
+  Session s(model, opt);
+  auto y3 = s.run({{"x", ramp({3, 4})}});
+  EXPECT_EQ(y3.at("y").shape(), (std::vector<int64_t>{3, 3}));
+  EXPECT_EQ(s.buckets().programs, (std::vector<std::vector<int64_t>>{{4}})) << "3 is padded into bucket 4";
+  EXPECT_EQ(s.buckets().compiled_by_run, 1);
+}
+
 // --- sessions ----------------------------------------------------------------
 
 TEST_F(Buckets, BatchPaddingEqualsExactRunAndCompilesEachBucketOnce) {
