@@ -69,8 +69,10 @@ void check_bundle_matches(const ir::Model& model, const KernelBundle& b) {
 }
 
 KernelBundle program_bundle(const ir::Model& model, const std::vector<uint8_t>& section, const std::string& what) {
-  for (auto& v : model.values)
-    if (v.name == kKernelsValue && v.constant && v.constant->dtype() == DType::u8) {
+  // From the end: the lowering adds it last, after any model value that
+  // happens to share the name.
+  for (auto it = model.values.rbegin(); it != model.values.rend(); ++it)
+    if (const ir::Value& v = *it; v.name == kKernelsValue && v.constant && v.constant->dtype() == DType::u8) {
       const auto* p = static_cast<const uint8_t*>(v.constant->raw());
       return decode_bundle(std::vector<uint8_t>(p, p + v.constant->nbytes()), what);
     }
