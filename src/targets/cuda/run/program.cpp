@@ -69,7 +69,7 @@ class CudaProgram final : public DeviceProgram {
     // Every constant but the program's own kernels bundle (the last value of that name).
     size_t bundle_id = m.values.size();
     for (size_t i = m.values.size(); i-- > 0;)
-      if (m.values[i].name == kKernelsValue && m.values[i].constant) {
+      if (m.values[i].name == kKernelsValue && m.values[i].constant && m.values[i].constant->dtype() == DType::u8) {
         bundle_id = i;
         break;
       }
