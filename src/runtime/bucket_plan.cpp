@@ -28,6 +28,17 @@ bool has_anonymous_dim(const ir::Value& v) {
   return false;
 }
 
+/// "'x' axis 0, 'y' axis 2": the graph inputs' symbolic dims without a name.
+std::string anonymous_inputs(const ir::Model& m) {
+  std::string out;
+  for (auto id : m.main.inputs)
+    if (auto& sh = m.value(id).shape)
+      for (size_t a = 0; a < sh->size(); ++a)
+        if (!(*sh)[a].is_static() && (*sh)[a].symbol.empty())
+          out += fmt::format("{}'{}' axis {}", out.empty() ? "" : ", ", m.value(id).name, a);
+  return out;
+}
+
 std::string lower(std::string s) {
   std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
   return s;
@@ -77,8 +88,11 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
     if (!input_symbols.count(name))
       fail(ErrorCode::invalid_option, "dims '{}': the model's inputs have no symbolic dim named '{}' (they have: {}; a dim fixed with "
            "input_shapes/--shape is no longer symbolic)",
-           name, name, input_symbols.empty() ? std::string("none; every input dim is fixed")
-                                             : fmt::format("{}", fmt::join(input_symbols, ", ")));
+           name, name, !input_symbols.empty() ? fmt::format("{}", fmt::join(input_symbols, ", "))
+                       : anonymous_inputs(m).empty() ? std::string("none; every input dim is fixed")
+                                                     : fmt::format("none with a name; unnamed symbolic dims at {}, which "
+                                                                   "--dim cannot name: fix them with --shape",
+                                                                   anonymous_inputs(m)));
     artifact::BucketDim d{name, spec.min, spec.max, spec.sizes, artifact::PadMode::none};
     if (spec.pad == DimSpec::Pad::auto_ && outputs_declared) {
       // Batch: the dim leads every input and output that has it, so the

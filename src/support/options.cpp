@@ -184,6 +184,11 @@ void SessionOptions::validate() const {
            target.name());
     bool digits = arch.size() >= 5 && arch.size() <= 7 && arch.rfind("sm_", 0) == 0 &&
                   arch.find_first_not_of("0123456789", 3) == std::string::npos && arch[3] != '0';
+    if (!digits && arch.size() > 3 && (arch.back() == 'a' || arch.back() == 'f') && arch.rfind("sm_", 0) == 0)
+      fail(ErrorCode::invalid_option,
+           "arch: '{}' is an architecture-specific target, which kiln does not compile for (its cubin would run on "
+           "that one architecture only, with no PTX for newer GPUs); use '{}'",
+           arch, arch.substr(0, arch.size() - 1));
     if (!digits)
       fail(ErrorCode::invalid_option, "arch: '{}' is not a GPU architecture (expected sm_XY, e.g. sm_90 for H100/H200)",
            arch);

@@ -64,7 +64,11 @@ void add_codegen_options(CLI::App* sub, CodegenArgs& a) {
   sub->add_option("--arch", a.arch,
                   "cuda: GPU architecture to compile for, e.g. sm_90 (H100/H200); default: the device's. Another "
                   "architecture, or no GPU here, cross-compiles: needs --tuning heuristic, and the libraries choose "
-                  "their algorithms when the artifact is first loaded on such a GPU");
+                  "their algorithms when the artifact is first loaded on such a GPU. A newer GPU than the architecture "
+                  "runs the artifact through its stored PTX")
+      ->check(CLI::Validator(
+          [](std::string& v) { return v.empty() ? std::string("an empty architecture (expected sm_XY, e.g. sm_90)") : ""; },
+          "sm_XY"));
 }
 
 void apply_codegen(const CodegenArgs& a, SessionOptions& opt) {

@@ -219,6 +219,23 @@ TEST(BucketPadding, ZeroPadsInputsAndSlicesOutputsBack) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(r.data<float>()[i], wy[static_cast<size_t>(i)]) << i;
 }
 
+// A model whose symbolic dims have no names: the error says where they are.
+TEST_F(Buckets, UnnamedSymbolicDimsAreNamedInTheError) {
+  ModelBuilder b;
+  typed(b.graph().add_input(), "x", 1, {-1, 4}, {"", ""});
+  b.node("Relu", {"x"}, {"y"});
+  b.output("y");
+  b.save(model);
+  opt.dims["N"] = DimSpec::parse("1,2");
+  try {
+    Session s(model, opt);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("unnamed symbolic dims at 'x' axis 0"), std::string::npos) << e.what();
+  }
+}
+
 // Exporters often leave output shapes undeclared: the batch padding decision
 // then comes from shape inference, not from "nothing declared".
 TEST_F(Buckets, UndeclaredOutputShapesStillAllowBatchPadding) {
