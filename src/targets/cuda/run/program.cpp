@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdlib>
 #include <functional>
@@ -122,6 +123,7 @@ class CudaProgram final : public DeviceProgram {
     }
 
     double kind_ms[3] = {0, 0, 0}, first_ms[3] = {-1, -1, -1};  // Kernel/Copy, Gemm, Conv
+    std::vector<std::pair<double, std::string>> plan_ms[3];       // each node's plan time, for the log
     for (auto& n : m.main.nodes) {
       size_t before = steps_.size();
       Stopwatch node_sw;
@@ -130,6 +132,7 @@ class CudaProgram final : public DeviceProgram {
       double t = node_sw.ms();
       kind_ms[kind] += t;
       if (first_ms[kind] < 0) first_ms[kind] = t;
+      if (kind) plan_ms[kind].emplace_back(t, n.label());
       if (steps_.size() == before) continue;
       std::string op = "kiln.cuda::" + n.op_type;
       if (n.op_type == "Kernel") {  // "k12_softmax" -> "kiln.cuda::Kernel softmax"
@@ -148,13 +151,22 @@ class CudaProgram final : public DeviceProgram {
     for (auto& c : convs_) workspace = std::max(workspace, c->workspace()), at_load += c->chosen_at_load();
     if (workspace) workspace_ = DeviceBuffer(workspace, "the cuBLASLt / cuDNN workspace");
     if (at_load)
-      log().info("cuda: {} library algorithm(s) chosen at load by the cuBLASLt / cuDNN heuristics (the artifact was "
-                 "cross-compiled without a GPU)",
-                 at_load);
+      log().info("cuda: {} library algorithm(s) chosen at load by the cuBLASLt / cuDNN heuristics ({})", at_load,
+                 rechoose_ ? "the artifact is for an older GPU architecture"
+                           : "the artifact was cross-compiled without a GPU");
 
     const double plans_ms = sw.ms();
     log().debug("cuda: plans: kernels {:.1f} ms, cuBLASLt {:.1f} ms (first {:.1f}), cuDNN {:.1f} ms (first {:.1f})",
                 kind_ms[0], kind_ms[1], std::max(first_ms[1], 0.0), kind_ms[2], std::max(first_ms[2], 0.0));
+    // Per-plan finalize times (issue: report them): median and slowest of each library.
+    for (int k : {1, 2}) {
+      auto& v = plan_ms[k];
+      if (v.empty()) continue;
+      std::sort(v.begin(), v.end());
+      log().debug("cuda: {} {} plan(s): median {:.2f} ms, slowest {:.2f} ms ({}), fastest {:.2f} ms",
+                  v.size(), k == 1 ? "cuBLASLt" : "cuDNN", v[v.size() / 2].first, v.back().first, v.back().second,
+                  v.front().first);
+    }
     const char* g = std::getenv("KILN_CUDA_GRAPH");
     use_graph_ = !(g && std::string(g) == "0");
     if (use_graph_ && !steps_.empty()) {
