@@ -42,6 +42,7 @@ void add_compile(CLI::App& app, Common& common) {
     parse_shapes(args->shapes, opt);
     parse_dims(args->dims, opt);
     apply_codegen(args->codegen, opt);
+    opt.validate();  // a bad option is reported before "compiling ..." is printed
     if (!common.json) std::fprintf(stderr, "kiln: compiling '%s' for %s...\n", args->model.c_str(), opt.target.name().c_str());
     CompileResult r = compile(args->model, args->out, opt);
     if (common.json) {
