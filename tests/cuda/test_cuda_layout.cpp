@@ -3,7 +3,10 @@
 // convolutions as matmuls, entry / exit transposes, unchanged graph outputs)
 // and that a float16 program lowers and compiles with it. The numbers are
 // checked on a GPU (test_cuda_precision_gpu.cpp, case "nhwc").
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
@@ -12,6 +15,7 @@
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/cudnn_conv.h"
+#include "runtime/program.h"
 
 namespace kiln::testing {
 namespace {
@@ -105,6 +109,95 @@ TEST(CudaLayout, ConvolutionRegionBecomesNhwcWithTransposesOnlyAtItsEdges) {
   ASSERT_NE(exit, nullptr);
   EXPECT_EQ(exit->op_type, "Transpose");
   EXPECT_EQ(dims(m, exit->inputs[0]), (std::vector<int64_t>{2, 9, 9, 8}));
+}
+
+/// The NHWC graph with every kiln_nhwc node wrapped back into NCHW
+/// (Transpose in, the plain ONNX node, Transpose out; filters transposed
+/// back), so that the ref target can run it: the layout rewrite's semantics
+/// are checked on the CPU, independently of the cuda kernels.
+ir::Model nchw_shim(ir::Model m) {
+  std::vector<ir::Node> out;
+  int k = 0;
+  auto tr = [&](ir::ValueId v, std::vector<int64_t> perm, ir::ValueId dst = ir::kNoValue) {
+    if (dst == ir::kNoValue) {
+      ir::Value nv;
+      nv.name = fmt::format("shim{}", k++);
+      nv.dtype = m.value(v).dtype;
+      dst = m.add_value(nv);
+    }
+    ir::Node t;
+    t.op_type = "Transpose";
+    t.name = fmt::format("shim_t{}", k++);
+    t.opset = m.opset;
+    t.attrs["perm"] = perm;
+    t.inputs = {v};
+    t.outputs = {dst};
+    out.push_back(t);
+    return dst;
+  };
+  const std::vector<int64_t> to_nchw{0, 3, 1, 2}, to_nhwc{0, 2, 3, 1};
+  for (auto n : m.main.nodes) {
+    if (n.i("kiln_nhwc", 0) == 0) {
+      out.push_back(n);
+      continue;
+    }
+    n.attrs.erase("kiln_nhwc");
+    n.inputs[0] = tr(n.inputs[0], to_nchw);
+    if (n.op_type == "Conv") n.inputs[1] = tr(n.inputs[1], to_nchw);
+    ir::ValueId y = n.outputs[0];
+    ir::Value nv;
+    nv.name = fmt::format("shim{}", k++);
+    nv.dtype = m.value(y).dtype;
+    n.outputs[0] = m.add_value(nv);
+    out.push_back(n);
+    tr(n.outputs[0], to_nhwc, y);
+  }
+  m.main.nodes = std::move(out);
+  for (auto& v : m.values)
+    if (!v.constant) v.shape.reset();  // inferred again
+  for (auto id : m.main.inputs) m.value(id).shape = ir::Shape();
+  return m;
+}
+
+std::map<std::string, Tensor> run_ref(const ir::Model& m, const std::map<std::string, Tensor>& in) {
+  artifact::CompiledProgram cp;
+  cp.model = m;
+  cp.compat.target = "ref";
+  Program p(std::move(cp));
+  return p.run(in, 1);
+}
+
+Tensor wave_tensor(std::vector<int64_t> shape, float phase) {
+  Tensor t(DType::f32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(0.37f * static_cast<float>(i) + phase);
+  return t;
+}
+
+/// to_nhwc(model) run through nchw_shim on the ref target equals the model.
+void expect_same_semantics(const ModelBuilder& b, const std::map<std::string, Tensor>& in) {
+  ir::Model m = import(b);
+  auto want = run_ref(m, in);
+  ir::Model r = import(b);
+  targets::cuda::split_conv_bias(r);
+  ASSERT_GT(targets::cuda::to_nhwc(r), 0);
+  ir::Model shim = nchw_shim(r);
+  // The graph inputs keep their declared shapes for the ref target.
+  for (auto id : shim.main.inputs) shim.value(id).shape = m.value(id).shape;
+  passes::infer_and_fold(shim);
+  auto got = run_ref(shim, in);
+  ASSERT_EQ(got.size(), want.size());
+  for (auto& [name, w] : want) {
+    const Tensor& g = got.at(name);
+    ASSERT_EQ(g.shape(), w.shape()) << name;
+    for (int64_t i = 0; i < w.numel(); ++i)
+      ASSERT_NEAR(g.data<float>()[i], w.data<float>()[i], 1e-4 * (1 + std::fabs(w.data<float>()[i]))) << name << "[" << i << "]";
+  }
+}
+
+TEST(CudaLayout, RewriteKeepsTheModelsMeaningOnTheRefTarget) {
+  expect_same_semantics(nhwc_model(), {{"x", wave_tensor({2, 4, 9, 9}, 0.2f)}, {"z", wave_tensor({2, 6, 4, 4}, 0.6f)}});
+  expect_same_semantics(conv_model(), {{"x", wave_tensor({2, 3, 16, 16}, 0.9f)}});
+  expect_same_semantics(pointwise_model(), {{"x", wave_tensor({2, 6, 5, 7}, 0.3f)}});
 }
 
 TEST(CudaLayout, Float16ProgramLowersNhwcConvolutionsAndFusedMatmulEpilogues) {
