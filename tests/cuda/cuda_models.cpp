@@ -314,6 +314,34 @@ ModelBuilder nhwc_model() {
   return b;
 }
 
+ModelBuilder nhwc_se_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 8, 10, 10});
+  b.input("z", 1, {2, 1, 10, 10});
+  b.initializer("W1", {16, 8, 3, 3}, ramp(16 * 72, 0.1f, 0.3f));
+  b.initializer("B1", {16}, ramp(16, 0.2f, 0.5f));
+  b.initializer("Wf1", {4, 16, 1, 1}, ramp(64, 0.3f, 0.7f));
+  b.initializer("Bf1", {4}, ramp(4, 0.1f, 0.2f));
+  b.initializer("Wf2", {16, 4, 1, 1}, ramp(64, 0.4f, 0.1f));
+  b.initializer("Bf2", {16}, ramp(16, 0.2f, 0.9f));
+  b.initializer_i64("sp", {2}, {8, 8});
+  auto& c1 = b.node("Conv", {"x", "W1", "B1"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r1"});
+  b.node("GlobalAveragePool", {"r1"}, {"g"});
+  b.node("Conv", {"g", "Wf1", "Bf1"}, {"f1"});
+  b.node("Relu", {"f1"}, {"f1r"});
+  b.node("Conv", {"f1r", "Wf2", "Bf2"}, {"f2"});
+  b.node("Sigmoid", {"f2"}, {"s"});
+  b.node("Mul", {"r1", "s"}, {"m"});
+  ModelBuilder::attr_int(b.node("Split", {"m", "sp"}, {"a", "bb"}), "axis", 1);
+  ModelBuilder::attr_int(b.node("Concat", {"bb", "a"}, {"cat"}), "axis", 1);
+  b.node("Add", {"cat", "z"}, {"y"});
+  b.node("GlobalMaxPool", {"m"}, {"gm"});
+  b.output("y", 1, {2, 16, 10, 10}).output("gm", 1, {2, 16, 1, 1});
+  return b;
+}
+
 ModelBuilder batch_model() {
   ModelBuilder b(17);
   b.input("x", 1, {-1, 8});

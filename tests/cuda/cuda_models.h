@@ -68,6 +68,14 @@ ModelBuilder residual_model();
 ///   c6 = Conv(r1, W6[8,4,3,3], group 2, pads 1)           [2,8,9,9]
 ModelBuilder nhwc_model();
 
+/// Channels-last beyond convolutions (to_nhwc: global pools, Split, Concat,
+/// a rank-4 operand of another shape): x float32[2,8,10,10], z float32[2,1,10,10] ->
+///   r1 = Relu(Conv 3x3 pad 1 (8 -> 16) + B1)                               [2,16,10,10]
+///   m  = r1 * Sigmoid(Conv1x1(Relu(Conv1x1(GlobalAveragePool(r1)) + Bf1)) + Bf2)   (squeeze-and-excitation)
+///   a, b = Split(m, axis 1, [8, 8]);  y = Concat(b, a, axis 1) + z           [2,16,10,10]
+///   gm = GlobalMaxPool(m)                                                   [2,16,1,1]
+ModelBuilder nhwc_se_model();
+
 /// Symbolic batch (shape buckets): x float32[N, 8] -> y = Sigmoid(Softmax(MatMul(x,
 /// W[8,8]) + B[8])) [N, 8]: one cuBLASLt matmul (bias epilogue) and two
 /// generated kernels whose loop bounds bake in N.

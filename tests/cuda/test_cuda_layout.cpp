@@ -198,6 +198,33 @@ TEST(CudaLayout, RewriteKeepsTheModelsMeaningOnTheRefTarget) {
   expect_same_semantics(nhwc_model(), {{"x", wave_tensor({2, 4, 9, 9}, 0.2f)}, {"z", wave_tensor({2, 6, 4, 4}, 0.6f)}});
   expect_same_semantics(conv_model(), {{"x", wave_tensor({2, 3, 16, 16}, 0.9f)}});
   expect_same_semantics(pointwise_model(), {{"x", wave_tensor({2, 6, 5, 7}, 0.3f)}});
+  expect_same_semantics(nhwc_se_model(), {{"x", wave_tensor({2, 8, 10, 10}, 0.4f)}, {"z", wave_tensor({2, 1, 10, 10}, 1.1f)}});
+}
+
+// Global pools, Split, Concat and a rank-4 operand of another shape stay in
+// the region: only x and z enter, only y leaves through a transpose (gm, one
+// value per channel, through a reshape).
+TEST(CudaLayout, SqueezeExcitationSplitAndConcatStayChannelsLast) {
+  ir::Model m = import(nhwc_se_model());
+  targets::cuda::split_conv_bias(m);
+  targets::cuda::to_nhwc(m);
+  ir::verify(m);
+  int enter = 0, leave = 0, reshapes = 0, reduces = 0;
+  for (auto& n : m.main.nodes) {
+    if (n.op_type == "Transpose") {
+      auto perm = n.ints("perm");
+      enter += perm == std::vector<int64_t>{0, 2, 3, 1};
+      leave += perm == std::vector<int64_t>{0, 3, 1, 2};
+    }
+    reshapes += n.op_type == "Reshape";
+    reduces += n.op_type == "ReduceMean" || n.op_type == "ReduceMax";
+    if (n.op_type == "Concat" || n.op_type == "Split") EXPECT_EQ(n.i("axis"), 3) << n.label();
+    EXPECT_NE(n.op_type, "GlobalAveragePool");
+  }
+  EXPECT_EQ(enter, 2);  // x and z
+  EXPECT_EQ(leave, 1);  // y
+  EXPECT_EQ(reshapes, 1);  // gm
+  EXPECT_EQ(reduces, 2);
 }
 
 TEST(CudaLayout, Float16ProgramLowersNhwcConvolutionsAndFusedMatmulEpilogues) {

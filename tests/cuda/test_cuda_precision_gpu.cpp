@@ -126,6 +126,11 @@ std::vector<Case> cases() {
        {}, true},
       {"pointwise", pointwise_model,
        [] { return std::map<std::string, Tensor>{{"x", wave({2, 6, 5, 7}, 1.f, 0.3f)}}; }, {}, true},
+      {"nhwc-se", nhwc_se_model,
+       [] {
+         return std::map<std::string, Tensor>{{"x", wave({2, 8, 10, 10}, 1.f, 0.4f)}, {"z", wave({2, 1, 10, 10}, 0.5f, 1.1f)}};
+       },
+       {}, true},
       {"nhwc", nhwc_model,
        [] {
          return std::map<std::string, Tensor>{{"x", wave({2, 4, 9, 9}, 1.f, 0.2f)}, {"z", wave({2, 6, 4, 4}, 0.5f, 0.6f)}};

@@ -151,7 +151,27 @@ class NhwcPass {
       auto d = ir::to_sizes(*val.shape);
       if (val.constant && d.size() <= 4) continue;
       if (numel(d) == 1) continue;
-      if (d != out) return false;
+      if (d.size() != 4) return false;  // rank 4: enters through a transpose (broadcasting keeps its meaning)
+    }
+    return any;
+  }
+
+  /// NCHW axis `a` of a rank-4 value -> its NHWC position.
+  static int64_t nhwc_axis(int64_t a) {
+    static const int64_t map[4] = {0, 3, 1, 2};
+    return map[a];
+  }
+
+  /// Concat (every input rank 4, one of them a region value) and Split (its
+  /// data input a region value): the same node with its axis moved.
+  bool axis_node_ok(const ir::Node& n) const {
+    for (auto v : n.outputs)
+      if (v == ir::kNoValue || dims4(m_, v).empty()) return false;
+    if (n.op_type == "Split") return is_nhwc(n.inputs[0]);
+    bool any = false;
+    for (auto v : n.inputs) {
+      if (v == ir::kNoValue || dims4(m_, v).empty()) return false;
+      any |= is_nhwc(v);
     }
     return any;
   }
@@ -163,6 +183,9 @@ class NhwcPass {
       if (n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue) return false;
       return is_nhwc(n.inputs[0]) && !dims4(m_, n.outputs[0]).empty();
     }
+    if (n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool")
+      return is_nhwc(n.inputs[0]) && !dims4(m_, n.outputs[0]).empty();
+    if (n.op_type == "Concat" || n.op_type == "Split") return axis_node_ok(n);
     if (n.outputs.size() != 1 || !elementwise_candidate(L_, n)) return false;
     return inputs_ok(n);
   }
@@ -214,6 +237,14 @@ class NhwcPass {
   ir::Node rewrite(const ir::Node& orig, std::vector<ir::Node>& out) {
     ir::Node n = orig;
     if (n.op_type == "Conv") return rewrite_conv(n, out);
+    if (n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool") return rewrite_global_pool(n, out);
+    if (n.op_type == "Split") {  // only the data input is a tensor in the layout
+      n.inputs[0] = nhwc_input(n.inputs[0], out);
+      n.attrs["axis"] = nhwc_axis(norm_axis(n, n.i("axis", 0), 4));
+      for (auto& v : n.outputs) v = nhwc_output(v);
+      return n;
+    }
+    if (n.op_type == "Concat") n.attrs["axis"] = nhwc_axis(norm_axis(n, n.i("axis"), 4));
     for (auto& v : n.inputs) v = nhwc_input(v, out);
     if (n.op_type == "MaxPool" || n.op_type == "AveragePool") n.attrs["kiln_nhwc"] = int64_t{1};
     for (auto& v : n.outputs) v = nhwc_output(v);
@@ -225,6 +256,28 @@ class NhwcPass {
     ir::ValueId t = new_value_like(v, permuted(dims4(m_, v), kToNhwc), "_nhwc");
     renamed_[v] = t;
     return t;
+  }
+
+  /// GlobalAveragePool / GlobalMaxPool of [N,H,W,C] -> ReduceMean /
+  /// ReduceMax over axes 1, 2 with keepdims: [N,1,1,C], still in the region
+  /// (a squeeze-and-excitation branch stays channels-last).
+  ir::Node rewrite_global_pool(ir::Node n, std::vector<ir::Node>& out) {
+    ir::Node r;
+    r.op_type = n.op_type == "GlobalAveragePool" ? "ReduceMean" : "ReduceMax";
+    r.name = n.name;
+    r.opset = n.opset;
+    r.attrs["keepdims"] = int64_t{1};
+    // axes as an input whatever the opset: the IR's one form (onnx/parsers/reduce.cpp).
+    Tensor t(DType::i64, {2});
+    t.data<int64_t>()[0] = 1, t.data<int64_t>()[1] = 2;
+    ir::Value av;
+    av.name = n.name + "_nhwc_axes";
+    av.dtype = DType::i64;
+    av.shape = shape_of({2});
+    av.constant = t;
+    r.inputs = {nhwc_input(n.inputs[0], out), m_.add_value(av)};
+    r.outputs = {nhwc_output(n.outputs[0])};
+    return r;
   }
 
   /// Conv -> NHWC Conv (filter as [K, R, S, C/group]), or, for a 1x1
