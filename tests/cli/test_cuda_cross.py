@@ -34,6 +34,9 @@ def test_cross_compile_for_sm90_writes_a_complete_artifact(kiln, demo_onnx, tmp_
     assert "cublaslt=any (chosen at load)" in compat["library_versions"]
     # demo.onnx: two convolutions and one Gemm, none decided without the GPU.
     assert ins.json()["library_algorithms"] == {"stored": 0, "chosen_at_load": 3}
+    # The program's kernels decoded and matched against its nodes' cubin digest.
+    k = ins.json()["kernels"]
+    assert k["programs"] == 1 and k["cubins"] == 1 and k["arch"] == "sm_90" and k["cubin_bytes"] > 0, k
 
     chk = kiln("check", out)
     if "no CUDA driver or device" in chk.stdout + chk.stderr:

@@ -275,6 +275,25 @@ TEST(CudaCodegen, KernelNodesRecordTheirCubin) {
   EXPECT_EQ(targets::cuda::cubin_digest(own), targets::cuda::cubin_digest(ba));
 }
 
+// A byte changed inside a program's cubin (what a rewritten checksum would
+// let through) no longer matches the digest its Kernel nodes record: kiln
+// inspect reports that without a GPU.
+TEST(CudaCodegen, DamagedCubinNoLongerMatchesItsNodes) {
+  auto cp = lower(kernels_model());
+  ir::Value* kv = nullptr;
+  for (auto& v : cp.model.values)
+    if (v.name == targets::cuda::kKernelsValue) kv = &v;
+  ASSERT_NE(kv, nullptr);
+  Tensor t = kv->constant->clone();
+  auto b = targets::cuda::decode_bundle(cp.kernels, "x");
+  const size_t cubin_at = 8 + 8 + b.arch.size() + 8;
+  static_cast<uint8_t*>(t.raw())[cubin_at + b.cubin.size() / 2] ^= 0x5a;
+  kv->constant = t;
+  auto damaged = targets::cuda::program_bundle(cp.model, cp.kernels, "x");
+  EXPECT_NE(targets::cuda::cubin_digest(damaged), targets::cuda::cubin_digest(b));
+  EXPECT_THROW(targets::cuda::check_bundle_matches(cp.model, damaged), Error);
+}
+
 TEST(CudaCodegen, DamagedKernelsSectionIsCorrupt) {
   auto cp = lower(kernels_model());
   auto k = cp.kernels;

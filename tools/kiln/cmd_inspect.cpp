@@ -13,6 +13,9 @@
 #include "runtime/program.h"
 #include "support/error.h"
 #include "targets/host.h"
+#ifdef KILN_WITH_CUDA
+#include "targets/cuda/run/cuda_ops.h"
+#endif
 
 namespace kiln::cli {
 
@@ -76,6 +79,37 @@ void inspect_model(const std::string& path, bool as_json) {
   }
 }
 
+/// cuda artifacts: each program's kernels bundle decoded and checked against
+/// the cubin digest its Kernel nodes record, so that damage inside a cubin
+/// (even with the section checksums rewritten) is found here, not first at a
+/// load on a GPU. Throws Error(corrupt_artifact). null for other targets, and
+/// in a kiln built without CUDA (which cannot decode bundles).
+json cuda_kernels(const std::string& path, const artifact::CompiledProgram& cp) {
+  if (cp.compat.target != "cuda") return nullptr;
+#ifdef KILN_WITH_CUDA
+  std::vector<const ir::Model*> models = {&cp.model};
+  for (auto& v : cp.more) models.push_back(&v.model);
+  std::set<std::string> digests;
+  size_t cubin = 0, ptx = 0;
+  std::string arch;
+  for (size_t i = 0; i < models.size(); ++i) {
+    try {
+      auto b = targets::cuda::program_bundle(*models[i], cp.kernels, path);
+      targets::cuda::check_bundle_matches(*models[i], b);
+      if (digests.insert(targets::cuda::cubin_digest(b)).second) cubin += b.cubin.size(), ptx += b.ptx.size();
+      arch = b.arch;
+    } catch (const Error& e) {
+      fail(ErrorCode::corrupt_artifact, "artifact '{}' is corrupt: program {}'s kernels: {}", path, i, e.what());
+    }
+  }
+  return {{"programs", models.size()}, {"cubins", digests.size()}, {"arch", arch}, {"cubin_bytes", cubin},
+          {"ptx_bytes", ptx}};
+#else
+  (void)path;
+  return nullptr;
+#endif
+}
+
 void inspect(const std::string& path, bool as_json) {
   if (!is_artifact(path)) return inspect_model(path, as_json);
   auto cp = artifact::read_file(path);
@@ -135,6 +169,7 @@ void inspect(const std::string& path, bool as_json) {
     (deferred ? at_load : stored)++;
   }
   json library = {{"stored", stored}, {"chosen_at_load", at_load}};
+  json kernels = cuda_kernels(path, cp);
   std::error_code ec;
   auto size = std::filesystem::file_size(path, ec);
   if (as_json) {
@@ -142,6 +177,7 @@ void inspect(const std::string& path, bool as_json) {
                 {"outputs", outs}, {"nodes", nodes}, {"operators", ops}, {"constants", consts},
                 {"constant_bytes", const_bytes}, {"constants_stored_bytes", stored_bytes},
                 {"arena_bytes", cp.plan.arena_bytes}, {"buckets", buckets}, {"library_algorithms", library},
+                {"kernels", kernels},
                 {"metadata", json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false)}});
     return;
   }
@@ -153,6 +189,12 @@ void inspect(const std::string& path, bool as_json) {
   for (auto& o : outs) std::printf("  %s\n", o.dump().c_str());
   std::printf("program: %zu nodes, %d constants (%.2f MiB), arena %.2f MiB\n", nodes, consts, const_bytes / 1048576.0,
               cp.plan.arena_bytes / 1048576.0);
+  if (!kernels.is_null())
+    std::printf("kernels: %s cubin(s) for %s, %s bytes of cubin and %s of PTX over %s program(s); every Kernel node's "
+                "cubin digest matches\n",
+                kernels["cubins"].dump().c_str(), kernels["arch"].get<std::string>().c_str(),
+                kernels["cubin_bytes"].dump().c_str(), kernels["ptx_bytes"].dump().c_str(),
+                kernels["programs"].dump().c_str());
   if (stored || at_load)
     std::printf("library algorithms (cuBLASLt / cuDNN): %d stored%s\n", stored,
                 at_load ? fmt::format(", {} chosen by the libraries' heuristics at the first load (cross-compiled)",
