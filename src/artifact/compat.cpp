@@ -1,6 +1,7 @@
 // The compatibility block: CompatInfo <-> FlatBuffers `Compat` table
 // (docs/file-format.md, "Compatibility block").
 #include <flatbuffers/flatbuffers.h>
+#include <fmt/format.h>
 
 #include "artifact/artifact.h"
 #include "artifact/program_generated.h"
@@ -73,6 +74,13 @@ CompatInfo decode_compat(const uint8_t* p, size_t n, uint32_t header_version, co
     corrupt(what, region,
             fmt::format("format_version {} disagrees with the header's {}", out.format_version, header_version));
   out.target = str(c->target());
+  // Every reader (check, load, cache) acts on the target, so a block that
+  // names none of kiln's is damaged (or another program's), not a bad option.
+  if (out.target != "cpu" && out.target != "ref" && out.target != "cuda") {
+    std::string shown;
+    for (unsigned char ch : out.target) shown += ch >= 32 && ch < 127 ? std::string(1, char(ch)) : fmt::format("\\x{:02x}", ch);
+    corrupt(what, region, fmt::format("target '{}' is not a kiln target (cpu, ref, cuda)", shown));
+  }
   out.device_arch = str(c->device_arch());
   out.device_name = str(c->device_name());
   if (auto isa = c->cpu_isa())

@@ -21,8 +21,6 @@ namespace kiln::ops {
 namespace {
 
 constexpr size_t kMaxSpatial = 3;
-/// Largest kernel_shape / strides / dilations / pads value accepted (2^31 - 1).
-constexpr int64_t kMaxWindowAttr = (int64_t{1} << 31) - 1;
 
 enum class AutoPad { notset, same_upper, same_lower, valid };
 
@@ -69,12 +67,7 @@ ConvAttrs read_attrs(const ir::Node& n, size_t r, const std::vector<int64_t>& w_
   for (size_t i = 0; i < r; ++i)
     if (a.strides[i] < 1 || a.dilations[i] < 1 || a.pads[i] < 0 || a.pads[i + r] < 0)
       fail(ErrorCode::invalid_model, "{}: strides and dilations must be >= 1 and pads >= 0", n.label());
-  // Bounded so that the output-size arithmetic cannot overflow int64.
-  for (auto* v : {&a.kernel, &a.strides, &a.dilations, &a.pads})
-    for (auto x : *v)
-      if (x > kMaxWindowAttr)
-        fail(ErrorCode::invalid_model, "{}: kernel_shape, strides, dilations and pads must be at most {}, got {}",
-             n.label(), kMaxWindowAttr, x);
+  check_window_bounds(n, {&a.kernel, &a.strides, &a.dilations, &a.pads});
   if (a.group < 1) fail(ErrorCode::invalid_model, "{}: group must be >= 1, got {}", n.label(), a.group);
   return a;
 }
@@ -305,11 +298,7 @@ std::vector<OutType> infer_conv(const InferContext& c) {
     if (!in.is_static() || a.kernel[i] < 0) continue;
     int64_t pb = a.pads[i], pe = a.pads[i + *r];
     const int64_t o = conv_out_size(in.value, a.kernel[i], a.strides[i], a.dilations[i], a.auto_pad, pb, pe);
-    if (o < 1 && in.value > 0)
-      fail(ErrorCode::invalid_model,
-           "{}: spatial dim {} of size {} (pads {} + {}) is smaller than the dilated kernel ({}): the output would be "
-           "empty",
-           c.node.label(), i, in.value, pb, pe, (a.kernel[i] - 1) * a.dilations[i] + 1);
+    check_window_output(c.node, i, in.value, pb, pe, (a.kernel[i] - 1) * a.dilations[i] + 1, o);
     y[i + 2] = ir::Dim::known(o);
   }
   return {OutType{x.dtype, y}};

@@ -16,8 +16,6 @@ namespace kiln::ops {
 namespace {
 
 constexpr size_t kMaxSpatial = 3;
-/// Largest kernel_shape / strides / dilations / pads value accepted (2^31 - 1).
-constexpr int64_t kMaxWindowAttr = (int64_t{1} << 31) - 1;
 
 enum class PoolKind { max, average, lp };
 
@@ -54,11 +52,7 @@ PoolAttrs read_attrs(const ir::Node& n, size_t r) {
   for (size_t i = 0; i < r; ++i)
     if (a.kernel[i] < 1 || a.strides[i] < 1 || a.dilations[i] < 1 || a.pads[i] < 0 || a.pads[i + r] < 0)
       fail(ErrorCode::invalid_model, "{}: kernel, strides, dilations must be >= 1 and pads >= 0", n.label());
-  for (auto* v : {&a.kernel, &a.strides, &a.dilations, &a.pads})
-    for (auto x : *v)
-      if (x > kMaxWindowAttr)
-        fail(ErrorCode::invalid_model, "{}: kernel_shape, strides, dilations and pads must be at most {}, got {}",
-             n.label(), kMaxWindowAttr, x);
+  check_window_bounds(n, {&a.kernel, &a.strides, &a.dilations, &a.pads});
   // A window that could lie wholly in the padding has nothing to pool (ONNX
   // Runtime refuses it too: "Pad should be smaller than kernel").
   for (size_t i = 0; i < r; ++i)
@@ -170,11 +164,7 @@ std::vector<OutType> infer_pool(const InferContext& c) {
       continue;
     }
     const int64_t o = pool_out_size(in.value, i, a, pb, pe);
-    if (o < 1 && in.value > 0)
-      fail(ErrorCode::invalid_model,
-           "{}: spatial dim {} of size {} (pads {} + {}) is smaller than the dilated kernel ({}): the output would be "
-           "empty",
-           c.node.label(), i, in.value, pb, pe, (a.kernel[i] - 1) * a.dilations[i] + 1);
+    check_window_output(c.node, i, in.value, pb, pe, (a.kernel[i] - 1) * a.dilations[i] + 1, o);
     y[i + 2] = ir::Dim::known(o);
   }
   for (auto& o : outs) o.shape = y;

@@ -87,6 +87,23 @@ int64_t prod(const std::vector<int64_t>& sizes, size_t begin, size_t end) {
   return p;
 }
 
+void check_window_bounds(const ir::Node& n, std::initializer_list<const std::vector<int64_t>*> attrs) {
+  constexpr int64_t kMax = (int64_t{1} << 31) - 1;
+  for (auto* v : attrs)
+    for (auto x : *v)
+      if (x > kMax)
+        fail(ErrorCode::invalid_model, "{}: kernel_shape, strides, dilations and pads must be at most {}, got {}",
+             n.label(), kMax, x);
+}
+
+void check_window_output(const ir::Node& n, size_t i, int64_t in, int64_t pb, int64_t pe, int64_t span, int64_t out) {
+  if (out < 1 && in > 0)
+    fail(ErrorCode::invalid_model,
+         "{}: spatial dim {} of size {} (pads {} + {}) is smaller than the dilated kernel ({}): the output would be "
+         "empty",
+         n.label(), i, in, pb, pe, span);
+}
+
 void unsupported_dtype(const ir::Node& n, DType t, const char* where) {
   fail(ErrorCode::unsupported, "{}: dtype {} is not supported ({}) at opset {}", n.label(), dtype_name(t), where,
        n.opset);

@@ -3,6 +3,7 @@
 // reading constant inputs as int64 lists.
 #pragma once
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <vector>
@@ -39,6 +40,16 @@ std::vector<int64_t> strides_of(const std::vector<int64_t>& shape);
 
 /// Product of sizes[begin, end).
 int64_t prod(const std::vector<int64_t>& sizes, size_t begin = 0, size_t end = SIZE_MAX);
+
+/// Sliding windows (Conv, pools). Throws Error(invalid_model) naming `n` when
+/// a kernel_shape / strides / dilations / pads value is above 2^31 - 1, so
+/// that output-size arithmetic cannot overflow int64.
+void check_window_bounds(const ir::Node& n, std::initializer_list<const std::vector<int64_t>*> attrs);
+
+/// Throws Error(invalid_model) naming `n` when spatial dim `i` of size `in`
+/// (pads pb + pe) gives `out` < 1 output positions for a kernel spanning
+/// `span` elements once dilated: an empty output (ONNX Runtime refuses it too).
+void check_window_output(const ir::Node& n, size_t i, int64_t in, int64_t pb, int64_t pe, int64_t span, int64_t out);
 
 /// Throws Error(unsupported) "<node label>: dtype X is not supported (input i)".
 [[noreturn]] void unsupported_dtype(const ir::Node& n, DType t, const char* where);

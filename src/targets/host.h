@@ -46,15 +46,9 @@ std::vector<Mismatch> check_runnable(const artifact::CompatInfo& a, const Target
 /// refused, the field named "library_versions.cuda_driver"); a value "any
 /// ..." in the artifact (cross-compiled: decided at load) matches anything;
 /// every other library exactly, and a library missing on either side differs.
-/// A cuda artifact for an older architecture than the GPU here (sm_80 on
-/// sm_90: device_arch numbers, major * 10 + minor) runs through the
-/// compute_XY PTX stored next to every cubin: the driver JIT-compiles it at
-/// load, and the cuBLASLt / cuDNN algorithms stored for the old architecture
-/// are chosen again by the libraries' heuristics, so those two library
-/// versions need not match (the driver / runtime minimums still apply).
-/// A newer architecture than the GPU's is refused naming device_arch.
-/// (Inline: the cuda runtime applies the same rule when it loads.)
-inline bool runs_through_ptx(const std::string& artifact_arch, const std::string& here_arch);
+/// device_arch: a cuda artifact for an older architecture than the GPU here
+/// runs (runs_through_ptx), its cuBLASLt / cuDNN versions then not compared;
+/// a newer one, or any other difference, is refused naming device_arch.
 std::vector<Mismatch> compare_facts(const artifact::CompatInfo& a, const artifact::CompatInfo& here);
 
 /// What a user should know about running runnable artifact `a` here (empty
@@ -74,6 +68,13 @@ inline std::optional<int> sm_number(const std::string& arch) {
   return v;
 }
 
+/// A cuda artifact for an older architecture than the GPU here (sm_80 on
+/// sm_90: device_arch numbers, major * 10 + minor) runs through the
+/// compute_XY PTX stored next to every cubin: the driver JIT-compiles it at
+/// load, and the cuBLASLt / cuDNN algorithms stored for the old architecture
+/// are chosen again by the libraries' heuristics, so those two library
+/// versions need not match (the driver / runtime minimums still apply).
+/// Inline: the cuda runtime applies the same rule when it loads.
 inline bool runs_through_ptx(const std::string& artifact_arch, const std::string& here_arch) {
   auto a = sm_number(artifact_arch), h = sm_number(here_arch);
   return a && h && *a < *h;

@@ -62,6 +62,13 @@ def test_bad_arch_and_tuning_values_are_usage_errors(kiln, demo_onnx, tmp_path):
     if res.rc == 5 and "without CUDA" in res.stderr:
         pytest.skip("SKIPPED: this kiln was built without CUDA support")
     assert_error(res, 2, "arch:", "gpu90", "sm_90")
+    # An empty --arch is no request for the local GPU; sm_90a-style targets are named as such.
+    res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--target", "cuda", "--arch", "")
+    assert_error(res, 2, "--arch", "empty architecture")
+    res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--target", "cuda", "--arch", "sm_90a",
+               "--tuning", "heuristic")
+    assert_error(res, 2, "arch:", "architecture-specific", "use 'sm_90'")
+    assert "compiling" not in res.stderr, res.describe()  # refused before any work starts
     res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--tuning", "slow")
     assert res.rc == 2, res.describe()
     res = kiln("compile", demo_onnx, "-o", tmp_path / "x.kiln", "--tuning", "fast")

@@ -22,8 +22,8 @@ namespace {
 
 using targets::cuda::KernelBundle;
 
-/// Imports and lowers for sm_90 with no device (matmuls are refused).
-artifact::CompiledProgram lower(const ModelBuilder& b, targets::cuda::LowerStats* st = nullptr) {
+/// Imports and lowers for sm_90 with no device (matmul / convolution algorithms left to the load).
+artifact::CompiledProgram lower(const ModelBuilder& b, targets::cuda::LowerStats* st = nullptr, DType dtype = DType::f32) {
   auto bytes = b.bytes();
   artifact::CompiledProgram cp;
   cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
@@ -33,6 +33,7 @@ artifact::CompiledProgram lower(const ModelBuilder& b, targets::cuda::LowerStats
   targets::cuda::LowerOptions opt;
   opt.arch = "sm_90";
   opt.device = -1;
+  opt.dtype = dtype;
   auto s = targets::cuda::lower_for_cuda(cp, opt);
   if (st) *st = s;
   cp.compat.target = "cuda";
@@ -348,20 +349,7 @@ TEST(CudaCodegen, MatmulWithoutDeviceIsRefusedAtCompileTime) {
 }
 
 /// Lowers for sm_90 without a device, computing in `dtype` (the precision pass).
-artifact::CompiledProgram lower_as(const ModelBuilder& b, DType dtype) {
-  auto bytes = b.bytes();
-  artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::bind_input_shapes(cp.model, {});
-  passes::infer_and_fold(cp.model);
-  passes::eliminate_dead_code(cp.model);
-  targets::cuda::LowerOptions opt;
-  opt.arch = "sm_90";
-  opt.device = -1;
-  opt.dtype = dtype;
-  targets::cuda::lower_for_cuda(cp, opt);
-  return cp;
-}
+artifact::CompiledProgram lower_as(const ModelBuilder& b, DType dtype) { return lower(b, nullptr, dtype); }
 
 /// The kernel of `src` whose name ends with `tag` ("_softmax(") after `from`.
 std::string kernel_text(const std::string& src, const std::string& tag, size_t from = 0) {

@@ -69,10 +69,6 @@ json tensor_json(const std::string& name, const Tensor& t);
 
 /// True when the file is named *.kiln or starts with the .kiln magic.
 bool is_artifact(const std::string& path);
-/// The target recorded in the compatibility block of artifact `path`.
-/// Throws Error(corrupt_artifact) naming the file when it is not a kiln
-/// target (a damaged block whose checksum was rewritten, another program's file).
-Target artifact_target(const std::string& path, const std::string& recorded);
 
 void add_compile(CLI::App& app, Common& common);
 void add_run(CLI::App& app, Common& common);

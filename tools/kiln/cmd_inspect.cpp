@@ -216,7 +216,7 @@ void inspect(const std::string& path, bool as_json) {
 
 void check(const std::string& path, const std::string& target_text, bool as_json) {
   auto compat = artifact::read_compat(path);
-  Target target = target_text.empty() ? artifact_target(path, compat.target) : Target::parse(target_text);
+  Target target = Target::parse(target_text.empty() ? compat.target : target_text);
   const artifact::CompatInfo here = targets::host_facts(target);
   auto mismatches = targets::compare_facts(compat, here);
   auto notes = mismatches.empty() ? targets::compat_notes(compat, here) : std::vector<std::string>{};
@@ -244,7 +244,8 @@ void add_inspect(CLI::App& app, Common& common) {
   auto path = std::make_shared<std::string>();
   auto* sub = app.add_subcommand(
       "inspect",
-      "Show what an artifact was built from and for (validates every checksum), or, for an ONNX model, its inputs "
+      "Show what an artifact was built from and for (validates every checksum; cuda: checks each program's cubin "
+      "against its nodes), or, for an ONNX model, its inputs "
       "and outputs (symbolic dims to fix with --shape / --dim), opset, operators and weights.");
   sub->add_option("artifact", *path, "Compiled artifact (.kiln) or ONNX model (.onnx)")->required();
   sub->add_flag("--json", common.json, "Print one JSON object on stdout");
@@ -256,8 +257,9 @@ void add_check(CLI::App& app, Common& common) {
   auto target = std::make_shared<std::string>();
   auto* sub = app.add_subcommand(
       "check",
-      "Can this artifact run here? Reads only the header and compatibility block. Exit 0 if it can, 3 and the "
-      "reason (field, artifact value, value here) if not, 7 if the header is damaged.");
+      "Can this artifact run here? Reads only the header and compatibility block. Exit 0 if it can (with notes, "
+      "e.g. when an artifact for an older GPU architecture will run through its PTX), 3 and the reason (field, "
+      "artifact value, value here) if not, 7 if the header or the block is damaged.");
   sub->add_option("artifact", *path, "Compiled artifact (.kiln)")->required();
   sub->add_option("--target", *target, "Target it must run on (default: the artifact's own)");
   sub->add_flag("--json", common.json, "Print one JSON object on stdout");

@@ -98,7 +98,7 @@ void run_command(const Args& a, bool as_json) {
   SessionOptions opt;
   bool artifact_file = is_artifact(a.model);
   if (!a.target.empty()) opt.target = Target::parse(a.target);
-  else if (artifact_file) opt.target = artifact_target(a.model, artifact::read_compat(a.model).target);
+  else if (artifact_file) opt.target = Target::parse(artifact::read_compat(a.model).target);
   apply_precision(a.precision, opt);
   parse_shapes(a.shapes, opt);
   parse_dims(a.dims, opt);

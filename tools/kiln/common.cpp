@@ -156,17 +156,6 @@ bool is_artifact(const std::string& path) {
   return f.gcount() == 4 && std::string(magic, 4) == "KILN";
 }
 
-Target artifact_target(const std::string& path, const std::string& recorded) {
-  try {
-    return Target::parse(recorded);
-  } catch (const Error&) {
-    std::string shown;
-    for (char c : recorded) shown += (c >= 32 && c < 127) ? std::string(1, c) : fmt::format("\\x{:02x}", (unsigned char)c);
-    fail(ErrorCode::corrupt_artifact,
-         "artifact '{}' is corrupt: its compatibility block names target '{}', which is not a kiln target", path, shown);
-  }
-}
-
 void print_json(const json& j) { std::cout << j.dump() << std::endl; }
 
 }  // namespace kiln::cli

@@ -149,6 +149,31 @@ TEST(Artifact, ReadCompatReadsOnlyHeaderAndCompat) {
   }
 }
 
+// A compatibility block naming no kiln target (edited, checksums rewritten)
+// is a corrupt artifact, named as such by every reader, with unprintable
+// bytes escaped.
+TEST(Artifact, CompatTargetThatIsNoKilnTargetIsCorrupt) {
+  TempDir dir;
+  auto p = sample_program();
+  for (std::string bad : {std::string("CUDA"), std::string("cpu\0", 4), std::string("ref_")}) {
+    artifact::CompatInfo c = p.compat;
+    c.target = bad;
+    write_bytes(dir.path / "t.kiln", replace_sections(artifact::serialize(p), {{0, artifact::detail::encode_compat(c)}}));
+    for (int reader = 0; reader < 2; ++reader) {
+      try {
+        if (reader == 0) artifact::read_compat(dir.path / "t.kiln");
+        else artifact::read_file(dir.path / "t.kiln");
+        ADD_FAILURE() << "target '" << bad << "' was accepted";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::corrupt_artifact) << e.what();
+        EXPECT_NE(std::string(e.what()).find("compatibility block"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("is not a kiln target"), std::string::npos) << e.what();
+        if (bad.size() == 4 && bad[3] == '\0') EXPECT_NE(std::string(e.what()).find("cpu\\x00"), std::string::npos) << e.what();
+      }
+    }
+  }
+}
+
 TEST(Artifact, CompatFieldsInFixedOrder) {
   auto p = sample_program();
   auto f = p.compat.fields();
