@@ -108,13 +108,15 @@ std::optional<ir::Node> lower_pointwise_conv(Lowering& L, const ir::Node& n, con
 int split_conv_bias(ir::Model& m);
 
 /// Layout assignment: every 2-D Conv with a constant filter (bias already
-/// split off) and the element-wise, MaxPool and AveragePool nodes that read
+/// split off) and the element-wise, pooling, Concat and Split nodes that read
 /// its results switch to NHWC values ([N, H, W, C]): Conv gets attribute
 /// kiln_nhwc = 1 and its filter permuted to [K, R, S, C/group] (cuDNN's NHWC
 /// filter layout); a 1x1 unstrided unpadded group-1 Conv becomes MatMul(x
 /// [N,H,W,C], w^T [C,K]) so that lower_gemm fuses its bias, residual and Relu
-/// as epilogues; pools get kiln_nhwc = 1; constants read by the region are
-/// permuted (rank <= 4, right-aligned). One Transpose enters the region per
+/// as epilogues; pools get kiln_nhwc = 1; GlobalAveragePool / GlobalMaxPool
+/// become ReduceMean / ReduceMax over axes 1, 2 ([N,1,1,C]); Concat and Split
+/// keep their meaning with the channel axis moved; constants read by the
+/// region are permuted (rank <= 4, right-aligned). One Transpose enters the region per
 /// NCHW value it reads, one Transpose (a Reshape where only unit dims move)
 /// leaves it per value read outside it or output by the graph, whose ids and
 /// shapes are unchanged. Returns the number of nodes moved.
