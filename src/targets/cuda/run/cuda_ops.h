@@ -73,6 +73,11 @@ void check_bundle_matches(const ir::Model& model, const KernelBundle& b);
 /// program's bundle too (kiln inspect; artifacts from before this constant).
 inline constexpr std::string_view kKernelsValue = "kiln.cuda.kernels";
 
+/// Index of the value carrying `model`'s own bundle: the last uint8 constant
+/// named kKernelsValue (the lowering adds it last, after any model value that
+/// happens to share the name); -1 when there is none (older artifacts).
+int64_t kernels_value(const ir::Model& model);
+
 /// The bundle program `model` carries in kKernelsValue, else `section` (the
 /// artifact's kernels section) decoded. Throws Error(corrupt_artifact) like
 /// decode_bundle.

@@ -68,15 +68,20 @@ void check_bundle_matches(const ir::Model& model, const KernelBundle& b) {
            n.label());
 }
 
+int64_t kernels_value(const ir::Model& model) {
+  for (size_t i = model.values.size(); i-- > 0;) {
+    const ir::Value& v = model.values[i];
+    if (v.name == kKernelsValue && v.constant && v.constant->dtype() == DType::u8) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
 KernelBundle program_bundle(const ir::Model& model, const std::vector<uint8_t>& section, const std::string& what) {
-  // From the end: the lowering adds it last, after any model value that
-  // happens to share the name.
-  for (auto it = model.values.rbegin(); it != model.values.rend(); ++it)
-    if (const ir::Value& v = *it; v.name == kKernelsValue && v.constant && v.constant->dtype() == DType::u8) {
-      const auto* p = static_cast<const uint8_t*>(v.constant->raw());
-      return decode_bundle(std::vector<uint8_t>(p, p + v.constant->nbytes()), what);
-    }
-  return decode_bundle(section, what);
+  const int64_t k = kernels_value(model);
+  if (k < 0) return decode_bundle(section, what);
+  const Tensor& t = *model.values[static_cast<size_t>(k)].constant;
+  const auto* p = static_cast<const uint8_t*>(t.raw());
+  return decode_bundle(std::vector<uint8_t>(p, p + t.nbytes()), what);
 }
 
 }  // namespace kiln::targets::cuda

@@ -67,14 +67,9 @@ class CudaProgram final : public DeviceProgram {
     // Constants: one buffer, each at a 256-byte aligned offset, uploaded once.
     std::vector<size_t> const_off(m.values.size(), 0);
     size_t const_total = 0;
-    // Every constant but the program's own kernels bundle (the last value of that name).
-    size_t bundle_id = m.values.size();
-    for (size_t i = m.values.size(); i-- > 0;)
-      if (m.values[i].name == kKernelsValue && m.values[i].constant && m.values[i].constant->dtype() == DType::u8) {
-        bundle_id = i;
-        break;
-      }
-    auto on_device = [&](size_t i) { return m.values[i].constant && i != bundle_id; };
+    // Every constant but the program's own kernels bundle.
+    const int64_t bundle_id = kernels_value(m);
+    auto on_device = [&](size_t i) { return m.values[i].constant && static_cast<int64_t>(i) != bundle_id; };
     for (size_t i = 0; i < m.values.size(); ++i)
       if (on_device(i)) {
         const_off[i] = const_total;
