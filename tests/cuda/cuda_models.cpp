@@ -246,6 +246,44 @@ ModelBuilder attention_model() {
   return b;
 }
 
+ModelBuilder attention_mask_model() {
+  const int64_t B = 2, S = 100, H = 3, Dh = 64, D = H * Dh;
+  ModelBuilder b(17);
+  b.input("x", 1, {B, S, D});
+  b.input("m", 1, {B, 1, 1, S});
+  for (auto w : {"q", "k", "v"}) b.initializer(std::string("W") + w, {D, D}, ramp(static_cast<int>(D * D), 0.08f, w[0] * 0.02f));
+  b.initializer("half_scale", {}, {0.35355339f});  // sqrt(1 / sqrt(64))
+  b.initializer_i64("heads", {4}, {B, S, H, Dh});
+  b.initializer_i64("model", {3}, {B, S, D});
+  for (auto w : {"q", "k", "v"}) {
+    std::string s(w);
+    b.node("MatMul", {"x", "W" + s}, {"p" + s});
+    b.node("Reshape", {"p" + s, "heads"}, {s + "_h"});
+    ModelBuilder::attr_ints(b.node("Transpose", {s + "_h"}, {s + "_t"}), "perm", {0, 2, 1, 3});
+  }
+  ModelBuilder::attr_ints(b.node("Transpose", {"k_t"}, {"k_tt"}), "perm", {0, 1, 3, 2});
+  b.node("Mul", {"q_t", "half_scale"}, {"q_s"});
+  b.node("Mul", {"k_tt", "half_scale"}, {"k_s"});
+  b.node("MatMul", {"q_s", "k_s"}, {"scores"});
+  b.node("Add", {"scores", "m"}, {"masked"});
+  ModelBuilder::attr_int(b.node("Softmax", {"masked"}, {"probs"}), "axis", -1);
+  b.node("MatMul", {"probs", "v_t"}, {"ctx"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {0, 2, 1, 3});
+  b.node("Reshape", {"ctx_t", "model"}, {"y"});
+  // Rank 3, cross attention, head dim 40, no mask.
+  b.input("q", 1, {6, 30, 40});
+  b.input("k", 1, {6, 70, 40});
+  b.input("v", 1, {6, 70, 40});
+  b.initializer("root40", {}, {6.3245553f});
+  ModelBuilder::attr_ints(b.node("Transpose", {"k"}, {"kT"}), "perm", {0, 2, 1});
+  b.node("MatMul", {"q", "kT"}, {"s3"});
+  b.node("Div", {"s3", "root40"}, {"s3d"});
+  ModelBuilder::attr_int(b.node("Softmax", {"s3d"}, {"p3"}), "axis", 2);
+  b.node("MatMul", {"p3", "v"}, {"c"});
+  b.output("y", 1, {B, S, D}).output("c", 1, {6, 30, 40});
+  return b;
+}
+
 ModelBuilder pointwise_model() {
   ModelBuilder b(17);
   b.input("x", 1, {2, 6, 5, 7});

@@ -49,6 +49,16 @@ ModelBuilder conv_bn_model();
 /// [2,8,32] (a decomposed variance-style normalization).
 ModelBuilder attention_model();
 
+/// Two attentions the cuda target fuses into its attention kernel (GPU only
+/// to run):
+///   y [2,100,192]: x float32[2,100,192], mask m float32[2,1,1,100]; Q/K/V =
+///     MatMul(x, W*) split into 3 heads of 64 (Reshape, Transpose); torch.onnx's
+///     scaled_dot_product_attention form: Q * 0.35355, K through two Transposes
+///     then * 0.35355, + m, Softmax, MatMul V, Transpose / Reshape back.
+///   c [6,30,40]: q float32[6,30,40], k / v float32[6,70,40] (rank 3, no
+///     mask, Sq != Skv, head dim 40): Softmax(q k^T / sqrt(40)) v.
+ModelBuilder attention_mask_model();
+
 /// 1x1 convolutions (GPU only to run): x float32[2,6,5,7] ->
 ///   s  = Conv1x1(Relu(Conv1x1(x, W1[4,6,1,1]) + B1), W2[6,4,1,1]) + x   [2,6,5,7]  (two cuBLASLt matmuls)
 ///   c3 = Conv1x1(s, W3[5,6,1,1], strides 2)                              [2,5,3,4]  (cuDNN: strided)

@@ -111,6 +111,19 @@ ModelBuilder norms_model() {
   return b;
 }
 
+/// attention_mask_model's inputs. Batch 0 masks keys 0..63 with -inf (the
+/// fused kernel's whole first key chunk), batch 1 keys 64..69 with -inf and
+/// 70..99 with -10000 (BERT's mask value).
+std::map<std::string, Tensor> attention_mask_inputs() {
+  Tensor m(DType::f32, {2, 1, 1, 100});
+  for (int64_t j = 0; j < 100; ++j) {
+    m.data<float>()[j] = j < 64 ? -INFINITY : 0.f;
+    m.data<float>()[100 + j] = j >= 70 ? -10000.f : j >= 64 ? -INFINITY : 0.f;
+  }
+  return {{"x", wave({2, 100, 192}, 1.f, 0.3f)}, {"m", m}, {"q", wave({6, 30, 40}, 1.f, 0.1f)},
+          {"k", wave({6, 70, 40}, 1.f, 0.9f)}, {"v", wave({6, 70, 40}, 1.f, 1.7f)}};
+}
+
 std::vector<Case> cases() {
   return {
       {"mlp", [] { return mlp_model(); }, [] { return std::map<std::string, Tensor>{{"x", wave({5, 4}, 1.5f, 0.3f)}}; },
@@ -118,6 +131,7 @@ std::vector<Case> cases() {
       {"kernels+matmuls", matmul_model, kernel_inputs, {}},
       {"attention", attention_model,
        [] { return std::map<std::string, Tensor>{{"x", wave({2, 8, 32}, 1.f, 0.4f)}}; }, {}},
+      {"attention-mask", attention_mask_model, attention_mask_inputs, {}},
       {"norms", norms_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 4, 3, 3}, 2.f, 0.7f)}}; }, {}},
       {"pools", pool_model, [] { return std::map<std::string, Tensor>{{"x", wave({1, 4, 9, 9}, 3.f, 0.4f)}}; }, {}},
       {"convnet", conv_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 3, 16, 16}, 1.f, 0.9f)}}; }, {},

@@ -7,6 +7,7 @@
 // per output, and has every shape baked in as a constant (a cuda program has
 // static shapes only).
 #pragma once
+#include <array>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -149,6 +150,37 @@ std::vector<ir::Node> gen_quant(Lowering& L, const ir::Node& n);
 /// MaxPool (one output), AveragePool and LpPool, any number of spatial dims
 /// (2-D channels-last when the node has kiln_nhwc = 1: to_nhwc).
 std::vector<ir::Node> gen_pool(Lowering& L, const ir::Node& n);
+/// Largest head dim (D and Dv) of the fused attention kernel.
+constexpr int64_t kMaxAttentionHeadDim = 128;
+
+/// One operand of the fused attention kernel as it lies in memory: the value
+/// read (or written) and the element strides of its logical dims [batch,
+/// head, row, column] (0 for a broadcast dim). Folding a Transpose into a
+/// view only permutes strides, so the kernel reads the Transpose's input.
+struct AttentionView {
+  ir::ValueId value = ir::kNoValue;
+  std::array<int64_t, 4> strides{0, 0, 0, 0};
+};
+
+/// softmax(scale * Q K^T + mask) V per (batch, head): Q [b, h, sq, d],
+/// K [b, h, skv, d], V [b, h, skv, dv], optional additive mask broadcast to
+/// [b, h, sq, skv], output [b, h, sq, dv]; Q, K, V and the output of `dtype`
+/// (float16 or bfloat16), the mask of mask_dtype (any float storage).
+struct AttentionSpec {
+  DType dtype = DType::f16;
+  int64_t b = 1, h = 1, sq = 0, skv = 0, d = 0, dv = 0;
+  float scale = 1.f;
+  AttentionView q, k, v, out;
+  std::optional<AttentionView> mask;
+  DType mask_dtype = DType::f32;
+};
+
+/// The fused attention kernel (gen_attention.cpp; FlashAttention-2's
+/// online softmax on mma.sync tensor cores, float32 accumulation), one block
+/// of 128 threads per (batch, head, 64 query rows). Refuses dtypes other than
+/// float16 / bfloat16 and head dims above kMaxAttentionHeadDim.
+ir::Node gen_attention(Lowering& L, const ir::Node& from, const AttentionSpec& s);
+
 /// Softmax, LogSoftmax, Hardmax, LayerNormalization, InstanceNormalization,
 /// GroupNormalization, BatchNormalization (inference), ArgMax, ArgMin, Reduce*
 /// (Sum, Mean, Max, Min, Prod, SumSquare, L1, L2, LogSum, LogSumExp),

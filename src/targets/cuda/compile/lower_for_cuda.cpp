@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <map>
 
 #include "passes/passes.h"
@@ -79,11 +80,26 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
       if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a))
         refuse(n, "operators with subgraphs (If, Loop, Scan) are not supported");
 
-  // 1. Matmuls and the nodes their epilogues absorb.
   std::map<int, ir::Node> placed;  // node index -> lowered node emitted there
   std::vector<bool> done(count, false);
+  // 0. Attention (16-bit programs): Q K^T, scale, mask, Softmax and P V in one
+  // kernel, before the matmuls would claim its two MatMuls.
+  const char* fa = std::getenv("KILN_CUDA_FUSED_ATTENTION");
+  if (!(fa && std::string(fa) == "0"))
+    for (int i = 0; i < count; ++i) {
+      auto a = lower_attention(L, i, nodes, uses, done);
+      if (!a) continue;
+      int last = *std::max_element(a->absorbed.begin(), a->absorbed.end());
+      for (int j : a->absorbed) done[j] = true;
+      st.fused += static_cast<int>(a->absorbed.size()) - 1;
+      placed.emplace(last, std::move(a->node));
+      ++st.kernels;
+      ++st.attentions;
+    }
+
+  // 1. Matmuls and the nodes their epilogues absorb.
   for (int i = 0; i < count; ++i) {
-    if (!nodes[i].domain.empty() || (nodes[i].op_type != "MatMul" && nodes[i].op_type != "Gemm")) continue;
+    if (done[i] || !nodes[i].domain.empty() || (nodes[i].op_type != "MatMul" && nodes[i].op_type != "Gemm")) continue;
     GemmLowered g = lower_gemm(L, i, uses, opt, done);
     int last = *std::max_element(g.absorbed.begin(), g.absorbed.end());
     for (int j : g.absorbed) done[j] = true;
@@ -192,8 +208,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
                "algorithms by the cuBLASLt / cuDNN heuristics at load",
                opt.arch, st.gemms, st.convs);
   log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off), {} "
-             "copies, {} nodes fused, {} nodes NHWC; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
-             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.fused, nhwc, st.cubin_bytes, st.ptx_bytes,
+             "copies, {} fused attentions, {} nodes fused, {} nodes NHWC; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
+             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.attentions, st.fused, nhwc, st.cubin_bytes, st.ptx_bytes,
              sw.ms());
   return st;
 }

@@ -41,6 +41,7 @@ struct LowerStats {
   int gemms = 0;         ///< kiln.cuda.Gemm nodes
   int convs = 0;         ///< kiln.cuda.Conv nodes
   int copies = 0;        ///< kiln.cuda.Copy nodes
+  int attentions = 0;    ///< fused attention kernels (lower_attention)
   size_t cubin_bytes = 0;
   size_t ptx_bytes = 0;
   TuningStats tuning;    ///< matmul / convolution algorithm decisions
@@ -79,6 +80,24 @@ struct GemmLowered {
 /// `taken`: nodes (by index) already absorbed by another matmul, which
 /// this one leaves alone.
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt, const std::vector<bool>& taken = {});
+
+/// A scaled-dot-product attention lowered to one fused kernel, with the
+/// nodes it absorbed: `node` replaces the last of `absorbed`.
+struct AttentionLowered {
+  ir::Node node;
+  std::vector<int> absorbed;
+};
+
+/// Recognizes MatMul(Q, K^T) -> [scalar Mul / Div]* -> [Add mask] ->
+/// Softmax(last axis) -> MatMul(., V) around main-graph Softmax node
+/// `softmax` (`nodes`: the graph's nodes before lowering), float16 / bfloat16
+/// Q, K, V of rank 3 or 4 with equal batch dims, head dims <= 128, every
+/// intermediate read only by the next node; scalar Muls on Q or K^T (the
+/// torch.onnx scaled_dot_product_attention form) fold into the scale, and
+/// Transposes read only by the pattern fold into strides (gen_attention).
+/// nullopt when the pattern is not there; `done` nodes are left alone.
+std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const std::vector<ir::Node>& nodes,
+                                                const Uses& uses, const std::vector<bool>& done);
 
 /// Removes the kiln.cuda.Copy nodes (Reshape, Flatten, Squeeze, ...) whose
 /// output is not a graph output: their readers read the input's bytes in

@@ -1,0 +1,287 @@
+// Attention recognition for the cuda lowering (lowering.h: lower_attention):
+// MatMul(Q, K^T) [* or / scalars] [+ mask] -> Softmax(last axis) -> MatMul(., V)
+// becomes one fused kernel (gen_attention.cpp), with the head-splitting
+// Transposes around it folded into the kernel's strided reads and writes.
+//
+// Both forms exporters write are matched: transformers' eager attention
+// (scores / sqrt(d) + mask) and torch.onnx's scaled_dot_product_attention
+// (Q * sqrt(scale), K^T * sqrt(scale), + mask).
+#include <fmt/format.h>
+
+#include <numeric>
+
+#include "support/half.h"
+#include "targets/cuda/compile/lowering.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+struct Match {
+  const ir::Model& m;
+  const std::vector<ir::Node>& nodes;
+  const Uses& uses;
+  const std::vector<bool>& done;
+
+  /// `v`'s producer when `reader` is its only reader (v no graph output) and
+  /// the producer is a not yet lowered ONNX node; else -1.
+  int sole_producer(ir::ValueId v, int reader) const {
+    if (v == ir::kNoValue || uses.is_output[v]) return -1;
+    const auto& r = uses.readers[v];
+    if (r.size() != 1 || r[0] != reader) return -1;
+    int p = uses.producer[v];
+    if (p < 0 || done[p] || !nodes[p].domain.empty()) return -1;
+    return p;
+  }
+
+  std::vector<int64_t> dims(ir::ValueId v) const {
+    const ir::Value& val = m.value(v);
+    return val.shape && ir::is_static(*val.shape) ? ir::to_sizes(*val.shape) : std::vector<int64_t>{};
+  }
+};
+
+/// The value of a one-element float constant (float32 / float16 / bfloat16).
+std::optional<float> scalar_constant(const ir::Model& m, ir::ValueId v) {
+  const ir::Value& val = m.value(v);
+  if (!val.constant || val.constant->numel() != 1) return std::nullopt;
+  const Tensor& t = *val.constant;
+  switch (t.dtype()) {
+    case DType::f32: return t.data<float>()[0];
+    case DType::f16: return half_to_float(t.data<uint16_t>()[0]);
+    case DType::bf16: return bf16_to_float(t.data<uint16_t>()[0]);
+    default: return std::nullopt;
+  }
+}
+
+/// For node p = Mul(x, c) / Mul(c, x) / Div(x, c) with c a scalar float
+/// constant: the index of x among p's inputs and the factor it is scaled by.
+std::optional<std::pair<int, float>> scalar_scaling(const ir::Model& m, const ir::Node& p) {
+  if (p.inputs.size() != 2 || (p.op_type != "Mul" && p.op_type != "Div")) return std::nullopt;
+  if (auto c = scalar_constant(m, p.inputs[1])) {
+    if (p.op_type == "Div") return *c == 0.f ? std::nullopt : std::optional<std::pair<int, float>>({0, 1.f / *c});
+    return std::pair<int, float>{0, *c};
+  }
+  if (p.op_type == "Mul")
+    if (auto c = scalar_constant(m, p.inputs[0])) return std::pair<int, float>{1, *c};
+  return std::nullopt;
+}
+
+/// A Cast between float storage dtypes (float32 / float16 / bfloat16).
+bool is_float_cast(const ir::Model& m, const ir::Node& n) {
+  return n.op_type == "Cast" && n.inputs.size() == 1 && is_float_storage(m.value(n.inputs[0]).dtype) &&
+         is_float_storage(m.value(n.outputs[0]).dtype);
+}
+
+/// A MatMul operand traced back through scalar scalings and Transposes read
+/// only on this path: the value the kernel reads, its strides per logical
+/// dim of the operand (rank 3 or 4), the nodes folded and their scale.
+struct Operand {
+  ir::ValueId value = ir::kNoValue;
+  std::vector<int64_t> strides;
+  std::vector<int> absorbed;
+  float scale = 1.f;
+};
+
+Operand trace_operand(const Match& mt, ir::ValueId v, int reader) {
+  const size_t rank = mt.dims(v).size();
+  std::vector<int64_t> perm(rank);  // logical dim j of v is dim perm[j] of `cur`
+  std::iota(perm.begin(), perm.end(), 0);
+  Operand o;
+  ir::ValueId cur = v;
+  for (;;) {
+    int p = mt.sole_producer(cur, reader);
+    if (p < 0) break;
+    const ir::Node& n = mt.nodes[p];
+    if (auto sc = scalar_scaling(mt.m, n); sc && mt.dims(n.inputs[sc->first]) == mt.dims(cur) &&
+                                           mt.m.value(n.inputs[sc->first]).dtype == mt.m.value(cur).dtype) {
+      o.scale *= sc->second;
+      cur = n.inputs[sc->first];
+    } else if (n.op_type == "Transpose" && n.inputs.size() == 1) {
+      auto tp = n.ints("perm");
+      if (tp.empty()) {  // default: reverse the dims
+        tp.resize(rank);
+        std::iota(tp.rbegin(), tp.rend(), 0);
+      }
+      if (tp.size() != rank) break;
+      for (auto& d : perm) d = tp[static_cast<size_t>(d)];
+      cur = n.inputs[0];
+    } else {
+      break;
+    }
+    o.absorbed.push_back(p);
+    reader = p;
+  }
+  auto st = strides_of(mt.dims(cur));
+  o.value = cur;
+  for (auto d : perm) o.strides.push_back(st[static_cast<size_t>(d)]);
+  return o;
+}
+
+/// Rank-3 operands [bh, row, col] become [1, bh, row, col].
+AttentionView view4(ir::ValueId v, std::vector<int64_t> strides) {
+  if (strides.size() == 3) strides.insert(strides.begin(), 0);
+  AttentionView w;
+  w.value = v;
+  std::copy(strides.begin(), strides.end(), w.strides.begin());
+  return w;
+}
+
+/// Strides reading `mask` (shape `md`) broadcast to the scores' dims `sd`
+/// (right-aligned, numpy rules); nullopt when it does not broadcast.
+std::optional<std::vector<int64_t>> broadcast_strides(const std::vector<int64_t>& md, const std::vector<int64_t>& sd) {
+  if (md.size() > sd.size()) return std::nullopt;
+  auto st = strides_of(md);
+  std::vector<int64_t> out(sd.size(), 0);
+  const size_t off = sd.size() - md.size();
+  for (size_t i = 0; i < md.size(); ++i) {
+    if (md[i] == sd[off + i]) out[off + i] = md[i] == 1 ? 0 : st[i];
+    else if (md[i] != 1) return std::nullopt;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const std::vector<ir::Node>& nodes,
+                                                const Uses& uses, const std::vector<bool>& done) {
+  const ir::Model& m = L.model;
+  Match mt{m, nodes, uses, done};
+  const ir::Node& sm = nodes[softmax];
+  if (!sm.domain.empty() || sm.op_type != "Softmax" || done[softmax]) return std::nullopt;
+  const auto sd = mt.dims(sm.outputs[0]);
+  const int64_t rank = static_cast<int64_t>(sd.size());
+  if (rank != 3 && rank != 4) return std::nullopt;
+  // Before opset 13 Softmax flattens at `axis` (default 1); for the last
+  // axis both definitions agree.
+  int64_t axis = sm.i("axis", sm.opset >= 13 ? -1 : 1);
+  if (axis < 0) axis += rank;
+  if (axis != rank - 1) return std::nullopt;
+  // Softmax may run in float32 between Casts (the precision pass keeps a
+  // mask Add in float32 when its constants overflow float16); the kernel's
+  // softmax is float32 anyway, so the Casts fold too.
+  const DType sdt = m.value(sm.outputs[0]).dtype;
+  if (!is_float_storage(sdt)) return std::nullopt;
+
+  AttentionLowered out;
+  out.absorbed.push_back(softmax);
+  float scale = 1.f;
+  std::optional<AttentionView> mask;
+  DType mask_dtype = DType::f32;
+  // Scores chain: Softmax <- [Add mask] / scalar Mul / Div <- MatMul.
+  ir::ValueId cur = sm.inputs[0];
+  int reader = softmax, qk = -1;
+  while (qk < 0) {
+    int p = mt.sole_producer(cur, reader);
+    if (p < 0) return std::nullopt;
+    const ir::Node& n = nodes[p];
+    if (n.op_type == "MatMul") {
+      qk = p;
+    } else if (is_float_cast(m, n)) {
+      cur = n.inputs[0];
+    } else if (auto sc = scalar_scaling(m, n); sc && mt.dims(n.inputs[sc->first]) == sd) {
+      scale *= sc->second;
+      cur = n.inputs[sc->first];
+    } else if (n.op_type == "Add" && n.inputs.size() == 2 && !mask) {
+      // The scores side is the operand whose own chain reaches a MatMul.
+      int side = -1;
+      for (int i = 0; i < 2 && side < 0; ++i) {
+        ir::ValueId x = n.inputs[i];
+        if (mt.dims(x) != sd) continue;
+        int q = mt.sole_producer(x, p);
+        while (q >= 0 && nodes[q].op_type != "MatMul") {
+          auto s2 = scalar_scaling(m, nodes[q]);
+          int in = s2 ? s2->first : is_float_cast(m, nodes[q]) ? 0 : -1;
+          q = in >= 0 ? mt.sole_producer(nodes[q].inputs[static_cast<size_t>(in)], q) : -1;
+        }
+        if (q >= 0) side = i;
+      }
+      if (side < 0) return std::nullopt;
+      ir::ValueId mv = n.inputs[1 - side];
+      auto ms = broadcast_strides(mt.dims(mv), sd);
+      mask_dtype = m.value(mv).dtype;
+      const ir::Value& mval = m.value(mv);
+      if (!ms || !is_float_storage(mask_dtype) || !mval.shape || !ir::is_static(*mval.shape)) return std::nullopt;
+      mask = view4(mv, *ms);
+      cur = n.inputs[side];
+    } else {
+      return std::nullopt;
+    }
+    out.absorbed.push_back(p);
+    reader = p;
+  }
+  const ir::Node& mm1 = nodes[qk];
+  const DType dt = m.value(mm1.outputs[0]).dtype;
+  if (!is_half(dt)) return std::nullopt;
+  // P V: the probabilities' only reader (through a Cast back to 16 bits), as the left operand.
+  ir::ValueId probs = sm.outputs[0];
+  auto only_reader = [&](ir::ValueId v) { return uses.is_output[v] || uses.readers[v].size() != 1 ? -1 : uses.readers[v][0]; };
+  int pv = only_reader(probs);
+  if (pv >= 0 && sdt != dt) {
+    if (done[pv] || !is_float_cast(m, nodes[pv]) || m.value(nodes[pv].outputs[0]).dtype != dt) return std::nullopt;
+    out.absorbed.push_back(pv);
+    probs = nodes[pv].outputs[0];
+    pv = only_reader(probs);
+  }
+  if (pv < 0) return std::nullopt;
+  const ir::Node& mm2 = nodes[pv];
+  if (done[pv] || !mm2.domain.empty() || mm2.op_type != "MatMul" || mm2.inputs[0] != probs || mm2.inputs[1] == probs)
+    return std::nullopt;
+  out.absorbed.push_back(pv);
+
+  const auto qd = mt.dims(mm1.inputs[0]), kd = mt.dims(mm1.inputs[1]), vd = mt.dims(mm2.inputs[1]);
+  const auto od = mt.dims(mm2.outputs[0]);
+  if (qd.size() != sd.size() || kd.size() != sd.size() || vd.size() != sd.size() || od.size() != sd.size())
+    return std::nullopt;
+  for (int64_t i = 0; i + 2 < rank; ++i)
+    if (qd[i] != sd[i] || kd[i] != sd[i] || vd[i] != sd[i]) return std::nullopt;  // no broadcast batch dims
+  AttentionSpec s;
+  s.dtype = dt;
+  s.sq = sd[rank - 2];
+  s.skv = sd[rank - 1];
+  s.d = qd[rank - 1];
+  s.dv = vd[rank - 1];
+  s.b = rank == 4 ? sd[0] : 1;
+  s.h = sd[rank - 3];
+  if (kd[rank - 2] != s.d || vd[rank - 2] != s.skv || s.d > kMaxAttentionHeadDim || s.dv > kMaxAttentionHeadDim ||
+      s.sq < 1 || s.skv < 1 || s.d < 1 || s.dv < 1)
+    return std::nullopt;
+  for (auto v : {mm1.inputs[0], mm1.inputs[1], mm2.inputs[1], mm2.outputs[0]})
+    if (m.value(v).dtype != dt) return std::nullopt;
+
+  Operand q = trace_operand(mt, mm1.inputs[0], qk), k = trace_operand(mt, mm1.inputs[1], qk),
+          v = trace_operand(mt, mm2.inputs[1], pv);
+  std::swap(k.strides[rank - 2], k.strides[rank - 1]);  // K^T [.., d, skv] read as K [.., skv, d]
+  s.q = view4(q.value, q.strides);
+  s.k = view4(k.value, k.strides);
+  s.v = view4(v.value, v.strides);
+  s.scale = scale * q.scale * k.scale * v.scale;
+  for (const Operand* o : {&q, &k, &v}) out.absorbed.insert(out.absorbed.end(), o->absorbed.begin(), o->absorbed.end());
+  if (v.scale != 1.f) return std::nullopt;  // a scaled V is not softmax's scale
+  s.mask = mask;
+  s.mask_dtype = mask_dtype;
+
+  // The output, written through a following Transpose when it is the only reader.
+  ir::ValueId o = mm2.outputs[0];
+  std::vector<int64_t> ost = strides_of(od);
+  const auto& orr = uses.readers[o];
+  if (!uses.is_output[o] && orr.size() == 1 && !done[orr[0]] && nodes[orr[0]].domain.empty() &&
+      nodes[orr[0]].op_type == "Transpose" && m.value(nodes[orr[0]].outputs[0]).dtype == dt) {
+    const ir::Node& t = nodes[orr[0]];
+    auto tp = t.ints("perm");
+    if (tp.empty()) {
+      tp.resize(static_cast<size_t>(rank));
+      std::iota(tp.rbegin(), tp.rend(), 0);
+    }
+    if (static_cast<int64_t>(tp.size()) == rank) {
+      auto yst = strides_of(mt.dims(t.outputs[0]));
+      for (int64_t j = 0; j < rank; ++j) ost[static_cast<size_t>(tp[j])] = yst[j];  // Y dim j is O dim tp[j]
+      o = t.outputs[0];
+      out.absorbed.push_back(orr[0]);
+    }
+  }
+  s.out = view4(o, ost);
+  out.node = gen_attention(L, mm2, s);
+  return out;
+}
+
+}  // namespace kiln::targets::cuda

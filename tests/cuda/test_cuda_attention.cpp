@@ -1,0 +1,112 @@
+// The cuda target's fused attention (lower_attention / gen_attention) without
+// a GPU: which graphs it recognizes, what it folds (scale Muls, the
+// head-splitting Transposes, the mask Add), what it leaves alone, and that
+// the generated kernel compiles to sm_90 with NVRTC. Its numbers are checked
+// on a GPU (test_cuda_precision_gpu.cpp, cases "attention" and
+// "attention-mask", fp16 and bf16).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+
+#include "artifact/artifact.h"
+#include "cuda_models.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "targets/cuda/compile/lowering.h"
+
+namespace kiln::testing {
+namespace {
+
+ir::Model import(const ModelBuilder& b) {
+  auto bytes = b.bytes();
+  ir::Model m = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(m, {});
+  passes::infer_and_fold(m);
+  passes::eliminate_dead_code(m);
+  return m;
+}
+
+struct Lowered {
+  targets::cuda::LowerStats st;
+  std::map<std::string, int> kernels;  // source_op -> kiln.cuda.Kernel count
+  artifact::CompiledProgram cp;
+};
+
+Lowered lower(ir::Model m, DType dtype, const std::function<void(ir::Model&)>& edit = {}) {
+  Lowered l;
+  l.cp.model = std::move(m);
+  if (edit) edit(l.cp.model);
+  targets::cuda::LowerOptions opt;
+  opt.device = -1;  // cross-compile: no GPU needed
+  opt.dtype = dtype;
+  l.st = targets::cuda::lower_for_cuda(l.cp, opt);
+  for (auto& n : l.cp.model.main.nodes)
+    if (n.op_type == "Kernel") ++l.kernels[n.s("source_op", "")];
+  return l;
+}
+
+TEST(CudaAttention, TransformerBlockAttentionBecomesOneKernel) {
+  Lowered l = lower(import(attention_model()), DType::f16);
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_EQ(l.kernels["Attention"], 1);
+  EXPECT_EQ(l.kernels["Softmax"], 0);
+  // Q, K, V head splits and the context's merge are read / written in place.
+  EXPECT_EQ(l.kernels["Transpose"], 0);
+  // Q, K, V, output projection and the two feed-forward matmuls stay cuBLASLt.
+  EXPECT_EQ(l.st.gemms, 6);
+  EXPECT_GT(l.st.cubin_bytes, 0u);
+  for (auto& n : l.cp.model.main.nodes)
+    if (n.s("source_op", "") == "Attention") {
+      EXPECT_EQ(n.inputs.size(), 3u) << "no mask";
+      EXPECT_EQ(n.ints("grid")[0], 2 * 2 * 1) << "batch 2 x 2 heads x one tile of 64 query rows";
+      EXPECT_EQ(n.ints("block")[0], 128);
+    }
+}
+
+TEST(CudaAttention, SdpaFormWithMaskAndRank3CrossAttentionFuse) {
+  for (DType dt : {DType::f16, DType::bf16}) {
+    Lowered l = lower(import(attention_mask_model()), dt);
+    EXPECT_EQ(l.st.attentions, 2) << dtype_name(dt);
+    EXPECT_EQ(l.kernels["Softmax"], 0);
+    EXPECT_EQ(l.kernels["Transpose"], 0) << "K's two Transposes and the rank-3 k^T fold into strides";
+    EXPECT_EQ(l.kernels["Mul"], 0) << "Q * c and K^T * c fold into the scale";
+    EXPECT_EQ(l.kernels["Div"], 0);
+    EXPECT_EQ(l.kernels["Add"], 0) << "the mask is read by the kernel";
+    int with_mask = 0;
+    for (auto& n : l.cp.model.main.nodes)
+      if (n.s("source_op", "") == "Attention") {
+        with_mask += n.inputs.size() == 4;
+        int64_t grid = n.ints("grid")[0];
+        EXPECT_TRUE(grid == 2 * 3 * 2 || grid == 6 * 1) << grid << ": 2 x 3 heads x 2 tiles (100 rows); 6 x 1 tile";
+      }
+    EXPECT_EQ(with_mask, 1);
+  }
+}
+
+TEST(CudaAttention, Float32ProgramsKeepTheUnfusedPath) {
+  Lowered l = lower(import(attention_mask_model()), DType::f32);
+  EXPECT_EQ(l.st.attentions, 0);
+  EXPECT_EQ(l.kernels["Softmax"], 2);
+}
+
+TEST(CudaAttention, ProbabilitiesReadElsewhereAreNotFused) {
+  // The mask attention's probabilities become a graph output: the kernel
+  // never writes them, so that attention stays unfused; the other one fuses.
+  Lowered l = lower(import(attention_mask_model()), DType::f16, [](ir::Model& m) {
+    for (size_t i = 0; i < m.values.size(); ++i)
+      if (m.values[i].name == "probs") m.main.outputs.push_back(static_cast<ir::ValueId>(i));
+  });
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_EQ(l.kernels["Softmax"], 1);
+}
+
+TEST(CudaAttention, EnvironmentSwitchTurnsFusionOff) {
+  setenv("KILN_CUDA_FUSED_ATTENTION", "0", 1);
+  Lowered l = lower(import(attention_model()), DType::f16);
+  unsetenv("KILN_CUDA_FUSED_ATTENTION");
+  EXPECT_EQ(l.st.attentions, 0);
+  EXPECT_EQ(l.kernels["Softmax"], 1);
+}
+
+}  // namespace
+}  // namespace kiln::testing
