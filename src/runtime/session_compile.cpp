@@ -12,6 +12,7 @@
 #include "cache/lock.h"
 #include "cache/maintenance.h"
 #include "cache/model_digest.h"
+#include "targets/kernels.h"
 #include "runtime/bucket_plan.h"
 #include "runtime/compile.h"
 #include "runtime/session_internal.h"
@@ -227,6 +228,9 @@ std::string rebuild_note(const Lookup& l, const fs::path& path, bool moved_aside
 std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, const SessionOptions& opt,
                                               const artifact::CompatInfo& facts, SessionStats& st) {
   Notes notes{st, opt};
+  // A cuda session needs its CUDA context whether it loads or compiles:
+  // create it while the model is read and digested.
+  if (opt.target.kind == Target::Kind::cuda) targets::prewarm_device("cuda", opt.target.device);
   if (!opt.use_cache)
     return compile_in_memory(onnx_path, opt, request_compat(cache::digest_model(onnx_path).digest, opt, facts), st);
 

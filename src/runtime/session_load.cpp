@@ -5,6 +5,7 @@
 #include "support/error.h"
 #include "support/log.h"
 #include "targets/host.h"
+#include "targets/kernels.h"
 
 namespace kiln {
 
@@ -18,6 +19,7 @@ std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path
     for (auto& m : mismatches) why += (why.empty() ? "" : "; ") + m.str();
     fail(ErrorCode::incompatible_artifact, "artifact '{}' cannot run here: {}", path.string(), why);
   }
+  targets::prewarm_device(compat.target, opt.target.device);  // overlaps the read
   artifact::CompiledProgram cp = artifact::read_file(path);
   const double read_ms = sw.ms();
   auto programs = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);

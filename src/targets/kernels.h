@@ -48,6 +48,13 @@ class DeviceProgram {
 /// matmul algorithm this machine refuses) otherwise.
 std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgram& cp, int device);
 
+/// Starts, in the background, the device setup that loading a program of
+/// `target` ("cuda") on `device` needs first (cuda::prewarm: the CUDA
+/// context and the cuBLASLt / cuDNN handles), so that it overlaps reading
+/// the model and the artifact. Nothing for host targets or in a kiln built
+/// without CUDA; never throws (the load reports device errors).
+void prewarm_device(std::string_view target, int device);
+
 /// Domain of the cpu target's lowered operators.
 inline constexpr std::string_view kCpuDomain = "kiln.cpu";
 

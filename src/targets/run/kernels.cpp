@@ -20,6 +20,15 @@ std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgr
 #endif
 }
 
+void prewarm_device(std::string_view target, int device) {
+#ifdef KILN_WITH_CUDA
+  if (target == "cuda") cuda::prewarm(device);
+#else
+  (void)target;
+  (void)device;
+#endif
+}
+
 KernelFactory find_factory(std::string_view target, std::string_view domain, std::string_view op_type) {
   if (target == "cpu" && domain == kCpuDomain) return cpu::find_factory(op_type);
   return nullptr;

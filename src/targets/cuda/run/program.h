@@ -22,4 +22,11 @@ namespace kiln::targets::cuda {
 /// for a node that is not a kiln.cuda node or a value without a static shape.
 std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device);
 
+/// Starts, once per process and on a background thread, what the first
+/// load_program on `device` needs before it can do anything else: the CUDA
+/// context (~100 ms on an H200) and the cuBLASLt / cuDNN handles, so that
+/// they overlap the model digest and the artifact's read and verification.
+/// load_program waits for it. Errors are swallowed: the load reports them.
+void prewarm(int device);
+
 }  // namespace kiln::targets::cuda
