@@ -331,6 +331,40 @@ TEST(CudaNodeAttributes, GemmDtypeAndTf32RoundTrip) {
   }
 }
 
+TEST(CudaNodeAttributes, GeluBecomesTheMatmulEpilogueInSixteenBitProgramsOnly) {
+  auto model = [] {
+    ModelBuilder b(20);
+    b.input("x", 1, {4, 8});
+    b.initializer("W", {8, 16}, std::vector<float>(128, 0.1f));
+    b.initializer("B", {16}, std::vector<float>(16, 0.2f));
+    b.node("MatMul", {"x", "W"}, {"xw"});
+    b.node("Add", {"xw", "B"}, {"h"});
+    b.node("Gelu", {"h"}, {"y"});  // erf form (approximate="none")
+    b.output("y", 1, {4, 16});
+    return b;
+  };
+  for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
+    artifact::CompiledProgram cp;
+    cp.model = imported(model());
+    targets::cuda::LowerOptions opt;
+    opt.device = -1;
+    opt.dtype = dt;
+    targets::cuda::lower_for_cuda(cp, opt);
+    const ir::Node& g = node_of(cp.model, "Gemm");
+    auto spec = targets::cuda::gemm_spec_from(g);
+    EXPECT_TRUE(spec.has_bias) << dtype_name(dt);
+    int gelu_kernels = 0;
+    for (auto& n : cp.model.main.nodes) gelu_kernels += n.op_type == "Kernel" && n.s("source_op", "") == "Gelu";
+    if (dt == DType::f32) {
+      EXPECT_EQ(spec.epilogue, 0) << "float32 keeps the exact erf Gelu";
+      EXPECT_EQ(gelu_kernels, 1);
+    } else {
+      EXPECT_EQ(spec.epilogue, 2) << dtype_name(dt);
+      EXPECT_EQ(gelu_kernels, 0) << dtype_name(dt);
+    }
+  }
+}
+
 TEST(CudaNodeAttributes, ConvDtypeAndMathRoundTrip) {
   using namespace targets::cuda;
   ConvSpec s;

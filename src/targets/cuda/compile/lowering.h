@@ -64,8 +64,10 @@ struct Uses {
 Uses uses_of(const ir::Model& m);
 
 /// A MatMul / Gemm lowered to kiln.cuda.Gemm, with the nodes whose work it
-/// absorbed (a following Add of a [n] constant as the bias epilogue, then a
-/// Relu): `node` replaces the last of `absorbed` (the original included).
+/// absorbed (a following Add of a [n] constant as the bias epilogue, a
+/// residual Add as C, then a Relu, or a Gelu as cuBLASLt's tanh-form GELU
+/// epilogue: approximate="tanh" always, the erf form in 16-bit programs
+/// only): `node` replaces the last of `absorbed` (the original included).
 struct GemmLowered {
   ir::Node node;
   std::vector<int> absorbed;
