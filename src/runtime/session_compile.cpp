@@ -231,6 +231,7 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
   // A cuda session needs its CUDA context whether it loads or compiles:
   // create it while the model is read and digested.
   if (opt.target.kind == Target::Kind::cuda) targets::prewarm_device("cuda", opt.target.device);
+  log().debug("session for '{}' starts {:.0f} ms after the process started", onnx_path.string(), ms_since_process_start());
   if (!opt.use_cache)
     return compile_in_memory(onnx_path, opt, request_compat(cache::digest_model(onnx_path).digest, opt, facts), st);
 

@@ -23,8 +23,9 @@ std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path
   artifact::CompiledProgram cp = artifact::read_file(path);
   const double read_ms = sw.ms();
   auto programs = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
-  log().debug("load '{}': compat block {:.2f} ms, read + verify {:.2f} ms, kernels bound {:.2f} ms", path.string(),
-              compat_ms, read_ms - compat_ms, sw.ms() - read_ms);
+  log().debug("load '{}': compat block {:.2f} ms, read + verify {:.2f} ms, kernels bound {:.2f} ms (ready {:.0f} ms "
+              "after the process started)",
+              path.string(), compat_ms, read_ms - compat_ms, sw.ms() - read_ms, ms_since_process_start());
   return programs;
 }
 

@@ -21,4 +21,10 @@ class Stopwatch {
   std::chrono::steady_clock::time_point t0_;
 };
 
+/// Milliseconds since this process started (Linux: /proc/self/stat's
+/// starttime against CLOCK_BOOTTIME; resolution one clock tick, 10 ms), or
+/// -1 where that cannot be read. kiln run reports it with its first result
+/// (a warm start's whole cost, process start and CUDA context included).
+double ms_since_process_start();
+
 }  // namespace kiln

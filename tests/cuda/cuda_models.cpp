@@ -261,13 +261,19 @@ ModelBuilder attention_mask_model() {
     b.node("Reshape", {"p" + s, "heads"}, {s + "_h"});
     ModelBuilder::attr_ints(b.node("Transpose", {s + "_h"}, {s + "_t"}), "perm", {0, 2, 1, 3});
   }
-  ModelBuilder::attr_ints(b.node("Transpose", {"k_t"}, {"k_tt"}), "perm", {0, 1, 3, 2});
+  // K^T the way onnxscript's torchlib writes it: to rank 3, Transpose, back to rank 4.
+  b.initializer_i64("bh_s_d", {3}, {B * H, S, Dh});
+  b.initializer_i64("b_h_d_s", {4}, {B, H, Dh, S});
+  b.node("Reshape", {"k_t", "bh_s_d"}, {"k_3"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"k_3"}, {"k_3t"}), "perm", {0, 2, 1});
+  b.node("Reshape", {"k_3t", "b_h_d_s"}, {"k_tt"});
   b.node("Mul", {"q_t", "half_scale"}, {"q_s"});
   b.node("Mul", {"k_tt", "half_scale"}, {"k_s"});
   b.node("MatMul", {"q_s", "k_s"}, {"scores"});
   b.node("Add", {"scores", "m"}, {"masked"});
   ModelBuilder::attr_int(b.node("Softmax", {"masked"}, {"probs"}), "axis", -1);
-  b.node("MatMul", {"probs", "v_t"}, {"ctx"});
+  b.node("Dropout", {"probs"}, {"probs_d"});  // inference: passes the probabilities on
+  b.node("MatMul", {"probs_d", "v_t"}, {"ctx"});
   ModelBuilder::attr_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {0, 2, 1, 3});
   b.node("Reshape", {"ctx_t", "model"}, {"y"});
   // Rank 3, cross attention, head dim 40, no mask.

@@ -68,7 +68,8 @@ TEST(CudaAttention, SdpaFormWithMaskAndRank3CrossAttentionFuse) {
     Lowered l = lower(import(attention_mask_model()), dt);
     EXPECT_EQ(l.st.attentions, 2) << dtype_name(dt);
     EXPECT_EQ(l.kernels["Softmax"], 0);
-    EXPECT_EQ(l.kernels["Transpose"], 0) << "K's two Transposes and the rank-3 k^T fold into strides";
+    EXPECT_EQ(l.kernels["Transpose"], 0) << "K's Reshape / Transpose / Reshape and the rank-3 k^T fold into strides";
+    EXPECT_EQ(l.st.copies, 0) << "no Reshape or Dropout left to alias";
     EXPECT_EQ(l.kernels["Mul"], 0) << "Q * c and K^T * c fold into the scale";
     EXPECT_EQ(l.kernels["Div"], 0);
     EXPECT_EQ(l.kernels["Add"], 0) << "the mask is read by the kernel";

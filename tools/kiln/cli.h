@@ -82,10 +82,5 @@ void add_perf(CLI::App& app, Common& common);
 /// Prints a JSON object on stdout (one line).
 void print_json(const json& j);
 
-/// Milliseconds since this process started (Linux: /proc/self/stat's
-/// starttime against CLOCK_BOOTTIME; resolution one clock tick, 10 ms), or
-/// -1 where that cannot be read. kiln run reports it when its first result
-/// is ready: a warm start's whole cost, process start and CUDA context included.
-double ms_since_process_start();
 
 }  // namespace kiln::cli

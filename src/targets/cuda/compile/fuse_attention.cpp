@@ -8,9 +8,12 @@
 // (Q * sqrt(scale), K^T * sqrt(scale), + mask).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <numeric>
+#include <set>
 
 #include "support/half.h"
+#include "support/log.h"
 #include "targets/cuda/compile/lowering.h"
 
 namespace kiln::targets::cuda {
@@ -72,48 +75,138 @@ bool is_float_cast(const ir::Model& m, const ir::Node& n) {
          is_float_storage(m.value(n.outputs[0]).dtype);
 }
 
-/// A MatMul operand traced back through scalar scalings and Transposes read
-/// only on this path: the value the kernel reads, its strides per logical
-/// dim of the operand (rank 3 or 4), the nodes folded and their scale.
+/// The strides that read a tensor of `to` dims from one of `from` dims laid
+/// out with `strides`, without moving data, or nullopt where the reshape
+/// mixes dims that are not contiguous with each other (numpy's
+/// _attempt_nocopy_reshape: group old and new dims of equal products; each
+/// group's old dims must be dense among themselves).
+std::optional<std::vector<int64_t>> reshape_strides(const std::vector<int64_t>& from,
+                                                    const std::vector<int64_t>& strides,
+                                                    const std::vector<int64_t>& to) {
+  std::vector<int64_t> od, os;
+  for (size_t i = 0; i < from.size(); ++i)
+    if (from[i] != 1) od.push_back(from[i]), os.push_back(strides[i]);
+  std::vector<int64_t> ns(to.size(), 0);
+  size_t oi = 0, ni = 0;
+  while (oi < od.size() && ni < to.size()) {
+    size_t oj = oi + 1, nj = ni + 1;
+    int64_t op = od[oi], np = to[ni];
+    while (op != np) {
+      if (np < op) {
+        if (nj >= to.size()) return std::nullopt;
+        np *= to[nj++];
+      } else {
+        if (oj >= od.size()) return std::nullopt;
+        op *= od[oj++];
+      }
+    }
+    for (size_t k = oi; k + 1 < oj; ++k)
+      if (os[k] != od[k + 1] * os[k + 1]) return std::nullopt;
+    ns[nj - 1] = os[oj - 1];
+    for (size_t k = nj - 1; k > ni; --k) ns[k - 1] = ns[k] * to[k];
+    oi = oj;
+    ni = nj;
+  }
+  return oi == od.size() ? std::optional<std::vector<int64_t>>(ns) : std::nullopt;  // trailing 1s keep stride 0
+}
+
+/// A MatMul operand traced back through scalar scalings, Transposes and
+/// reshapes (Reshape / Flatten / Squeeze / Unsqueeze) read only on this
+/// path: the value the kernel reads, its strides per logical dim of the
+/// operand (rank 3 or 4), the nodes folded and their scale.
 struct Operand {
   ir::ValueId value = ir::kNoValue;
-  std::vector<int64_t> strides;
+  std::vector<int64_t> dims, strides;
   std::vector<int> absorbed;
   float scale = 1.f;
 };
 
-Operand trace_operand(const Match& mt, ir::ValueId v, int reader) {
-  const size_t rank = mt.dims(v).size();
-  std::vector<int64_t> perm(rank);  // logical dim j of v is dim perm[j] of `cur`
-  std::iota(perm.begin(), perm.end(), 0);
-  Operand o;
-  ir::ValueId cur = v;
-  for (;;) {
-    int p = mt.sole_producer(cur, reader);
-    if (p < 0) break;
-    const ir::Node& n = mt.nodes[p];
-    if (auto sc = scalar_scaling(mt.m, n); sc && mt.dims(n.inputs[sc->first]) == mt.dims(cur) &&
-                                           mt.m.value(n.inputs[sc->first]).dtype == mt.m.value(cur).dtype) {
-      o.scale *= sc->second;
-      cur = n.inputs[sc->first];
-    } else if (n.op_type == "Transpose" && n.inputs.size() == 1) {
-      auto tp = n.ints("perm");
-      if (tp.empty()) {  // default: reverse the dims
-        tp.resize(rank);
-        std::iota(tp.rbegin(), tp.rend(), 0);
-      }
-      if (tp.size() != rank) break;
-      for (auto& d : perm) d = tp[static_cast<size_t>(d)];
-      cur = n.inputs[0];
-    } else {
-      break;
-    }
-    o.absorbed.push_back(p);
-    reader = p;
+Operand trace_operand(const Match& mt, ir::ValueId v, int reader);
+
+/// Transpose perm `perm` of `in` (dims and strides).
+Operand permuted(Operand in, const std::vector<int64_t>& perm) {
+  Operand o = in;
+  for (size_t j = 0; j < perm.size(); ++j) {
+    o.dims[j] = in.dims[static_cast<size_t>(perm[j])];  // output dim j is input dim perm[j]
+    o.strides[j] = in.strides[static_cast<size_t>(perm[j])];
   }
-  auto st = strides_of(mt.dims(cur));
-  o.value = cur;
-  for (auto d : perm) o.strides.push_back(st[static_cast<size_t>(d)]);
+  return o;
+}
+
+/// The perm of a Transpose node (its default: the dims reversed).
+std::vector<int64_t> perm_of(const ir::Node& t, size_t rank) {
+  auto p = t.ints("perm");
+  if (p.empty()) {
+    p.resize(rank);
+    std::iota(p.rbegin(), p.rend(), 0);
+  }
+  return p;
+}
+
+/// Reshape r2 of Transpose t of Reshape r1 of x, where r1 merges x's
+/// leading dims a0..ak into one, t keeps that dim first and r2 splits it
+/// back: as a whole a Transpose of x, although the merged dim alone is no
+/// strided view (onnxscript's torchlib writes K^T this way).
+std::optional<Operand> merged_round_trip(const Match& mt, int r2) {
+  const ir::Node& n2 = mt.nodes[r2];
+  const int t = mt.sole_producer(n2.inputs[0], r2);
+  if (t < 0 || mt.nodes[t].op_type != "Transpose") return std::nullopt;
+  const int r1 = mt.sole_producer(mt.nodes[t].inputs[0], t);
+  if (r1 < 0 || mt.nodes[r1].op_type != "Reshape") return std::nullopt;
+  const ir::ValueId x = mt.nodes[r1].inputs[0];
+  const auto xd = mt.dims(x), md = mt.dims(mt.nodes[r1].outputs[0]), od = mt.dims(n2.outputs[0]);
+  if (md.empty() || xd.size() <= md.size()) return std::nullopt;
+  const size_t k = xd.size() - md.size();  // x dims 0..k merge into md[0]
+  int64_t lead = 1;
+  for (size_t i = 0; i <= k; ++i) lead *= xd[i];
+  if (lead != md[0] || !std::equal(md.begin() + 1, md.end(), xd.begin() + static_cast<std::ptrdiff_t>(k) + 1))
+    return std::nullopt;
+  const auto tp = perm_of(mt.nodes[t], md.size());
+  if (tp.size() != md.size() || tp[0] != 0) return std::nullopt;
+  std::vector<int64_t> full, want(xd.begin(), xd.begin() + static_cast<std::ptrdiff_t>(k) + 1);
+  for (size_t i = 0; i <= k; ++i) full.push_back(static_cast<int64_t>(i));
+  for (size_t j = 1; j < tp.size(); ++j) {
+    full.push_back(tp[j] + static_cast<int64_t>(k));
+    want.push_back(md[static_cast<size_t>(tp[j])]);
+  }
+  if (od != want) return std::nullopt;
+  Operand o = permuted(trace_operand(mt, x, r1), full);
+  o.absorbed.insert(o.absorbed.end(), {r1, t});
+  return o;
+}
+
+Operand trace_operand(const Match& mt, ir::ValueId v, int reader) {
+  Operand base;
+  base.value = v;
+  base.dims = mt.dims(v);
+  base.strides = strides_of(base.dims);
+  const int p = mt.sole_producer(v, reader);
+  if (p < 0) return base;
+  const ir::Node& n = mt.nodes[p];
+  static const std::set<std::string> reshapes = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  Operand o;
+  if (auto sc = scalar_scaling(mt.m, n); sc && mt.dims(n.inputs[sc->first]) == base.dims &&
+                                         mt.m.value(n.inputs[sc->first]).dtype == mt.m.value(v).dtype) {
+    o = trace_operand(mt, n.inputs[sc->first], p);
+    o.scale *= sc->second;
+  } else if (n.op_type == "Transpose" && n.inputs.size() == 1) {
+    Operand in = trace_operand(mt, n.inputs[0], p);
+    auto tp = perm_of(n, in.dims.size());
+    if (tp.size() != in.dims.size()) return base;
+    o = permuted(in, tp);
+  } else if (auto rt = n.op_type == "Reshape" ? merged_round_trip(mt, p) : std::nullopt) {
+    o = *rt;
+  } else if (reshapes.count(n.op_type) && (n.op_type != "Reshape" || n.inputs.size() == 2)) {
+    Operand in = trace_operand(mt, n.inputs[0], p);
+    auto st = reshape_strides(in.dims, in.strides, base.dims);
+    if (!st) return base;
+    o = in;
+    o.dims = base.dims;
+    o.strides = *st;
+  } else {
+    return base;
+  }
+  o.absorbed.push_back(p);
   return o;
 }
 
@@ -148,19 +241,24 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   Match mt{m, nodes, uses, done};
   const ir::Node& sm = nodes[softmax];
   if (!sm.domain.empty() || sm.op_type != "Softmax" || done[softmax]) return std::nullopt;
+  // Why a Softmax is not fused (KILN_LOG=debug): to see what an exporter wrote.
+  auto skip = [&](const std::string& why) -> std::optional<AttentionLowered> {
+    log().debug("cuda: {} is not fused into an attention kernel: {}", sm.label(), why);
+    return std::nullopt;
+  };
   const auto sd = mt.dims(sm.outputs[0]);
   const int64_t rank = static_cast<int64_t>(sd.size());
-  if (rank != 3 && rank != 4) return std::nullopt;
+  if (rank != 3 && rank != 4) return skip("rank is not 3 or 4");
   // Before opset 13 Softmax flattens at `axis` (default 1); for the last
   // axis both definitions agree.
   int64_t axis = sm.i("axis", sm.opset >= 13 ? -1 : 1);
   if (axis < 0) axis += rank;
-  if (axis != rank - 1) return std::nullopt;
+  if (axis != rank - 1) return skip("not over the last axis");
   // Softmax may run in float32 between Casts (the precision pass keeps a
   // mask Add in float32 when its constants overflow float16); the kernel's
   // softmax is float32 anyway, so the Casts fold too.
   const DType sdt = m.value(sm.outputs[0]).dtype;
-  if (!is_float_storage(sdt)) return std::nullopt;
+  if (!is_float_storage(sdt)) return skip("not on float values");
 
   AttentionLowered out;
   out.absorbed.push_back(softmax);
@@ -172,7 +270,7 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   int reader = softmax, qk = -1;
   while (qk < 0) {
     int p = mt.sole_producer(cur, reader);
-    if (p < 0) return std::nullopt;
+    if (p < 0) return skip(fmt::format("the scores chain ('{}') has another reader, or is no node this pattern knows", m.value(cur).name));
     const ir::Node& n = nodes[p];
     if (n.op_type == "MatMul") {
       qk = p;
@@ -195,45 +293,61 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
         }
         if (q >= 0) side = i;
       }
-      if (side < 0) return std::nullopt;
+      if (side < 0) return skip("neither side of the mask Add comes from the Q K^T MatMul");
       ir::ValueId mv = n.inputs[1 - side];
       auto ms = broadcast_strides(mt.dims(mv), sd);
       mask_dtype = m.value(mv).dtype;
       const ir::Value& mval = m.value(mv);
-      if (!ms || !is_float_storage(mask_dtype) || !mval.shape || !ir::is_static(*mval.shape)) return std::nullopt;
+      if (!ms || !is_float_storage(mask_dtype) || !mval.shape || !ir::is_static(*mval.shape)) return skip("the mask does not broadcast to the scores, or is not float");
       mask = view4(mv, *ms);
       cur = n.inputs[side];
     } else {
-      return std::nullopt;
+      return skip(fmt::format("the scores chain meets {} (op_type {}), which is not a MatMul, scalar Mul / Div, mask Add or Cast", n.label(), n.op_type));
     }
     out.absorbed.push_back(p);
     reader = p;
   }
   const ir::Node& mm1 = nodes[qk];
   const DType dt = m.value(mm1.outputs[0]).dtype;
-  if (!is_half(dt)) return std::nullopt;
+  if (!is_half(dt)) return skip("the Q K^T MatMul is not float16 / bfloat16");
   // P V: the probabilities' only reader (through a Cast back to 16 bits), as the left operand.
   ir::ValueId probs = sm.outputs[0];
   auto only_reader = [&](ir::ValueId v) { return uses.is_output[v] || uses.readers[v].size() != 1 ? -1 : uses.readers[v][0]; };
   int pv = only_reader(probs);
   if (pv >= 0 && sdt != dt) {
-    if (done[pv] || !is_float_cast(m, nodes[pv]) || m.value(nodes[pv].outputs[0]).dtype != dt) return std::nullopt;
+    if (done[pv] || !is_float_cast(m, nodes[pv]) || m.value(nodes[pv].outputs[0]).dtype != dt) return skip("the probabilities go to a node other than a Cast back to 16 bits");
     out.absorbed.push_back(pv);
     probs = nodes[pv].outputs[0];
     pv = only_reader(probs);
   }
-  if (pv < 0) return std::nullopt;
+  // Inference Dropout (torch.onnx writes one when the model has a dropout
+  // probability; no training_mode input, its mask unread) and Identity pass
+  // the probabilities on unchanged.
+  auto passes_on = [&](int i) {
+    const ir::Node& n = nodes[i];
+    if (done[i] || !n.domain.empty() || n.inputs.empty() || n.inputs[0] != probs) return false;
+    if (n.op_type == "Identity") return true;
+    if (n.op_type != "Dropout" || (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue)) return false;
+    return n.outputs.size() < 2 || n.outputs[1] == ir::kNoValue ||
+           (uses.readers[n.outputs[1]].empty() && !uses.is_output[n.outputs[1]]);
+  };
+  while (pv >= 0 && passes_on(pv)) {
+    out.absorbed.push_back(pv);
+    probs = nodes[pv].outputs[0];
+    pv = only_reader(probs);
+  }
+  if (pv < 0) return skip("the probabilities are read by more than one node, or are a graph output");
   const ir::Node& mm2 = nodes[pv];
   if (done[pv] || !mm2.domain.empty() || mm2.op_type != "MatMul" || mm2.inputs[0] != probs || mm2.inputs[1] == probs)
-    return std::nullopt;
+    return skip("the probabilities' reader is not a MatMul taking them as its left operand");
   out.absorbed.push_back(pv);
 
   const auto qd = mt.dims(mm1.inputs[0]), kd = mt.dims(mm1.inputs[1]), vd = mt.dims(mm2.inputs[1]);
   const auto od = mt.dims(mm2.outputs[0]);
   if (qd.size() != sd.size() || kd.size() != sd.size() || vd.size() != sd.size() || od.size() != sd.size())
-    return std::nullopt;
+    return skip("Q, K^T, V or the output have another rank");
   for (int64_t i = 0; i + 2 < rank; ++i)
-    if (qd[i] != sd[i] || kd[i] != sd[i] || vd[i] != sd[i]) return std::nullopt;  // no broadcast batch dims
+    if (qd[i] != sd[i] || kd[i] != sd[i] || vd[i] != sd[i]) return skip("Q, K^T and V batch dims differ from the scores' (broadcast batch dims)");  // no broadcast batch dims
   AttentionSpec s;
   s.dtype = dt;
   s.sq = sd[rank - 2];
@@ -244,9 +358,9 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   s.h = sd[rank - 3];
   if (kd[rank - 2] != s.d || vd[rank - 2] != s.skv || s.d > kMaxAttentionHeadDim || s.dv > kMaxAttentionHeadDim ||
       s.sq < 1 || s.skv < 1 || s.d < 1 || s.dv < 1)
-    return std::nullopt;
+    return skip("head dims above 128, or K / V lengths that do not match");
   for (auto v : {mm1.inputs[0], mm1.inputs[1], mm2.inputs[1], mm2.outputs[0]})
-    if (m.value(v).dtype != dt) return std::nullopt;
+    if (m.value(v).dtype != dt) return skip("Q, K^T, V and the output do not share one 16-bit dtype");
 
   Operand q = trace_operand(mt, mm1.inputs[0], qk), k = trace_operand(mt, mm1.inputs[1], qk),
           v = trace_operand(mt, mm2.inputs[1], pv);
@@ -256,7 +370,7 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   s.v = view4(v.value, v.strides);
   s.scale = scale * q.scale * k.scale * v.scale;
   for (const Operand* o : {&q, &k, &v}) out.absorbed.insert(out.absorbed.end(), o->absorbed.begin(), o->absorbed.end());
-  if (v.scale != 1.f) return std::nullopt;  // a scaled V is not softmax's scale
+  if (v.scale != 1.f) return skip("V is scaled");  // a scaled V is not softmax's scale
   s.mask = mask;
   s.mask_dtype = mask_dtype;
 
@@ -278,6 +392,18 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
       o = t.outputs[0];
       out.absorbed.push_back(orr[0]);
     }
+  }
+  // What is written is dense (the output, or the Transpose's output), so
+  // reshapes of it hold the same bytes: write into the last of them, which
+  // saves the copy when it is a graph output.
+  static const std::set<std::string> reshapes = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  for (;;) {
+    const auto& rr = uses.readers[o];
+    if (uses.is_output[o] || rr.size() != 1 || done[rr[0]] || !nodes[rr[0]].domain.empty() ||
+        !reshapes.count(nodes[rr[0]].op_type) || nodes[rr[0]].inputs[0] != o)
+      break;
+    out.absorbed.push_back(rr[0]);
+    o = nodes[rr[0]].outputs[0];
   }
   s.out = view4(o, ost);
   out.node = gen_attention(L, mm2, s);
