@@ -130,7 +130,7 @@ for p in fp32 fp16; do
   s=$(date +%s%N); "$K" run $M/resnet50.onnx --target cuda $PF $img_in --json | head -c 300; e=$(date +%s%N); echo; echo "first process (compile + publish): $(( (e - s) / 1000000 )) ms"
   for i in 1 2 3; do
     s=$(date +%s%N); KILN_LOG=debug "$K" run $M/resnet50.onnx --target cuda $PF $img_in --json 2>/tmp/warm_log_$i.txt | python3 -c 'import sys,json; j=json.load(sys.stdin); print("cache", j["cache"], "first result", round(j["since_process_start_ms"]), "ms after process start; load_ms", round(j["load_ms"],1), "run_ms", round(j["run_ms"],2))'; e=$(date +%s%N)
-    grep -iE "phases|load|digest|read|verif|prewarm|plan" /tmp/warm_log_$i.txt | head -14
+    grep -iE "phases|load|digest|read|verif|prewarm|plans:|starts" /tmp/warm_log_$i.txt | head -14
     echo "warm process $i: $(( (e - s) / 1000000 )) ms wall (process start to exit)"
   done
 done

@@ -250,7 +250,7 @@ ModelBuilder attention_mask_model() {
   const int64_t B = 2, S = 100, H = 3, Dh = 64, D = H * Dh;
   ModelBuilder b(17);
   b.input("x", 1, {B, S, D});
-  b.input("m", 1, {B, 1, 1, S});
+  b.input("m", 1, {B, 1, S, S});
   for (auto w : {"q", "k", "v"}) b.initializer(std::string("W") + w, {D, D}, ramp(static_cast<int>(D * D), 0.08f, w[0] * 0.02f));
   b.initializer("half_scale", {}, {0.35355339f});  // sqrt(1 / sqrt(64))
   b.initializer_i64("heads", {4}, {B, S, H, Dh});
@@ -272,7 +272,11 @@ ModelBuilder attention_mask_model() {
   b.node("MatMul", {"q_s", "k_s"}, {"scores"});
   b.node("Add", {"scores", "m"}, {"masked"});
   ModelBuilder::attr_int(b.node("Softmax", {"masked"}, {"probs"}), "axis", -1);
-  b.node("Dropout", {"probs"}, {"probs_d"});  // inference: passes the probabilities on
+  // torch.onnx: fully masked rows (NaN) become 0; then an inference Dropout.
+  b.initializer("zero", {}, {0.f});
+  b.node("IsNaN", {"probs"}, {"probs_nan"});
+  b.node("Where", {"probs_nan", "zero", "probs"}, {"probs_z"});
+  b.node("Dropout", {"probs_z"}, {"probs_d"});
   b.node("MatMul", {"probs_d", "v_t"}, {"ctx"});
   ModelBuilder::attr_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {0, 2, 1, 3});
   b.node("Reshape", {"ctx_t", "model"}, {"y"});

@@ -51,11 +51,12 @@ ModelBuilder attention_model();
 
 /// Two attentions the cuda target fuses into its attention kernel (GPU only
 /// to run):
-///   y [2,100,192]: x float32[2,100,192], mask m float32[2,1,1,100]; Q/K/V =
+///   y [2,100,192]: x float32[2,100,192], mask m float32[2,1,100,100]; Q/K/V =
 ///     MatMul(x, W*) split into 3 heads of 64 (Reshape, Transpose); torch.onnx's
 ///     scaled_dot_product_attention form: Q * 0.35355, K^T as onnxscript
 ///     writes it (Reshape to [6,100,64], Transpose, Reshape to [2,3,64,100])
-///     then * 0.35355, + m, Softmax, Dropout (inference), MatMul V,
+///     then * 0.35355, + m, Softmax, Where(IsNaN(P), 0, P), Dropout
+///     (inference), MatMul V,
 ///     Transpose / Reshape back.
 ///   c [6,30,40]: q float32[6,30,40], k / v float32[6,70,40] (rank 3, no
 ///     mask, Sq != Skv, head dim 40): Softmax(q k^T / sqrt(40)) v.

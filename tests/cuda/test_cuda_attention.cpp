@@ -73,6 +73,8 @@ TEST(CudaAttention, SdpaFormWithMaskAndRank3CrossAttentionFuse) {
     EXPECT_EQ(l.kernels["Mul"], 0) << "Q * c and K^T * c fold into the scale";
     EXPECT_EQ(l.kernels["Div"], 0);
     EXPECT_EQ(l.kernels["Add"], 0) << "the mask is read by the kernel";
+    EXPECT_EQ(l.kernels["Where"], 0) << "Where(IsNaN(P), 0, P) is the kernel's zero for undefined rows";
+    EXPECT_EQ(l.kernels["IsNaN"], 0);
     int with_mask = 0;
     for (auto& n : l.cp.model.main.nodes)
       if (n.s("source_op", "") == "Attention") {

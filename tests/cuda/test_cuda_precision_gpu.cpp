@@ -111,15 +111,18 @@ ModelBuilder norms_model() {
   return b;
 }
 
-/// attention_mask_model's inputs. Batch 0 masks keys 0..63 with -inf (the
-/// fused kernel's whole first key chunk), batch 1 keys 64..69 with -inf and
-/// 70..99 with -10000 (BERT's mask value).
+/// attention_mask_model's inputs. Batch 0: query rows 0..9 see no key
+/// (every mask entry -inf: the output rows are 0, torch's Where(IsNaN)),
+/// the other rows do not see keys 0..63 (-inf: the fused kernel's whole
+/// first key chunk); batch 1 masks keys 64..69 with -inf and 70..99 with
+/// -10000 (BERT's mask value).
 std::map<std::string, Tensor> attention_mask_inputs() {
-  Tensor m(DType::f32, {2, 1, 1, 100});
-  for (int64_t j = 0; j < 100; ++j) {
-    m.data<float>()[j] = j < 64 ? -INFINITY : 0.f;
-    m.data<float>()[100 + j] = j >= 70 ? -10000.f : j >= 64 ? -INFINITY : 0.f;
-  }
+  Tensor m(DType::f32, {2, 1, 100, 100});
+  for (int64_t i = 0; i < 100; ++i)
+    for (int64_t j = 0; j < 100; ++j) {
+      m.data<float>()[i * 100 + j] = i < 10 || j < 64 ? -INFINITY : 0.f;
+      m.data<float>()[10000 + i * 100 + j] = j >= 70 ? -10000.f : j >= 64 ? -INFINITY : 0.f;
+    }
   return {{"x", wave({2, 100, 192}, 1.f, 0.3f)}, {"m", m}, {"q", wave({6, 30, 40}, 1.f, 0.1f)},
           {"k", wave({6, 70, 40}, 1.f, 0.9f)}, {"v", wave({6, 70, 40}, 1.f, 1.7f)}};
 }

@@ -173,6 +173,9 @@ struct AttentionSpec {
   AttentionView q, k, v, out;
   std::optional<AttentionView> mask;
   DType mask_dtype = DType::f32;
+  /// Rows whose softmax is undefined (every score -inf, or a NaN) give 0
+  /// instead of NaN (torch's Where(IsNaN(P), 0, P) after the Softmax).
+  bool nan_to_zero = false;
 };
 
 /// The fused attention kernel (gen_attention.cpp; FlashAttention-2's

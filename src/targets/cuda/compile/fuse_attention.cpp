@@ -320,6 +320,26 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
     probs = nodes[pv].outputs[0];
     pv = only_reader(probs);
   }
+  // torch.onnx's scaled_dot_product_attention zeroes the probabilities of
+  // fully masked rows: Where(IsNaN(P), 0, P). The kernel writes 0 for a row
+  // whose softmax sum is 0 or NaN instead.
+  bool nan_to_zero = false;
+  if (const auto& rd = uses.readers[probs]; pv < 0 && rd.size() == 2 && !uses.is_output[probs]) {
+    for (int k = 0; k < 2 && !nan_to_zero; ++k) {
+      const int in = rd[k], w = rd[1 - k];
+      const ir::Node &isnan = nodes[in], &where = nodes[w];
+      if (done[in] || done[w] || !isnan.domain.empty() || !where.domain.empty() || isnan.op_type != "IsNaN" ||
+          where.op_type != "Where" || where.inputs.size() != 3 || where.inputs[0] != isnan.outputs[0] ||
+          where.inputs[2] != probs || uses.readers[isnan.outputs[0]].size() != 1 || uses.is_output[isnan.outputs[0]])
+        continue;
+      auto zero = scalar_constant(m, where.inputs[1]);
+      if (!zero || *zero != 0.f || m.value(where.outputs[0]).dtype != m.value(probs).dtype) continue;
+      out.absorbed.insert(out.absorbed.end(), {in, w});
+      probs = where.outputs[0];
+      pv = only_reader(probs);
+      nan_to_zero = true;
+    }
+  }
   // Inference Dropout (torch.onnx writes one when the model has a dropout
   // probability; no training_mode input, its mask unread) and Identity pass
   // the probabilities on unchanged.
@@ -373,6 +393,7 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   if (v.scale != 1.f) return skip("V is scaled");  // a scaled V is not softmax's scale
   s.mask = mask;
   s.mask_dtype = mask_dtype;
+  s.nan_to_zero = nan_to_zero;
 
   // The output, written through a following Transpose when it is the only reader.
   ir::ValueId o = mm2.outputs[0];

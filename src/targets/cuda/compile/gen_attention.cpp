@@ -209,6 +209,7 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
       int row = q0 + r0 + g + half * 8, col = nd * 8 + 2 * t;
       if (row >= {SQ} || col >= {DV}) continue;
       float y0 = acc[nd][2 * half] / lrow[half], y1 = acc[nd][2 * half + 1] / lrow[half];
+      if ({nan_to_zero} && !(lrow[half] > 0.f)) y0 = y1 = 0.f;
       long long at = obase + (long long)row * {OSR}ll + (long long)col * {OSC}ll;
       if (pairs) {{
         *(unsigned*)&o[at] = {fn}_pack(y0, y1);
@@ -232,7 +233,7 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
       fmt::arg("load_v", load_tile("Vt", vld, "v", base(s.v), "kv0", s.skv, s.dv, dvp, s.v.strides[2],
                                    s.v.strides[3], true, vectorizable(s.v, s.dv))),
       fmt::arg("OSB", s.out.strides[0]), fmt::arg("OSH", s.out.strides[1]), fmt::arg("OSR", s.out.strides[2]),
-      fmt::arg("OSC", s.out.strides[3]),
+      fmt::arg("OSC", s.out.strides[3]), fmt::arg("nan_to_zero", s.nan_to_zero ? "true" : "false"),
       fmt::arg("pair_ok", pair_store ? aligned_condition({{"o", 4}}) : std::string("false")));
   L.source += src;
   std::vector<ir::ValueId> inputs{s.q.value, s.k.value, s.v.value};

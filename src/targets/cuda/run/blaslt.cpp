@@ -83,13 +83,6 @@ cublasLtHandle_t blaslt_handle() {
   return h;
 }
 
-void blaslt_warm_up() {
-  GemmSpec s;
-  s.m = s.n = s.k = 64;
-  s.dtype = DType::f16;
-  GemmPlan plan(s, std::nullopt, 0, 0, "cuBLASLt warm-up");
-}
-
 namespace {
 cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld, int64_t batch,
                               int64_t stride) {

@@ -56,12 +56,6 @@ void set_gemm_attrs(ir::Node& n, const GemmSpec& s);
 /// Throws Error(unsupported) when cublasLtCreate fails.
 cublasLtHandle_t blaslt_handle();
 
-/// Does cuBLASLt's first-use initialisation (~80 ms on an H200, paid by the
-/// first algorithm check of a process) on a small float16 problem, so that a
-/// background thread can pay it (cuda::prewarm). Needs the device current;
-/// throws like GemmPlan.
-void blaslt_warm_up();
-
 /// Throws Error(internal / unsupported) "<what>: cuBLASLt status N" unless ok.
 void check_blaslt(cublasStatus_t s, const std::string& what);
 

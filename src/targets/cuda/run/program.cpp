@@ -24,25 +24,22 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-/// prewarm()'s two stages: the CUDA context (what a load needs before
-/// anything), then the libraries' first-use work (what the matmul and
-/// convolution plans need), which then overlaps the load's module, constants
-/// and graph work instead of preceding it.
+/// prewarm()'s work: the CUDA context and the library handles.
 struct Prewarm {
   std::mutex mu;
-  std::shared_future<void> context, libraries;
+  std::shared_future<void> done;
 };
 Prewarm& prewarm_state() {
   static Prewarm p;
   return p;
 }
 
-/// Waits for a prewarm() stage, if one was started.
-void await_prewarm(bool libraries) {
+/// Waits for prewarm()'s thread, if one was started.
+void await_prewarm() {
   std::shared_future<void> f;
   {
     std::lock_guard<std::mutex> lock(prewarm_state().mu);
-    f = libraries ? prewarm_state().libraries : prewarm_state().context;
+    f = prewarm_state().done;
   }
   if (f.valid()) f.wait();
 }
@@ -64,7 +61,7 @@ class CudaProgram final : public DeviceProgram {
   CudaProgram(const artifact::CompiledProgram& cp, int device) : device_(device) {
     Stopwatch sw;
     const ir::Model& m = cp.model;
-    await_prewarm(false);
+    await_prewarm();
     const DriverApi& d = driver();
     use_device(device_);
     DeviceFacts facts = device_facts(device_);
@@ -343,7 +340,6 @@ class CudaProgram final : public DeviceProgram {
     gemm_at_.resize(nodes.size());
     conv_at_.resize(nodes.size());
     auto build = [&](int kind) {
-      await_prewarm(true);
       use_device(device_);
       for (size_t i = 0; i < nodes.size(); ++i) {
         const ir::Node& n = nodes[i];
@@ -485,29 +481,23 @@ class CudaProgram final : public DeviceProgram {
 void prewarm(int device) {
   Prewarm& p = prewarm_state();
   std::lock_guard<std::mutex> lock(p.mu);
-  if (p.context.valid()) return;
-  auto context = std::make_shared<std::promise<void>>();
-  p.context = context->get_future().share();
-  p.libraries = std::async(std::launch::async, [device, context] {
-                  Stopwatch sw;
-                  try {
-                    use_device(device);
-                  } catch (...) {
-                    // The load itself reports what is wrong (no driver, no such device).
-                    context->set_value();
-                    return;
-                  }
-                  context->set_value();
-                  const double context_ms = sw.ms();
-                  try {
-                    blaslt_warm_up();
-                    const double blaslt_ms = sw.ms() - context_ms;
-                    cudnn_handle();
-                    log().debug("cuda: prewarm: CUDA context {:.1f} ms, cuBLASLt first use {:.1f} ms, cuDNN handle {:.1f} ms",
-                                context_ms, blaslt_ms, sw.ms() - context_ms - blaslt_ms);
-                  } catch (...) {
-                  }
-                }).share();
+  if (p.done.valid()) return;
+  // Measured on the H200 (bench/results/cuda/warm_start.md): a first-use
+  // matmul here as well made warm starts slower, since its cost is per
+  // data type and kernel family and it then delayed the plans.
+  p.done = std::async(std::launch::async, [device] {
+             try {
+               Stopwatch sw;
+               use_device(device);
+               const double context_ms = sw.ms();
+               blaslt_handle();
+               cudnn_handle();
+               log().debug("cuda: prewarm: CUDA context {:.1f} ms, cuBLASLt / cuDNN handles {:.1f} ms", context_ms,
+                           sw.ms() - context_ms);
+             } catch (...) {
+               // The load itself reports what is wrong (no driver, no such device).
+             }
+           }).share();
 }
 
 std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device) {
