@@ -33,52 +33,12 @@ constexpr int kThreads = 128;
 
 int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 
-/// Statements loading rows [row0, row0 + 64) (clamped to `rows`) and columns
-/// [0, cols_padded) of one (b, h) slice of `src` into shared `dst` (row
-/// stride `ld` halves), zero outside the tensor. `transpose`: dst[c * ld + r].
-/// With `vec` (column stride 1, every other stride and `cols` a multiple of 8)
-/// eight halves move per 16-byte access when the base pointer is aligned.
-std::string load_tile(const std::string& dst, int64_t ld, const std::string& src, const std::string& base,
-                      const std::string& row0, int64_t rows, int64_t cols, int64_t cols_padded,
-                      int64_t row_stride, int64_t col_stride, bool transpose, bool vec) {
-  std::string store = transpose ? fmt::format("{}[c * {} + r]", dst, ld) : fmt::format("{}[r * {} + c]", dst, ld);
-  std::string scalar = fmt::format(
-      "for (int e = threadIdx.x; e < {rows_tile} * {cp}; e += {threads}) {{\n"
-      "      int r = e / {cp}, c = e % {cp};\n"
-      "      long long row = (long long)({row0}) + r;\n"
-      "      unsigned short x = 0;\n"
-      "      if (row < {rows} && c < {cols}) x = {src}[{base} + row * {rs}ll + (long long)c * {cs}ll];\n"
-      "      {store} = x;\n"
-      "    }}\n",
-      fmt::arg("rows_tile", kRows), fmt::arg("cp", cols_padded), fmt::arg("threads", kThreads), fmt::arg("row0", row0),
-      fmt::arg("rows", rows), fmt::arg("cols", cols), fmt::arg("src", src), fmt::arg("base", base),
-      fmt::arg("rs", row_stride), fmt::arg("cs", col_stride), fmt::arg("store", store));
-  if (!vec) return "    " + scalar;
-  // 16-byte path: c steps by 8; the padding columns (cols..cols_padded) are zero-filled.
-  std::string vstore = transpose
-                           ? fmt::format("for (int j = 0; j < 8; ++j) {}[(c + j) * {} + r] = u.h[j];", dst, ld)
-                           : fmt::format("*(uint4*)&{}[r * {} + c] = u.v;", dst, ld);
-  return fmt::format(
-      "    if ({aligned}) {{\n"
-      "      for (int e = threadIdx.x; e < {rows_tile} * {cv}; e += {threads}) {{\n"
-      "        int r = e / {cv}, c = (e % {cv}) * 8;\n"
-      "        long long row = (long long)({row0}) + r;\n"
-      "        union {{ uint4 v; unsigned short h[8]; }} u;\n"
-      "        u.v = make_uint4(0u, 0u, 0u, 0u);\n"
-      "        if (row < {rows} && c < {cols}) u.v = *(const uint4*)&{src}[{base} + row * {rs}ll + c];\n"
-      "        {vstore}\n"
-      "      }}\n"
-      "    }} else {{\n"
-      "      {scalar}"
-      "    }}\n",
-      fmt::arg("aligned", aligned_condition({{src, 16}})), fmt::arg("rows_tile", kRows),
-      fmt::arg("cv", cols_padded / 8), fmt::arg("threads", kThreads), fmt::arg("row0", row0), fmt::arg("rows", rows),
-      fmt::arg("cols", cols), fmt::arg("src", src), fmt::arg("base", base), fmt::arg("rs", row_stride),
-      fmt::arg("vstore", vstore), fmt::arg("scalar", scalar));
-}
-
-bool vectorizable(const AttentionView& v, int64_t cols) {
-  return v.strides[3] == 1 && cols % 8 == 0 && v.strides[0] % 8 == 0 && v.strides[1] % 8 == 0 && v.strides[2] % 8 == 0;
+/// The condition under which a view is read 16 bytes at a time: column
+/// stride 1 and every other stride and `cols` a multiple of 8 (known here),
+/// and the pointer 16-byte aligned (known at run time).
+std::string vec_condition(const AttentionView& v, int64_t cols, const std::string& ptr) {
+  bool ok = v.strides[3] == 1 && cols % 8 == 0 && v.strides[0] % 8 == 0 && v.strides[1] % 8 == 0 && v.strides[2] % 8 == 0;
+  return ok ? "(" + aligned_condition({{ptr, 16}}) + ")" : std::string("false");
 }
 
 }  // namespace
@@ -118,6 +78,45 @@ KL_D void {fn}_mma(float* c, const unsigned* a, unsigned b0, unsigned b1) {{
                : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }}
 KL_D unsigned {fn}_pack(float lo, float hi) {{ return (unsigned){cvt}(lo) | ((unsigned){cvt}(hi) << 16); }}
+// A [64 x 8*CP8] tile (rows row0.. of one (batch, head) slice, zero outside
+// rows x cols) into registers, 8 halves per uint4 and ITERS per thread; all
+// loads issued before any is used. vec: 16-byte loads (column stride 1).
+template <int ITERS, int CP8>
+KL_D void {fn}_load(uint4* r, const unsigned short* __restrict__ src, long long base, int row0, int rows, int cols,
+                     long long rs, long long cs, bool vec) {{
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {{
+    const int e = threadIdx.x + i * {threads}, rr = e / CP8, c = (e % CP8) * 8, row = row0 + rr;
+    union {{ uint4 v; unsigned short h[8]; }} u;
+    u.v = make_uint4(0u, 0u, 0u, 0u);
+    if (row < rows && c < cols) {{
+      const unsigned short* p = src + base + (long long)row * rs;
+      if (vec) u.v = *(const uint4*)(p + c);
+      else
+        for (int j = 0; j < 8; ++j)
+          if (c + j < cols) u.h[j] = p[(long long)(c + j) * cs];
+    }}
+    r[i] = u.v;
+  }}
+}}
+template <int ITERS, int CP8, int LD>
+KL_D void {fn}_store_rows(unsigned short* dst, const uint4* r) {{
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {{
+    const int e = threadIdx.x + i * {threads};
+    *(uint4*)&dst[(e / CP8) * LD + (e % CP8) * 8] = r[i];
+  }}
+}}
+template <int ITERS, int CP8, int LD>
+KL_D void {fn}_store_cols(unsigned short* dst, const uint4* r) {{
+#pragma unroll
+  for (int i = 0; i < ITERS; ++i) {{
+    const int e = threadIdx.x + i * {threads}, rr = e / CP8, c = (e % CP8) * 8;
+    union {{ uint4 v; unsigned short h[8]; }} u;
+    u.v = r[i];
+    for (int j = 0; j < 8; ++j) dst[(c + j) * LD + rr] = u.h[j];
+  }}
+}}
 extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned short* __restrict__ q,
     const unsigned short* __restrict__ k, const unsigned short* __restrict__ v{mask_param}, unsigned short* __restrict__ o) {{
   extern __shared__ uint4 kl_smem_attn[];
@@ -129,15 +128,28 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
   const int q0 = tile * {ROWS};
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int r0 = warp * 16;
-{load_q}
+  const long long qb = {qbase}, kb = {kbase}, vb = {vbase};
+  const bool qvec = {qvec}, kvec = {kvec}, vvec = {vvec};
+  uint4 kr[{DP} / 16], vr[{DVP} / 16];
+  {{
+    uint4 qr[{DP} / 16];
+    {fn}_load<{DP} / 16, {DP} / 8>(qr, q, qb, q0, {SQ}, {D}, {QSR}ll, {QSC}ll, qvec);
+    {fn}_load<{DP} / 16, {DP} / 8>(kr, k, kb, 0, {SKV}, {D}, {KSR}ll, {KSC}ll, kvec);
+    {fn}_load<{DVP} / 16, {DVP} / 8>(vr, v, vb, 0, {SKV}, {DV}, {VSR}ll, {VSC}ll, vvec);
+    {fn}_store_rows<{DP} / 16, {DP} / 8, {QLD}>(Qs, qr);
+  }}
   float acc[{DVP} / 8][4];
   for (int i = 0; i < {DVP} / 8; ++i) acc[i][0] = acc[i][1] = acc[i][2] = acc[i][3] = 0.f;
   float mrow[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}}, lrow[2] = {{0.f, 0.f}};
   for (int kv0 = 0; kv0 < {SKV}; kv0 += {CHUNK}) {{
+    __syncthreads();  // the previous chunk is consumed
+    {fn}_store_rows<{DP} / 16, {DP} / 8, {QLD}>(Ks, kr);
+    {fn}_store_cols<{DVP} / 16, {DVP} / 8, {VLD}>(Vt, vr);
     __syncthreads();
-{load_k}
-{load_v}
-    __syncthreads();
+    if (kv0 + {CHUNK} < {SKV}) {{  // the next chunk's loads fly while this one is computed
+      {fn}_load<{DP} / 16, {DP} / 8>(kr, k, kb, kv0 + {CHUNK}, {SKV}, {D}, {KSR}ll, {KSC}ll, kvec);
+      {fn}_load<{DVP} / 16, {DVP} / 8>(vr, v, vb, kv0 + {CHUNK}, {SKV}, {DV}, {VSR}ll, {VSC}ll, vvec);
+    }}
     float s[8][4];
     for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
@@ -226,12 +238,11 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
       fmt::arg("threads", kThreads), fmt::arg("mask_param", mask_param), fmt::arg("mask_add", mask_add),
       fmt::arg("QLD", qld), fmt::arg("VLD", vld), fmt::arg("ROWS", kRows), fmt::arg("CHUNK", kChunk),
       fmt::arg("DP", dp), fmt::arg("DVP", dvp), fmt::arg("TILES", tiles),
-      fmt::arg("load_q", load_tile("Qs", qld, "q", base(s.q), "q0", s.sq, s.d, dp, s.q.strides[2], s.q.strides[3],
-                                   false, vectorizable(s.q, s.d))),
-      fmt::arg("load_k", load_tile("Ks", qld, "k", base(s.k), "kv0", s.skv, s.d, dp, s.k.strides[2], s.k.strides[3],
-                                   false, vectorizable(s.k, s.d))),
-      fmt::arg("load_v", load_tile("Vt", vld, "v", base(s.v), "kv0", s.skv, s.dv, dvp, s.v.strides[2],
-                                   s.v.strides[3], true, vectorizable(s.v, s.dv))),
+      fmt::arg("qbase", base(s.q)), fmt::arg("kbase", base(s.k)), fmt::arg("vbase", base(s.v)),
+      fmt::arg("qvec", vec_condition(s.q, s.d, "q")), fmt::arg("kvec", vec_condition(s.k, s.d, "k")),
+      fmt::arg("vvec", vec_condition(s.v, s.dv, "v")), fmt::arg("QSR", s.q.strides[2]), fmt::arg("QSC", s.q.strides[3]),
+      fmt::arg("KSR", s.k.strides[2]), fmt::arg("KSC", s.k.strides[3]), fmt::arg("VSR", s.v.strides[2]),
+      fmt::arg("VSC", s.v.strides[3]),
       fmt::arg("OSB", s.out.strides[0]), fmt::arg("OSH", s.out.strides[1]), fmt::arg("OSR", s.out.strides[2]),
       fmt::arg("OSC", s.out.strides[3]), fmt::arg("nan_to_zero", s.nan_to_zero ? "true" : "false"),
       fmt::arg("pair_ok", pair_store ? aligned_condition({{"o", 4}}) : std::string("false")));
