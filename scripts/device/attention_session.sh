@@ -9,15 +9,7 @@ K=$PWD/build-cuda/tools/kiln/kiln
 TUNING=${KILN_TUNING:-exhaustive}
 [ -f /tmp/p32/bert_base_b32.onnx ] || python3 bench/make_gpu_models.py /tmp/p32 --batch 32 bert_base > /dev/null 2>&1
 {
-python3 - <<'PY'
-import onnx
-m = onnx.shape_inference.infer_shapes(onnx.load("/tmp/p32/bert_base_b32.onnx"))
-shapes = {v.name: [d.dim_value for d in v.type.tensor_type.shape.dim] for v in list(m.graph.value_info) + list(m.graph.input)}
-for n in m.graph.node:
-    if "layer.0/attention/self" in n.name or (n.op_type in ("Where", "Equal", "Not", "Expand", "Cast") and "layer." not in n.name):
-        attrs = {a.name: onnx.helper.get_attribute_value(a) for a in n.attribute if a.name != "value"}
-        print(n.op_type, n.name, [(i, shapes.get(i)) for i in n.input], [(o, shapes.get(o)) for o in n.output], attrs)
-PY
+[ -n "${KILN_DUMP_ATTENTION:-}" ] && python3 bench/dump_attention.py /tmp/p32/bert_base_b32.onnx
 echo "### why not fused (KILN_LOG=debug)"
 KILN_LOG=debug timeout 100 "$K" compile /tmp/p32/bert_base_b32.onnx -o /tmp/dbg.kiln --target cuda --precision fp16 \
   --tuning heuristic 2>&1 | grep -E "not fused|lowering for" | head -5

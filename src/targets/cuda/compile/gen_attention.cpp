@@ -19,6 +19,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "support/error.h"
 #include "targets/cuda/compile/codegen.h"
@@ -49,8 +50,8 @@ ir::Node gen_attention(Lowering& L, const ir::Node& from, const AttentionSpec& s
     refuse(from, fmt::format("attention head dims {} / {} are outside 1..{}", s.d, s.dv, kMaxAttentionHeadDim));
   const std::string fn = L.kernel_name("attention");
   const int64_t dp = round_up(s.d, 16), dvp = round_up(s.dv, 16);
-  const int64_t qld = dp + 8, vld = kChunk + 8;  // +8 halves: rows start in different banks
-  const int64_t smem = (2 * kRows * qld + dvp * vld) * 2;
+  const int64_t qld = dp + 8, vld = dvp + 8;  // +8 halves: rows start in different banks
+
   const int64_t tiles = (s.sq + kRows - 1) / kRows;
   const std::string mma = s.dtype == DType::f16 ? "f16" : "bf16";
   const std::string cvt = store_fn(s.dtype);
@@ -62,10 +63,31 @@ ir::Node gen_attention(Lowering& L, const ir::Node& from, const AttentionSpec& s
     if (!mt || !is_float_storage(s.mask_dtype)) refuse(from, "the attention mask must be float32, float16 or bfloat16");
     mask_param = fmt::format(", const {}* __restrict__ mask", *mt);
     const auto& m = *s.mask;
-    mask_add = fmt::format(
-        "x += {}(mask[b * {}ll + h * {}ll + (long long)min(row, {}) * {}ll + (long long)col * {}ll]);",
-        load_fn(s.mask_dtype), m.strides[0], m.strides[1], s.sq - 1, m.strides[2], m.strides[3]);
+    const std::string at = fmt::format("b * {}ll + h * {}ll + (long long)min(row, {}) * {}ll + (long long)col * {}ll",
+                                       m.strides[0], m.strides[1], s.sq - 1, m.strides[2], m.strides[3]);
+    // Columns 2t and 2t+1 of a row are neighbours: one 32-bit load for both
+    // when the mask is 16-bit with column stride 1 (even strides, even Skv).
+    const bool pairs = is_half(s.mask_dtype) && m.strides[3] == 1 && m.strides[0] % 2 == 0 &&
+                       m.strides[1] % 2 == 0 && m.strides[2] % 2 == 0 && s.skv % 2 == 0;
+    const std::string ld = load_fn(s.mask_dtype);
+    mask_add = pairs ? fmt::format(
+                           "if (col < {skv} && {aligned}) {{ const unsigned u = *(const unsigned*)&mask[{at}]; "
+                           "m0 = {ld}((unsigned short)(u & 0xffffu)); m1 = {ld}((unsigned short)(u >> 16)); }} else {{ "
+                           "if (col < {skv}) m0 = {ld}(mask[{at}]); if (col + 1 < {skv}) m1 = {ld}(mask[{at} + 1]); }}",
+                           fmt::arg("skv", s.skv), fmt::arg("at", at), fmt::arg("ld", ld),
+                           fmt::arg("aligned", aligned_condition({{"mask", 4}})))
+                     : fmt::format("if (col < {skv}) m0 = {ld}(mask[{at}]); if (col + 1 < {skv}) m1 = {ld}(mask[{at} + {cs}ll]);",
+                                   fmt::arg("skv", s.skv), fmt::arg("at", at), fmt::arg("ld", ld),
+                                   fmt::arg("cs", m.strides[3]));
   }
+  const int64_t smem = (2 * kRows * qld + kChunk * vld) * 2;
+  // Four blocks per SM (at most 128 registers): 768 blocks of BERT-base
+  // batch 32 then take 1.5 waves instead of 2.9 (Nsight Compute on the H200:
+  // 180 registers, 2 blocks per SM). KILN_CUDA_ATTN_MIN_BLOCKS=N overrides
+  // (0: no cap), for measuring.
+  int blocks = 4;
+  if (const char* mb = std::getenv("KILN_CUDA_ATTN_MIN_BLOCKS"); mb && *mb) blocks = std::atoi(mb);
+  const std::string min_blocks = blocks > 0 ? fmt::format(", {}", blocks) : std::string();
   const bool pair_store = s.out.strides[3] == 1 && s.dv % 2 == 0 && s.out.strides[0] % 2 == 0 &&
                           s.out.strides[1] % 2 == 0 && s.out.strides[2] % 2 == 0;
 
@@ -107,22 +129,12 @@ KL_D void {fn}_store_rows(unsigned short* dst, const uint4* r) {{
     *(uint4*)&dst[(e / CP8) * LD + (e % CP8) * 8] = r[i];
   }}
 }}
-template <int ITERS, int CP8, int LD>
-KL_D void {fn}_store_cols(unsigned short* dst, const uint4* r) {{
-#pragma unroll
-  for (int i = 0; i < ITERS; ++i) {{
-    const int e = threadIdx.x + i * {threads}, rr = e / CP8, c = (e % CP8) * 8;
-    union {{ uint4 v; unsigned short h[8]; }} u;
-    u.v = r[i];
-    for (int j = 0; j < 8; ++j) dst[(c + j) * LD + rr] = u.h[j];
-  }}
-}}
-extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned short* __restrict__ q,
+extern "C" __global__ void __launch_bounds__({threads}{min_blocks}) {fn}(const unsigned short* __restrict__ q,
     const unsigned short* __restrict__ k, const unsigned short* __restrict__ v{mask_param}, unsigned short* __restrict__ o) {{
   extern __shared__ uint4 kl_smem_attn[];
   unsigned short* Qs = (unsigned short*)kl_smem_attn;   // [64][{QLD}]
   unsigned short* Ks = Qs + {ROWS} * {QLD};              // [64][{QLD}]
-  unsigned short* Vt = Ks + {ROWS} * {QLD};              // [{DVP}][{VLD}] (transposed)
+  unsigned short* Vs = Ks + {ROWS} * {QLD};              // [64][{VLD}]
   const int tile = blockIdx.x % {TILES}, bh = blockIdx.x / {TILES};
   const int b = bh / {H}, h = bh % {H};
   const int q0 = tile * {ROWS};
@@ -144,7 +156,7 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
   for (int kv0 = 0; kv0 < {SKV}; kv0 += {CHUNK}) {{
     __syncthreads();  // the previous chunk is consumed
     {fn}_store_rows<{DP} / 16, {DP} / 8, {QLD}>(Ks, kr);
-    {fn}_store_cols<{DVP} / 16, {DVP} / 8, {VLD}>(Vt, vr);
+    {fn}_store_rows<{DVP} / 16, {DVP} / 8, {VLD}>(Vs, vr);
     __syncthreads();
     if (kv0 + {CHUNK} < {SKV}) {{  // the next chunk's loads fly while this one is computed
       {fn}_load<{DP} / 16, {DP} / 8>(kr, k, kb, kv0 + {CHUNK}, {SKV}, {D}, {KSR}ll, {KSC}ll, kvec);
@@ -168,12 +180,16 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
 #pragma unroll
     for (int n = 0; n < 8; ++n)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {{
-        int row = q0 + r0 + g + (i >= 2 ? 8 : 0), col = kv0 + n * 8 + 2 * t + (i & 1);
-        float x = s[n][i] * {scale};
-        if (col < {SKV}) {{ {mask_add} }} else x = -__int_as_float(0x7f800000);
-        s[n][i] = x;
-        mx[i >> 1] = fmaxf(mx[i >> 1], x);
+      for (int hf = 0; hf < 2; ++hf) {{
+        const int row = q0 + r0 + g + hf * 8, col = kv0 + n * 8 + 2 * t;
+        float m0 = 0.f, m1 = 0.f;
+        {mask_add}
+        const float ninf = -__int_as_float(0x7f800000);
+        const float x0 = col < {SKV} ? s[n][2 * hf] * {scale} + m0 : ninf;
+        const float x1 = col + 1 < {SKV} ? s[n][2 * hf + 1] * {scale} + m1 : ninf;
+        s[n][2 * hf] = x0;
+        s[n][2 * hf + 1] = x1;
+        mx[hf] = fmaxf(mx[hf], fmaxf(x0, x1));
       }}
     float alpha[2], msafe[2];
     for (int r = 0; r < 2; ++r) {{
@@ -206,8 +222,14 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
       a[3] = {fn}_pack(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
       for (int nd = 0; nd < {DVP} / 8; ++nd)
-        {fn}_mma(acc[nd], a, *(const unsigned*)&Vt[(nd * 8 + g) * {VLD} + kk * 16 + 2 * t],
-                 *(const unsigned*)&Vt[(nd * 8 + g) * {VLD} + kk * 16 + 2 * t + 8]);
+      {{
+        // V's B fragments (rows 2t, 2t+1 and 2t+8, 2t+9 of column g) straight
+        // from row-major V: ldmatrix .trans, lanes 0-15 naming rows kk*16 + lane.
+        unsigned b0, b1;
+        const unsigned addr = (unsigned)__cvta_generic_to_shared(&Vs[(kk * 16 + (lane & 15)) * {VLD} + nd * 8]);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {{%0, %1}}, [%2];" : "=r"(b0), "=r"(b1) : "r"(addr));
+        {fn}_mma(acc[nd], a, b0, b1);
+      }}
     }}
   }}
   for (int r = 0; r < 2; ++r) {{
@@ -235,7 +257,7 @@ extern "C" __global__ void __launch_bounds__({threads}) {fn}(const unsigned shor
       fmt::arg("label", from.label()), fmt::arg("B", s.b), fmt::arg("H", s.h), fmt::arg("SQ", s.sq),
       fmt::arg("SKV", s.skv), fmt::arg("D", s.d), fmt::arg("DV", s.dv), fmt::arg("scale_f", s.scale),
       fmt::arg("scale", float_literal(s.scale)), fmt::arg("fn", fn), fmt::arg("mma", mma), fmt::arg("cvt", cvt),
-      fmt::arg("threads", kThreads), fmt::arg("mask_param", mask_param), fmt::arg("mask_add", mask_add),
+      fmt::arg("threads", kThreads), fmt::arg("min_blocks", min_blocks), fmt::arg("mask_param", mask_param), fmt::arg("mask_add", mask_add),
       fmt::arg("QLD", qld), fmt::arg("VLD", vld), fmt::arg("ROWS", kRows), fmt::arg("CHUNK", kChunk),
       fmt::arg("DP", dp), fmt::arg("DVP", dvp), fmt::arg("TILES", tiles),
       fmt::arg("qbase", base(s.q)), fmt::arg("kbase", base(s.k)), fmt::arg("vbase", base(s.v)),

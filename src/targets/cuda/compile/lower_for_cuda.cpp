@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <map>
 
 #include "passes/passes.h"
@@ -183,6 +184,12 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
 
   // 4. Device code and memory plan.
   std::string source = std::string(kernel_prelude()) + L.source;
+  // Debugging aid: KILN_CUDA_DUMP_SOURCE=FILE writes the program's CUDA C++.
+  if (const char* dump = std::getenv("KILN_CUDA_DUMP_SOURCE"); dump && *dump) {
+    std::ofstream f(dump, std::ios::binary);
+    f << source;
+    log().info("cuda: kernel source written to '{}' ({} bytes)", dump, source.size());
+  }
   KernelBundle bundle = nvrtc_compile(source, opt.arch);
   st.cubin_bytes = bundle.cubin.size();
   st.ptx_bytes = bundle.ptx.size();
