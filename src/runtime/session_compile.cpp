@@ -362,6 +362,8 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
 
 Session::Session(const fs::path& onnx_path, const SessionOptions& opt) {
   opt.validate();
+  // Before build_facts: the driver's initialisation there and opening cuBLASLt overlap.
+  if (opt.target.kind == Target::Kind::cuda) targets::prewarm_device("cuda", opt.target.device);
   program_ = obtain_program(onnx_path, opt, build_facts(opt), stats_);
 }
 

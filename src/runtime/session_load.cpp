@@ -12,6 +12,9 @@ namespace kiln {
 std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path, const SessionOptions& opt) {
   Stopwatch sw;
   artifact::CompatInfo compat = artifact::read_compat(path);
+  // Before the compatibility check (it asks the driver and cuBLASLt for their
+  // versions): the device setup overlaps it and the artifact's read.
+  targets::prewarm_device(compat.target, opt.target.device);
   const double compat_ms = sw.ms();
   auto mismatches = targets::check_runnable(compat, opt.target);
   if (!mismatches.empty()) {
@@ -19,7 +22,6 @@ std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path
     for (auto& m : mismatches) why += (why.empty() ? "" : "; ") + m.str();
     fail(ErrorCode::incompatible_artifact, "artifact '{}' cannot run here: {}", path.string(), why);
   }
-  targets::prewarm_device(compat.target, opt.target.device);  // overlaps the read
   artifact::CompiledProgram cp = artifact::read_file(path);
   const double read_ms = sw.ms();
   auto programs = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);

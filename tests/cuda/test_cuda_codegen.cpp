@@ -13,6 +13,7 @@
 #include "passes/passes.h"
 #include "runtime/compile.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/driver.h"
@@ -442,6 +443,22 @@ TEST(CudaCodegen, ArtifactWithoutDeviceIsRefusedNamingDeviceArch) {
     EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
     EXPECT_NE(std::string(e.what()).find("device_arch"), std::string::npos) << e.what();
   }
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+// cuBLASLt is opened with dlopen (blaslt_api.h), not linked: the library is
+// found through the executable's RUNPATH / LD_LIBRARY_PATH, needs no GPU,
+// and is the major version the build's header names.
+TEST(CudaBlasLt, OpenedAtRunTimeWithTheHeadersMajorVersion) {
+  targets::cuda::preload_blaslt();  // a background open; the call below waits for it
+  const size_t v = targets::cuda::blaslt_api().cublasLtGetVersion();
+  EXPECT_EQ(v / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR)) << v;
+  EXPECT_GE(v, static_cast<size_t>(CUBLAS_VER_MAJOR) * 10000);
 }
 
 }  // namespace

@@ -1,4 +1,5 @@
 // cuBLASLt descriptors and replay of stored algorithms (blaslt.h).
+#include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/run/blaslt.h"
 
 #include <algorithm>
@@ -78,7 +79,7 @@ cublasLtHandle_t blaslt_handle() {
   static std::once_flag once;
   static cublasLtHandle_t h = nullptr;
   static cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  std::call_once(once, [] { status = cublasLtCreate(&h); });
+  std::call_once(once, [] { status = blaslt_api().cublasLtCreate(&h); });
   check_blaslt(status, "cublasLtCreate");
   return h;
 }
@@ -87,11 +88,11 @@ namespace {
 cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols, int64_t ld, int64_t batch,
                               int64_t stride) {
   cublasLtMatrixLayout_t l;
-  check_blaslt(cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
+  check_blaslt(blaslt_api().cublasLtMatrixLayoutCreate(&l, type, rows, cols, ld), "cublasLtMatrixLayoutCreate");
   if (batch > 1) {
     int32_t b = static_cast<int32_t>(batch);
-    check_blaslt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), "batch count");
-    check_blaslt(cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
+    check_blaslt(blaslt_api().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &b, sizeof b), "batch count");
+    check_blaslt(blaslt_api().cublasLtMatrixLayoutSetAttribute(l, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride, sizeof stride),
                  "batch stride");
   }
   return l;
@@ -102,21 +103,21 @@ GemmDescs::GemmDescs(const GemmSpec& s, CUdeviceptr bias) {
   // fp32 accumulation and fp32 alpha / beta (scale type) for every dtype;
   // A, B, C, D (and the bias, whose type defaults to D's) are s.dtype.
   const cudaDataType_t type = blaslt_type(s.dtype);
-  check_blaslt(cublasLtMatmulDescCreate(&op, blaslt_compute(s), CUDA_R_32F), "cublasLtMatmulDescCreate");
+  check_blaslt(blaslt_api().cublasLtMatmulDescCreate(&op, blaslt_compute(s), CUDA_R_32F), "cublasLtMatmulDescCreate");
   // Column-major view: D^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
   cublasOperation_t ta = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
   cublasOperation_t tb = s.trans_a ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's B is our A
-  check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
-  check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
+  check_blaslt(blaslt_api().cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta), "transa");
+  check_blaslt(blaslt_api().cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb), "transb");
   cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_DEFAULT;
   if (s.has_bias)
     epi = s.epilogue == 1 ? CUBLASLT_EPILOGUE_RELU_BIAS : s.epilogue == 2 ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_BIAS;
   else
     epi = s.epilogue == 1 ? CUBLASLT_EPILOGUE_RELU : s.epilogue == 2 ? CUBLASLT_EPILOGUE_GELU : CUBLASLT_EPILOGUE_DEFAULT;
-  check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
+  check_blaslt(blaslt_api().cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi), "epilogue");
   if (s.has_bias) {
     void* p = reinterpret_cast<void*>(bias);
-    check_blaslt(cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p), "bias pointer");
+    check_blaslt(blaslt_api().cublasLtMatmulDescSetAttribute(op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &p, sizeof p), "bias pointer");
   }
   // Our B buffer: stored k x n (ld n), or n x k when transposed (ld k).
   a = s.trans_b ? layout(type, s.k, s.n, s.k, s.batch, s.stride_b) : layout(type, s.n, s.k, s.n, s.batch, s.stride_b);
@@ -127,30 +128,30 @@ GemmDescs::GemmDescs(const GemmSpec& s, CUdeviceptr bias) {
 }
 
 GemmDescs::~GemmDescs() {
-  if (a) cublasLtMatrixLayoutDestroy(a);
-  if (b) cublasLtMatrixLayoutDestroy(b);
-  if (c) cublasLtMatrixLayoutDestroy(c);
-  if (d) cublasLtMatrixLayoutDestroy(d);
-  if (op) cublasLtMatmulDescDestroy(op);
+  if (a) blaslt_api().cublasLtMatrixLayoutDestroy(a);
+  if (b) blaslt_api().cublasLtMatrixLayoutDestroy(b);
+  if (c) blaslt_api().cublasLtMatrixLayoutDestroy(c);
+  if (d) blaslt_api().cublasLtMatrixLayoutDestroy(d);
+  if (op) blaslt_api().cublasLtMatmulDescDestroy(op);
 }
 
 std::vector<GemmAlgo> gemm_heuristic(const GemmDescs& d, size_t max_workspace, int count) {
   cublasLtMatmulPreference_t pref;
-  check_blaslt(cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
+  check_blaslt(blaslt_api().cublasLtMatmulPreferenceCreate(&pref), "cublasLtMatmulPreferenceCreate");
   struct Free {
     cublasLtMatmulPreference_t p;
-    ~Free() { cublasLtMatmulPreferenceDestroy(p); }
+    ~Free() { blaslt_api().cublasLtMatmulPreferenceDestroy(p); }
   } free_pref{pref};
-  check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
+  check_blaslt(blaslt_api().cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &max_workspace,
                                                     sizeof max_workspace),
                "workspace preference");
   uint32_t align = 16;
   for (auto attr : {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                     CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES})
-    check_blaslt(cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align), "alignment preference");
+    check_blaslt(blaslt_api().cublasLtMatmulPreferenceSetAttribute(pref, attr, &align, sizeof align), "alignment preference");
   std::vector<cublasLtMatmulHeuristicResult_t> r(static_cast<size_t>(std::max(count, 1)));
   int got = 0;
-  cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(blaslt_handle(), d.op, d.a, d.b, d.c, d.d, pref,
+  cublasStatus_t st = blaslt_api().cublasLtMatmulAlgoGetHeuristic(blaslt_handle(), d.op, d.a, d.b, d.c, d.d, pref,
                                                      static_cast<int>(r.size()), r.data(), &got);
   std::vector<GemmAlgo> out;
   if (st != CUBLAS_STATUS_SUCCESS) return out;
@@ -181,7 +182,7 @@ GemmPlan::GemmPlan(const GemmSpec& s, const std::optional<std::array<uint64_t, 8
   }
   std::memcpy(&algo_, algo->data(), sizeof algo_);
   cublasLtMatmulHeuristicResult_t r{};
-  cublasStatus_t st = cublasLtMatmulAlgoCheck(blaslt_handle(), descs_.op, descs_.a, descs_.b, descs_.c, descs_.d,
+  cublasStatus_t st = blaslt_api().cublasLtMatmulAlgoCheck(blaslt_handle(), descs_.op, descs_.a, descs_.b, descs_.c, descs_.d,
                                               &algo_, &r);
   if (st != CUBLAS_STATUS_SUCCESS)
     fail(ErrorCode::incompatible_artifact,
@@ -198,7 +199,7 @@ void GemmPlan::run(CUstream stream, CUdeviceptr a, CUdeviceptr b, CUdeviceptr c,
                    size_t workspace_bytes) const {
   float beta = spec_.has_c ? spec_.beta : 0.f;
   auto* pc = reinterpret_cast<const void*>(spec_.has_c ? c : d);
-  check_blaslt(cublasLtMatmul(blaslt_handle(), descs_.op, &spec_.alpha, reinterpret_cast<const void*>(b), descs_.a,
+  check_blaslt(blaslt_api().cublasLtMatmul(blaslt_handle(), descs_.op, &spec_.alpha, reinterpret_cast<const void*>(b), descs_.a,
                               reinterpret_cast<const void*>(a), descs_.b, &beta, pc, descs_.c,
                               reinterpret_cast<void*>(d), descs_.d, &algo_, reinterpret_cast<void*>(workspace),
                               workspace_bytes, reinterpret_cast<cudaStream_t>(stream)),

@@ -1,4 +1,5 @@
 // The CUDA driver API through dlopen (driver.h), device facts and buffers.
+#include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/run/driver.h"
 
 #include <cublasLt.h>
@@ -115,7 +116,7 @@ DeviceFacts device_facts(int ordinal) {
   if (cudaRuntimeGetVersion(&rt) != cudaSuccess) rt = 0;
   f.libraries = {{"cuda_driver", std::to_string(drv)},
                  {"cuda_runtime", std::to_string(rt)},
-                 {"cublaslt", std::to_string(cublasLtGetVersion())},
+                 {"cublaslt", std::to_string(blaslt_api().cublasLtGetVersion())},
                  {"cudnn", cudnn_version()}};
   return f;
 }

@@ -16,6 +16,7 @@
 #include "support/error.h"
 #include "support/log.h"
 #include "targets/cuda/run/blaslt.h"
+#include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/cudnn_conv.h"
 #include "targets/cuda/run/driver.h"
@@ -482,6 +483,7 @@ void prewarm(int device) {
   Prewarm& p = prewarm_state();
   std::lock_guard<std::mutex> lock(p.mu);
   if (p.done.valid()) return;
+  preload_blaslt();  // its own thread: opening the library overlaps the driver's initialisation
   // Measured on the H200 (bench/results/cuda/warm_start.md): a first-use
   // matmul here as well made warm starts slower, since its cost is per
   // data type and kernel family and it then delayed the plans.

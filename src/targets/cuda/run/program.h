@@ -24,8 +24,9 @@ std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp,
 
 /// Starts, once per process and on a background thread, what the first
 /// load_program on `device` needs before it can do anything else: the CUDA
-/// context (~100 ms on an H200) and the cuBLASLt / cuDNN handles, so that
-/// they overlap the model digest and the artifact's read and verification.
+/// context (~100 ms on an H200) and the cuBLASLt / cuDNN handles, and on a
+/// second thread opening cuBLASLt (preload_blaslt), so that they overlap the
+/// driver's initialisation, the model digest and the artifact's read.
 /// load_program waits for it. Errors are swallowed: the load reports them.
 void prewarm(int device);
 

@@ -1,0 +1,72 @@
+// cuBLASLt through dlopen (blaslt_api.h).
+#include "targets/cuda/run/blaslt_api.h"
+
+#include <dlfcn.h>
+#include <fmt/format.h>
+
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "support/error.h"
+
+namespace kiln::targets::cuda {
+
+namespace {
+
+struct Loaded {
+  BlasLtApi api;
+  std::string error;  ///< why it could not be opened; empty when it was
+};
+
+Loaded open_blaslt() {
+  Loaded l;
+  const std::string lib = fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR);
+  void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!h) {
+    const char* e = dlerror();
+    l.error = fmt::format("cannot open {}: {}", lib, e ? e : "unknown error");
+    return l;
+  }
+  auto sym = [&](auto& fn, const char* name) {
+    fn = reinterpret_cast<std::remove_reference_t<decltype(fn)>>(dlsym(h, name));
+    if (!fn && l.error.empty()) l.error = fmt::format("{} has no symbol {}", lib, name);
+  };
+#define KILN_BLASLT_SYM(name) sym(l.api.name, #name);
+  KILN_BLASLT_SYM(cublasLtCreate)
+  KILN_BLASLT_SYM(cublasLtGetVersion)
+  KILN_BLASLT_SYM(cublasLtMatmul)
+  KILN_BLASLT_SYM(cublasLtMatmulAlgoCheck)
+  KILN_BLASLT_SYM(cublasLtMatmulAlgoGetHeuristic)
+  KILN_BLASLT_SYM(cublasLtMatmulDescCreate)
+  KILN_BLASLT_SYM(cublasLtMatmulDescDestroy)
+  KILN_BLASLT_SYM(cublasLtMatmulDescSetAttribute)
+  KILN_BLASLT_SYM(cublasLtMatmulPreferenceCreate)
+  KILN_BLASLT_SYM(cublasLtMatmulPreferenceDestroy)
+  KILN_BLASLT_SYM(cublasLtMatmulPreferenceSetAttribute)
+  KILN_BLASLT_SYM(cublasLtMatrixLayoutCreate)
+  KILN_BLASLT_SYM(cublasLtMatrixLayoutDestroy)
+  KILN_BLASLT_SYM(cublasLtMatrixLayoutSetAttribute)
+#undef KILN_BLASLT_SYM
+  return l;
+}
+
+const Loaded& loaded() {
+  static const Loaded l = open_blaslt();  // thread-safe, once
+  return l;
+}
+
+}  // namespace
+
+const BlasLtApi& blaslt_api() {
+  const Loaded& l = loaded();
+  if (!l.error.empty()) fail(ErrorCode::unsupported, "cuBLASLt: {}", l.error);
+  return l.api;
+}
+
+void preload_blaslt() {
+  static std::once_flag once;
+  std::call_once(once, [] { std::thread([] { loaded(); }).detach(); });
+}
+
+}  // namespace kiln::targets::cuda

@@ -1,0 +1,42 @@
+// cuBLASLt opened with dlopen instead of linked: the library is ~500 MB and
+// its ~590,000 relocations cost ~60 ms at every process start (measured here:
+// dlopen of libcublasLt.so.13, 59 ms). Opened on first use, or earlier on a
+// background thread (preload_blaslt), a cuda load overlaps that cost with the
+// driver's initialisation, and cpu-only runs never pay it.
+#pragma once
+#include <cublasLt.h>
+
+namespace kiln::targets::cuda {
+
+/// The cuBLASLt entry points kiln calls, with their header's signatures.
+struct BlasLtApi {
+#define KILN_BLASLT_FN(name) decltype(&::name) name = nullptr;
+  KILN_BLASLT_FN(cublasLtCreate)
+  KILN_BLASLT_FN(cublasLtGetVersion)
+  KILN_BLASLT_FN(cublasLtMatmul)
+  KILN_BLASLT_FN(cublasLtMatmulAlgoCheck)
+  KILN_BLASLT_FN(cublasLtMatmulAlgoGetHeuristic)
+  KILN_BLASLT_FN(cublasLtMatmulDescCreate)
+  KILN_BLASLT_FN(cublasLtMatmulDescDestroy)
+  KILN_BLASLT_FN(cublasLtMatmulDescSetAttribute)
+  KILN_BLASLT_FN(cublasLtMatmulPreferenceCreate)
+  KILN_BLASLT_FN(cublasLtMatmulPreferenceDestroy)
+  KILN_BLASLT_FN(cublasLtMatmulPreferenceSetAttribute)
+  KILN_BLASLT_FN(cublasLtMatrixLayoutCreate)
+  KILN_BLASLT_FN(cublasLtMatrixLayoutDestroy)
+  KILN_BLASLT_FN(cublasLtMatrixLayoutSetAttribute)
+#undef KILN_BLASLT_FN
+};
+
+/// libcublasLt.so.<CUBLAS_VER_MAJOR> opened once (thread-safe) and its entry
+/// points. Throws Error(unsupported) naming the library (dlerror's reason)
+/// when it cannot be opened or lacks one of them; every later call throws the
+/// same error.
+const BlasLtApi& blaslt_api();
+
+/// Starts blaslt_api() on a background thread, once per process, so that
+/// opening the library overlaps other start-up work; blaslt_api() callers
+/// then wait only for what is left. Never throws.
+void preload_blaslt();
+
+}  // namespace kiln::targets::cuda
