@@ -270,7 +270,9 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   int reader = softmax, qk = -1;
   while (qk < 0) {
     int p = mt.sole_producer(cur, reader);
-    if (p < 0) return skip(fmt::format("the scores chain ('{}') has another reader, or is no node this pattern knows", m.value(cur).name));
+    if (p < 0)
+      return skip(fmt::format("the scores chain ('{}') has another reader, or is no node this pattern knows",
+                              m.value(cur).name));
     const ir::Node& n = nodes[p];
     if (n.op_type == "MatMul") {
       qk = p;
@@ -298,11 +300,14 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
       auto ms = broadcast_strides(mt.dims(mv), sd);
       mask_dtype = m.value(mv).dtype;
       const ir::Value& mval = m.value(mv);
-      if (!ms || !is_float_storage(mask_dtype) || !mval.shape || !ir::is_static(*mval.shape)) return skip("the mask does not broadcast to the scores, or is not float");
+      if (!ms || !is_float_storage(mask_dtype) || !mval.shape || !ir::is_static(*mval.shape))
+        return skip("the mask does not broadcast to the scores, or is not float");
       mask = view4(mv, *ms);
       cur = n.inputs[side];
     } else {
-      return skip(fmt::format("the scores chain meets {} (op_type {}), which is not a MatMul, scalar Mul / Div, mask Add or Cast", n.label(), n.op_type));
+      return skip(fmt::format(
+          "the scores chain meets {} (op_type {}), which is not a MatMul, scalar Mul / Div, mask Add or Cast",
+          n.label(), n.op_type));
     }
     out.absorbed.push_back(p);
     reader = p;
@@ -312,10 +317,13 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   if (!is_half(dt)) return skip("the Q K^T MatMul is not float16 / bfloat16");
   // P V: the probabilities' only reader (through a Cast back to 16 bits), as the left operand.
   ir::ValueId probs = sm.outputs[0];
-  auto only_reader = [&](ir::ValueId v) { return uses.is_output[v] || uses.readers[v].size() != 1 ? -1 : uses.readers[v][0]; };
+  auto only_reader = [&](ir::ValueId v) {
+    return uses.is_output[v] || uses.readers[v].size() != 1 ? -1 : uses.readers[v][0];
+  };
   int pv = only_reader(probs);
   if (pv >= 0 && sdt != dt) {
-    if (done[pv] || !is_float_cast(m, nodes[pv]) || m.value(nodes[pv].outputs[0]).dtype != dt) return skip("the probabilities go to a node other than a Cast back to 16 bits");
+    if (done[pv] || !is_float_cast(m, nodes[pv]) || m.value(nodes[pv].outputs[0]).dtype != dt)
+      return skip("the probabilities go to a node other than a Cast back to 16 bits");
     out.absorbed.push_back(pv);
     probs = nodes[pv].outputs[0];
     pv = only_reader(probs);
@@ -367,7 +375,8 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   if (qd.size() != sd.size() || kd.size() != sd.size() || vd.size() != sd.size() || od.size() != sd.size())
     return skip("Q, K^T, V or the output have another rank");
   for (int64_t i = 0; i + 2 < rank; ++i)
-    if (qd[i] != sd[i] || kd[i] != sd[i] || vd[i] != sd[i]) return skip("Q, K^T and V batch dims differ from the scores' (broadcast batch dims)");  // no broadcast batch dims
+    if (qd[i] != sd[i] || kd[i] != sd[i] || vd[i] != sd[i])
+      return skip("Q, K^T and V batch dims differ from the scores' (broadcast batch dims)");
   AttentionSpec s;
   s.dtype = dt;
   s.sq = sd[rank - 2];
