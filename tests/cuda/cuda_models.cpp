@@ -294,6 +294,25 @@ ModelBuilder attention_mask_model() {
   return b;
 }
 
+ModelBuilder scaled_after_mask_model(const std::string& after_op, float after) {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 2, 70, 16});
+  std::vector<float> mask(70);
+  for (int i = 0; i < 70; ++i) mask[static_cast<size_t>(i)] = 0.1f * static_cast<float>(i % 7);
+  b.initializer("m", {70}, mask);
+  b.initializer("pre", {}, {0.25f});
+  b.initializer("post", {}, {after});
+  ModelBuilder::attr_ints(b.node("Transpose", {"x"}, {"xt"}), "perm", {0, 1, 3, 2});
+  b.node("MatMul", {"x", "xt"}, {"s"});
+  b.node("Mul", {"s", "pre"}, {"s1"});
+  b.node("Add", {"s1", "m"}, {"sm"});
+  b.node(after_op, {"sm", "post"}, {"ss"});
+  ModelBuilder::attr_int(b.node("Softmax", {"ss"}, {"p"}), "axis", -1);
+  b.node("MatMul", {"p", "x"}, {"y"});
+  b.output("y", 1, {2, 2, 70, 16});
+  return b;
+}
+
 ModelBuilder pointwise_model() {
   ModelBuilder b(17);
   b.input("x", 1, {2, 6, 5, 7});

@@ -62,6 +62,12 @@ ModelBuilder attention_model();
 ///     mask, Sq != Skv, head dim 40): Softmax(q k^T / sqrt(40)) v.
 ModelBuilder attention_mask_model();
 
+/// Self-attention with a scaling after the mask (fused by the cuda target,
+/// GPU only to run): x float32[2,2,70,16] -> Softmax((x x^T * 0.25 + m)
+/// <after_op> after) x = y [2,2,70,16], m a [70] constant (0 .. 0.6),
+/// after_op "Mul" or "Div": the scaling after the Add scales the mask too.
+ModelBuilder scaled_after_mask_model(const std::string& after_op, float after);
+
 /// 1x1 convolutions (GPU only to run): x float32[2,6,5,7] ->
 ///   s  = Conv1x1(Relu(Conv1x1(x, W1[4,6,1,1]) + B1), W2[6,4,1,1]) + x   [2,6,5,7]  (two cuBLASLt matmuls)
 ///   c3 = Conv1x1(s, W3[5,6,1,1], strides 2)                              [2,5,3,4]  (cuDNN: strided)

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <tuple>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
@@ -79,10 +80,26 @@ TEST(CudaAttention, SdpaFormWithMaskAndRank3CrossAttentionFuse) {
     for (auto& n : l.cp.model.main.nodes)
       if (n.s("source_op", "") == "Attention") {
         with_mask += n.inputs.size() == 4;
+        EXPECT_FLOAT_EQ(n.f("attention_mask_scale"), 1.f) << "scalings before the mask Add leave it alone";
         int64_t grid = n.ints("grid")[0];
         EXPECT_TRUE(grid == 2 * 3 * 2 || grid == 6 * 1) << grid << ": 2 x 3 heads x 2 tiles (100 rows); 6 x 1 tile";
       }
     EXPECT_EQ(with_mask, 1);
+  }
+}
+
+TEST(CudaAttention, ScalingAfterTheMaskAddScalesTheMaskToo) {
+  // (s * 0.25 + m) * -2: scores scaled by -0.5, the mask by -2 (a -inf mask
+  // entry becomes +inf, as in the graph); / 4: 0.0625 and 0.25.
+  for (auto [op, after, scale, mask_scale] :
+       {std::tuple{"Mul", -2.f, -0.5f, -2.f}, std::tuple{"Div", 4.f, 0.0625f, 0.25f}}) {
+    Lowered l = lower(import(scaled_after_mask_model(op, after)), DType::f16);
+    ASSERT_EQ(l.st.attentions, 1) << op;
+    for (auto& n : l.cp.model.main.nodes)
+      if (n.s("source_op", "") == "Attention") {
+        EXPECT_FLOAT_EQ(n.f("attention_scale"), scale) << op;
+        EXPECT_FLOAT_EQ(n.f("attention_mask_scale"), mask_scale) << op;
+      }
   }
 }
 

@@ -135,6 +135,8 @@ std::vector<Case> cases() {
       {"attention", attention_model,
        [] { return std::map<std::string, Tensor>{{"x", wave({2, 8, 32}, 1.f, 0.4f)}}; }, {}},
       {"attention-mask", attention_mask_model, attention_mask_inputs, {}},
+      {"attention-scaled-mask", [] { return scaled_after_mask_model("Mul", -2.f); },
+       [] { return std::map<std::string, Tensor>{{"x", wave({2, 2, 70, 16}, 1.f, 0.6f)}}; }, {}},
       {"norms", norms_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 4, 3, 3}, 2.f, 0.7f)}}; }, {}},
       {"pools", pool_model, [] { return std::map<std::string, Tensor>{{"x", wave({1, 4, 9, 9}, 3.f, 0.4f)}}; }, {}},
       {"convnet", conv_model, [] { return std::map<std::string, Tensor>{{"x", wave({2, 3, 16, 16}, 1.f, 0.9f)}}; }, {},

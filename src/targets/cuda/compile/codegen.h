@@ -162,7 +162,7 @@ struct AttentionView {
   std::array<int64_t, 4> strides{0, 0, 0, 0};
 };
 
-/// softmax(scale * Q K^T + mask) V per (batch, head): Q [b, h, sq, d],
+/// softmax(scale * Q K^T + mask_scale * mask) V per (batch, head): Q [b, h, sq, d],
 /// K [b, h, skv, d], V [b, h, skv, dv], optional additive mask broadcast to
 /// [b, h, sq, skv], output [b, h, sq, dv]; Q, K, V and the output of `dtype`
 /// (float16 or bfloat16), the mask of mask_dtype (any float storage).
@@ -173,6 +173,9 @@ struct AttentionSpec {
   AttentionView q, k, v, out;
   std::optional<AttentionView> mask;
   DType mask_dtype = DType::f32;
+  /// The mask's factor: scores are scale * Q K^T + mask_scale * mask (a
+  /// scaling after the mask Add, (Q K^T + mask) * c, scales both).
+  float mask_scale = 1.f;
   /// Rows whose softmax is undefined (every score -inf, or a NaN) give 0
   /// instead of NaN (torch's Where(IsNaN(P), 0, P) after the Softmax).
   bool nan_to_zero = false;

@@ -262,7 +262,9 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
 
   AttentionLowered out;
   out.absorbed.push_back(softmax);
-  float scale = 1.f;
+  // Every scalar scaling multiplies the scores; one between the mask Add and
+  // the Softmax, (s + mask) * c, multiplies the mask too (mask_scale).
+  float scale = 1.f, mask_scale = 1.f;
   std::optional<AttentionView> mask;
   DType mask_dtype = DType::f32;
   // Scores chain: Softmax <- [Add mask] / scalar Mul / Div <- MatMul.
@@ -280,6 +282,7 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
       cur = n.inputs[0];
     } else if (auto sc = scalar_scaling(m, n); sc && mt.dims(n.inputs[sc->first]) == sd) {
       scale *= sc->second;
+      if (!mask) mask_scale *= sc->second;  // after the Add (if any): it scales the mask as well
       cur = n.inputs[sc->first];
     } else if (n.op_type == "Add" && n.inputs.size() == 2 && !mask) {
       // The scores side is the operand whose own chain reaches a MatMul.
@@ -402,6 +405,7 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   if (v.scale != 1.f) return skip("V is scaled");  // a scaled V is not softmax's scale
   s.mask = mask;
   s.mask_dtype = mask_dtype;
+  s.mask_scale = mask ? mask_scale : 1.f;
   s.nan_to_zero = nan_to_zero;
 
   // The output, written through a following Transpose when it is the only reader.

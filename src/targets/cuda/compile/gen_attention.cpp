@@ -81,11 +81,13 @@ ir::Node gen_attention(Lowering& L, const ir::Node& from, const AttentionSpec& s
                                    fmt::arg("cs", m.strides[3]));
   }
   const int64_t smem = (2 * kRows * qld + kChunk * vld) * 2;
-  // Four blocks per SM (at most 128 registers): 768 blocks of BERT-base
-  // batch 32 then take 1.5 waves instead of 2.9 (Nsight Compute on the H200:
-  // 180 registers, 2 blocks per SM). KILN_CUDA_ATTN_MIN_BLOCKS=N overrides
+  // Head dims up to 64: four blocks per SM (at most 128 registers, no spills
+  // at 64): 768 blocks of BERT-base batch 32 then take 1.5 waves instead of
+  // 2.9 (Nsight Compute on the H200: 180 registers, 2 blocks per SM). Larger
+  // head dims spill under that cap (92 bytes at 80, 732 at 128: nvcc
+  // -Xptxas -v), so they get none. KILN_CUDA_ATTN_MIN_BLOCKS=N overrides
   // (0: no cap), for measuring.
-  int blocks = 4;
+  int blocks = dp <= 64 && dvp <= 64 ? 4 : 0;
   if (const char* mb = std::getenv("KILN_CUDA_ATTN_MIN_BLOCKS"); mb && *mb) blocks = std::atoi(mb);
   const std::string min_blocks = blocks > 0 ? fmt::format(", {}", blocks) : std::string();
   const bool pair_store = s.out.strides[3] == 1 && s.dv % 2 == 0 && s.out.strides[0] % 2 == 0 &&
@@ -183,7 +185,7 @@ extern "C" __global__ void __launch_bounds__({threads}{min_blocks}) {fn}(const u
       for (int hf = 0; hf < 2; ++hf) {{
         const int row = q0 + r0 + g + hf * 8, col = kv0 + n * 8 + 2 * t;
         float m0 = 0.f, m1 = 0.f;
-        {mask_add}
+        {mask_add}{mask_scale}
         const float ninf = -__int_as_float(0x7f800000);
         const float x0 = col < {SKV} ? s[n][2 * hf] * {scale} + m0 : ninf;
         const float x1 = col + 1 < {SKV} ? s[n][2 * hf + 1] * {scale} + m1 : ninf;
@@ -258,6 +260,9 @@ extern "C" __global__ void __launch_bounds__({threads}{min_blocks}) {fn}(const u
       fmt::arg("SKV", s.skv), fmt::arg("D", s.d), fmt::arg("DV", s.dv), fmt::arg("scale_f", s.scale),
       fmt::arg("scale", float_literal(s.scale)), fmt::arg("fn", fn), fmt::arg("mma", mma), fmt::arg("cvt", cvt),
       fmt::arg("threads", kThreads), fmt::arg("min_blocks", min_blocks), fmt::arg("mask_param", mask_param), fmt::arg("mask_add", mask_add),
+      fmt::arg("mask_scale", s.mask && s.mask_scale != 1.f
+                                 ? fmt::format("\n        m0 *= {0}; m1 *= {0};", float_literal(s.mask_scale))
+                                 : std::string()),
       fmt::arg("QLD", qld), fmt::arg("VLD", vld), fmt::arg("ROWS", kRows), fmt::arg("CHUNK", kChunk),
       fmt::arg("DP", dp), fmt::arg("DVP", dvp), fmt::arg("TILES", tiles),
       fmt::arg("qbase", base(s.q)), fmt::arg("kbase", base(s.k)), fmt::arg("vbase", base(s.v)),
@@ -273,6 +278,8 @@ extern "C" __global__ void __launch_bounds__({threads}{min_blocks}) {fn}(const u
   if (s.mask) inputs.push_back(s.mask->value);
   ir::Node k = L.kernel_node(from, fn, std::move(inputs), {s.out.value}, s.b * s.h * tiles, kThreads, smem);
   k.attrs["source_op"] = std::string("Attention");
+  k.attrs["attention_scale"] = s.scale;  // for reports and tests; the kernel has them baked in
+  k.attrs["attention_mask_scale"] = s.mask_scale;
   return k;
 }
 
