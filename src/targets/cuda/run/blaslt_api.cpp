@@ -4,7 +4,6 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include <mutex>
 #include <string>
 #include <thread>
 
@@ -65,8 +64,16 @@ const BlasLtApi& blaslt_api() {
 }
 
 void preload_blaslt() {
-  static std::once_flag once;
-  std::call_once(once, [] { std::thread([] { loaded(); }).detach(); });
+  // Joined at exit (not detached): a process that ends early never tears
+  // down while the thread is still opening the library.
+  struct Joined {
+    std::thread t{[] { loaded(); }};
+    ~Joined() {
+      if (t.joinable()) t.join();
+    }
+  };
+  static Joined preload;
+  (void)preload;
 }
 
 }  // namespace kiln::targets::cuda
