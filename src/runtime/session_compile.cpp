@@ -364,6 +364,7 @@ Session::Session(const fs::path& onnx_path, const SessionOptions& opt) {
   opt.validate();
   // Before build_facts: the driver's initialisation there and opening cuBLASLt overlap.
   if (opt.target.kind == Target::Kind::cuda) targets::prewarm_device("cuda", opt.target.device);
+  targets::DevicePrewarmSettler settle;  // nothing of it still running when this returns or throws
   program_ = obtain_program(onnx_path, opt, build_facts(opt), stats_);
 }
 

@@ -15,6 +15,7 @@ std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path
   // Before the compatibility check (it asks the driver and cuBLASLt for their
   // versions): the device setup overlaps it and the artifact's read.
   targets::prewarm_device(compat.target, opt.target.device);
+  targets::DevicePrewarmSettler settle;  // nothing of it still running when this returns or throws
   const double compat_ms = sw.ms();
   auto mismatches = targets::check_runnable(compat, opt.target);
   if (!mismatches.empty()) {

@@ -55,6 +55,17 @@ std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgr
 /// without CUDA; never throws (the load reports device errors).
 void prewarm_device(std::string_view target, int device);
 
+/// Waits for what prewarm_device started (nothing if it started nothing):
+/// called before a session that started it returns or throws, so that no
+/// library initialiser runs while the process exits. Never throws.
+void settle_device_prewarm();
+
+/// Calls settle_device_prewarm() when it goes out of scope (a session
+/// constructor's exit, normal or by exception).
+struct DevicePrewarmSettler {
+  ~DevicePrewarmSettler() { settle_device_prewarm(); }
+};
+
 /// Domain of the cpu target's lowered operators.
 inline constexpr std::string_view kCpuDomain = "kiln.cpu";
 

@@ -1,9 +1,22 @@
 // Small ONNX models for the cuda target's tests (cuda_models.h).
 #include "cuda_models.h"
 
+#include "onnx/importer.h"
+#include "passes/passes.h"
+
 #include <cmath>
 
 namespace kiln::testing {
+
+ir::Model imported_model(const ModelBuilder& b) {
+  auto bytes = b.bytes();
+  ir::Model m = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(m, {});
+  passes::infer_and_fold(m);
+  passes::eliminate_dead_code(m);
+  return m;
+}
+
 
 void attr_float(onnx::NodeProto& n, const std::string& name, float v) {
   auto* a = n.add_attribute();

@@ -1,8 +1,14 @@
 // Small ONNX models for the cuda target's tests (tests/cuda).
 #pragma once
 #include "../unit/onnx/model_builder.h"
+#include "ir/graph.h"
 
 namespace kiln::testing {
+
+/// `b` imported with its input shapes bound, shapes inferred, constants
+/// folded and dead code removed: what the cuda pipeline hands to its
+/// passes and lowering (minus the algebraic rewrites).
+ir::Model imported_model(const ModelBuilder& b);
 
 /// Sets a float attribute on a node.
 void attr_float(onnx::NodeProto& n, const std::string& name, float v);

@@ -18,14 +18,7 @@
 namespace kiln::testing {
 namespace {
 
-ir::Model import(const ModelBuilder& b) {
-  auto bytes = b.bytes();
-  ir::Model m = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::bind_input_shapes(m, {});
-  passes::infer_and_fold(m);
-  passes::eliminate_dead_code(m);
-  return m;
-}
+ir::Model import(const ModelBuilder& b) { return imported_model(b); }
 
 struct Lowered {
   targets::cuda::LowerStats st;

@@ -29,6 +29,12 @@ void prewarm_device(std::string_view target, int device) {
 #endif
 }
 
+void settle_device_prewarm() {
+#ifdef KILN_WITH_CUDA
+  cuda::settle_prewarm();
+#endif
+}
+
 KernelFactory find_factory(std::string_view target, std::string_view domain, std::string_view op_type) {
   if (target == "cpu" && domain == kCpuDomain) return cpu::find_factory(op_type);
   return nullptr;

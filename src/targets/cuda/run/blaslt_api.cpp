@@ -4,6 +4,7 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <atomic>
 #include <string>
 #include <thread>
 
@@ -63,9 +64,9 @@ const BlasLtApi& blaslt_api() {
   return l.api;
 }
 
+std::atomic<bool> preload_started{false};
+
 void preload_blaslt() {
-  // Joined at exit (not detached): a process that ends early never tears
-  // down while the thread is still opening the library.
   struct Joined {
     std::thread t{[] { loaded(); }};
     ~Joined() {
@@ -73,7 +74,11 @@ void preload_blaslt() {
     }
   };
   static Joined preload;
-  (void)preload;
+  preload_started = true;
+}
+
+void await_blaslt_preload() {
+  if (preload_started) (void)loaded();  // a static being initialised: waits for the other thread
 }
 
 }  // namespace kiln::targets::cuda

@@ -39,4 +39,11 @@ const BlasLtApi& blaslt_api();
 /// then wait only for what is left. Never throws.
 void preload_blaslt();
 
+/// Waits until a preload_blaslt() started earlier has finished opening the
+/// library (returns at once if none was started). Library initialisers
+/// still running when the process exits crash (its exit handlers have torn
+/// down what they use), so every path that started a preload waits here
+/// before it may return or throw (cuda::settle_prewarm).
+void await_blaslt_preload();
+
 }  // namespace kiln::targets::cuda

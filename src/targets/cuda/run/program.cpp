@@ -502,6 +502,11 @@ void prewarm(int device) {
            }).share();
 }
 
+void settle_prewarm() {
+  await_prewarm();
+  await_blaslt_preload();
+}
+
 std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device) {
   return std::make_unique<CudaProgram>(cp, device);
 }

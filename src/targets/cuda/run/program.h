@@ -30,4 +30,10 @@ std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp,
 /// load_program waits for it. Errors are swallowed: the load reports them.
 void prewarm(int device);
 
+/// Waits for prewarm()'s threads (the context, the handles, opening
+/// cuBLASLt) to finish, if they were started: what a session that started
+/// them does before it returns or throws, so that no library initialiser is
+/// still running when the process exits. Never throws.
+void settle_prewarm();
+
 }  // namespace kiln::targets::cuda
