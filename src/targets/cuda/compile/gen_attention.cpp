@@ -1,7 +1,7 @@
 // Fused scaled-dot-product attention kernel (codegen.h: gen_attention):
-// softmax(scale * Q K^T + mask) V for one (batch, head) and 64 query rows
-// per block, on tensor cores through mma.sync m16n8k16 (float16 / bfloat16
-// inputs, float32 accumulation and softmax).
+// softmax(scale * Q K^T + mask_scale * mask) V for one (batch, head) and 64
+// query rows per block, on tensor cores through mma.sync m16n8k16 (float16 /
+// bfloat16 inputs, float32 accumulation and softmax).
 //
 // The algorithm is FlashAttention-2's (Dao, "FlashAttention-2: Faster
 // Attention with Better Parallelism and Work Partitioning", 2023, Alg. 1):
@@ -15,7 +15,9 @@
 // lane = 4 * g + t; A (16x16, row-major) holds rows g and g+8, columns
 // 2t..2t+1 and 2t+8..2t+9; B (16x8) holds rows 2t..2t+1 and 2t+8..2t+9 of
 // column g; C (16x8, float) holds rows g and g+8, columns 2t..2t+1. A score
-// tile's C fragments are therefore, two by two, the A fragments of P V.
+// tile's C fragments are therefore, two by two, the A fragments of P V; V's
+// B fragments come from row-major V through ldmatrix .trans (section "Warp
+// Level Matrix Load Instruction: ldmatrix").
 #include <fmt/format.h>
 
 #include <algorithm>
