@@ -230,8 +230,9 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
   Notes notes{st, opt};
   // A cuda session needs its CUDA context whether it loads or compiles:
   // create it while the model is read and digested.
-  if (opt.target.kind == Target::Kind::cuda) targets::prewarm_device("cuda", opt.target.device);
-  log().debug("session for '{}' starts {:.0f} ms after the process started", onnx_path.string(), ms_since_process_start());
+  if (log().should_log(spdlog::level::debug))
+    log().debug("session for '{}' starts {:.0f} ms after the process started", onnx_path.string(),
+                ms_since_process_start());
   if (!opt.use_cache)
     return compile_in_memory(onnx_path, opt, request_compat(cache::digest_model(onnx_path).digest, opt, facts), st);
 
@@ -363,8 +364,8 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
 Session::Session(const fs::path& onnx_path, const SessionOptions& opt) {
   opt.validate();
   // Before build_facts: the driver's initialisation there and opening cuBLASLt overlap.
-  if (opt.target.kind == Target::Kind::cuda) targets::prewarm_device("cuda", opt.target.device);
-  targets::DevicePrewarmSettler settle;  // nothing of it still running when this returns or throws
+  targets::DevicePrewarmSettler settle;  // nothing it started still running when this returns or throws
+  if (opt.target.kind == Target::Kind::cuda) settle.active = targets::prewarm_device("cuda", opt.target.device);
   program_ = obtain_program(onnx_path, opt, build_facts(opt), stats_);
 }
 

@@ -14,8 +14,8 @@ std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path
   artifact::CompatInfo compat = artifact::read_compat(path);
   // Before the compatibility check (it asks the driver and cuBLASLt for their
   // versions): the device setup overlaps it and the artifact's read.
-  targets::prewarm_device(compat.target, opt.target.device);
-  targets::DevicePrewarmSettler settle;  // nothing of it still running when this returns or throws
+  targets::DevicePrewarmSettler settle;  // nothing it started still running when this returns or throws
+  settle.active = targets::prewarm_device(compat.target, opt.target.device);
   const double compat_ms = sw.ms();
   auto mismatches = targets::check_runnable(compat, opt.target);
   if (!mismatches.empty()) {
@@ -26,9 +26,10 @@ std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path
   artifact::CompiledProgram cp = artifact::read_file(path);
   const double read_ms = sw.ms();
   auto programs = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
-  log().debug("load '{}': compat block {:.2f} ms, read + verify {:.2f} ms, kernels bound {:.2f} ms (ready {:.0f} ms "
-              "after the process started)",
-              path.string(), compat_ms, read_ms - compat_ms, sw.ms() - read_ms, ms_since_process_start());
+  if (log().should_log(spdlog::level::debug))
+    log().debug("load '{}': compat block {:.2f} ms, read + verify {:.2f} ms, kernels bound {:.2f} ms (ready {:.0f} ms "
+                "after the process started)",
+                path.string(), compat_ms, read_ms - compat_ms, sw.ms() - read_ms, ms_since_process_start());
   return programs;
 }
 

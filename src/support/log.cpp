@@ -29,14 +29,20 @@ double ms_since_process_start() {
   // Field 22 (starttime, clock ticks after boot) counts from the field after
   // the command name's closing parenthesis (field 2 may hold spaces).
   auto close = stat.rfind(')');
-  if (close == std::string::npos) return -1;
+  if (close == std::string::npos || close + 2 >= stat.size()) return -1;
   std::istringstream rest(stat.substr(close + 2));
   std::string field;
   for (int i = 3; i <= 22 && rest >> field; ++i)
     if (i == 22) {
       timespec now{};
       if (clock_gettime(CLOCK_BOOTTIME, &now) != 0) return -1;
-      const double start_s = std::stod(field) / static_cast<double>(sysconf(_SC_CLK_TCK));
+      double ticks = 0;
+      try {
+        ticks = std::stod(field);
+      } catch (const std::exception&) {
+        return -1;
+      }
+      const double start_s = ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
       return (static_cast<double>(now.tv_sec) + static_cast<double>(now.tv_nsec) * 1e-9 - start_s) * 1e3;
     }
   return -1;

@@ -52,8 +52,10 @@ std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgr
 /// `target` ("cuda") on `device` needs first (cuda::prewarm: the CUDA
 /// context and the cuBLASLt / cuDNN handles), so that it overlaps reading
 /// the model and the artifact. Nothing for host targets or in a kiln built
-/// without CUDA; never throws (the load reports device errors).
-void prewarm_device(std::string_view target, int device);
+/// without CUDA; never throws (the load reports device errors). Returns
+/// true when this call started background work, which the caller then
+/// settles (DevicePrewarmSettler) before it returns or throws.
+bool prewarm_device(std::string_view target, int device);
 
 /// Waits for what prewarm_device started (nothing if it started nothing):
 /// called before a session that started it returns or throws, so that no
@@ -61,9 +63,14 @@ void prewarm_device(std::string_view target, int device);
 void settle_device_prewarm();
 
 /// Calls settle_device_prewarm() when it goes out of scope (a session
-/// constructor's exit, normal or by exception).
+/// constructor's exit, normal or by exception), when `active`: only the
+/// session that started the work waits for it (a cpu session in another
+/// thread never does).
 struct DevicePrewarmSettler {
-  ~DevicePrewarmSettler() { settle_device_prewarm(); }
+  bool active = false;
+  ~DevicePrewarmSettler() {
+    if (active) settle_device_prewarm();
+  }
 };
 
 /// Domain of the cpu target's lowered operators.

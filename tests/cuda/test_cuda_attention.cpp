@@ -113,6 +113,19 @@ TEST(CudaAttention, ProbabilitiesReadElsewhereAreNotFused) {
   EXPECT_EQ(l.kernels["Softmax"], 1);
 }
 
+TEST(CudaAttention, ArchitecturesBeforeSm80KeepTheUnfusedPath) {
+  // mma.sync.m16n8k16 needs sm_80: an sm_75 program must still compile.
+  artifact::CompiledProgram cp;
+  cp.model = import(attention_mask_model());
+  targets::cuda::LowerOptions opt;
+  opt.device = -1;
+  opt.dtype = DType::f16;
+  opt.arch = "sm_75";
+  auto st = targets::cuda::lower_for_cuda(cp, opt);
+  EXPECT_EQ(st.attentions, 0);
+  EXPECT_GT(st.cubin_bytes, 0u);
+}
+
 TEST(CudaAttention, EnvironmentSwitchTurnsFusionOff) {
   setenv("KILN_CUDA_FUSED_ATTENTION", "0", 1);
   Lowered l = lower(import(attention_model()), DType::f16);

@@ -82,5 +82,4 @@ void add_perf(CLI::App& app, Common& common);
 /// Prints a JSON object on stdout (one line).
 void print_json(const json& j);
 
-
 }  // namespace kiln::cli

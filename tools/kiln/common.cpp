@@ -1,6 +1,3 @@
-#include <unistd.h>
-#include <ctime>
-#include <sstream>
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -160,6 +157,5 @@ bool is_artifact(const std::string& path) {
 }
 
 void print_json(const json& j) { std::cout << j.dump() << std::endl; }
-
 
 }  // namespace kiln::cli

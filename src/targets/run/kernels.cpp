@@ -20,12 +20,13 @@ std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgr
 #endif
 }
 
-void prewarm_device(std::string_view target, int device) {
+bool prewarm_device(std::string_view target, int device) {
 #ifdef KILN_WITH_CUDA
-  if (target == "cuda") cuda::prewarm(device);
+  return target == "cuda" && cuda::prewarm(device);
 #else
   (void)target;
   (void)device;
+  return false;
 #endif
 }
 

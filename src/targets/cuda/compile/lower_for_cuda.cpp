@@ -15,6 +15,7 @@
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/cuda_ops.h"
+#include "targets/host.h"
 
 namespace kiln::targets::cuda {
 
@@ -84,9 +85,12 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   std::map<int, ir::Node> placed;  // node index -> lowered node emitted there
   std::vector<bool> done(count, false);
   // 0. Attention (16-bit programs): Q K^T, scale, mask, Softmax and P V in one
-  // kernel, before the matmuls would claim its two MatMuls.
+  // kernel, before the matmuls would claim its two MatMuls. The kernel's
+  // mma.sync.m16n8k16 needs sm_80 or newer: older targets keep the unfused path.
   const char* fa = std::getenv("KILN_CUDA_FUSED_ATTENTION");
-  if (!(fa && std::string(fa) == "0"))
+  const bool mma_ok = sm_number(opt.arch).value_or(0) >= 80;
+  if (!mma_ok) log().debug("cuda: no fused attention for {} (its kernel needs sm_80 or newer)", opt.arch);
+  if (!(fa && std::string(fa) == "0") && mma_ok)
     for (int i = 0; i < count; ++i) {
       auto a = lower_attention(L, i, nodes, uses, done);
       if (!a) continue;
@@ -188,7 +192,10 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   if (const char* dump = std::getenv("KILN_CUDA_DUMP_SOURCE"); dump && *dump) {
     std::ofstream f(dump, std::ios::binary);
     f << source;
-    log().info("cuda: kernel source written to '{}' ({} bytes)", dump, source.size());
+    if (f.flush())
+      log().info("cuda: kernel source written to '{}' ({} bytes)", dump, source.size());
+    else
+      log().warn("cuda: KILN_CUDA_DUMP_SOURCE: cannot write '{}'", dump);
   }
   KernelBundle bundle = nvrtc_compile(source, opt.arch);
   st.cubin_bytes = bundle.cubin.size();

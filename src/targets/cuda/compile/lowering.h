@@ -67,7 +67,7 @@ Uses uses_of(const ir::Model& m);
 /// absorbed (a following Add of a [n] constant as the bias epilogue, a
 /// residual Add as C, then a Relu, or a Gelu as cuBLASLt's tanh-form GELU
 /// epilogue: approximate="tanh" always, the erf form in 16-bit programs
-/// only): `node` replaces the last of `absorbed` (the original included).
+/// only, within 4.7e-4 of it): `node` replaces the last of `absorbed`.
 struct GemmLowered {
   ir::Node node;
   std::vector<int> absorbed;
@@ -91,13 +91,17 @@ struct AttentionLowered {
 };
 
 /// Recognizes MatMul(Q, K^T) -> [scalar Mul / Div]* -> [Add mask] ->
-/// Softmax(last axis) -> MatMul(., V) around main-graph Softmax node
+/// [scalar Mul / Div]* -> Softmax(last axis) -> [Where(IsNaN(P), 0, P)] ->
+/// [Dropout / Identity]* -> MatMul(., V) around main-graph Softmax node
 /// `softmax` (`nodes`: the graph's nodes before lowering), float16 / bfloat16
 /// Q, K, V of rank 3 or 4 with equal batch dims, head dims <= 128, every
-/// intermediate read only by the next node; scalar Muls on Q or K^T (the
-/// torch.onnx scaled_dot_product_attention form) fold into the scale, and
-/// Transposes read only by the pattern fold into strides (gen_attention).
-/// nullopt when the pattern is not there; `done` nodes are left alone.
+/// intermediate read only by the next node, float Casts anywhere on the
+/// scores. Scalings after the Add scale the mask too; scalar Muls on Q or
+/// K^T (torch.onnx's scaled_dot_product_attention) fold into the scale;
+/// Transposes and no-copy reshapes read only by the pattern fold into
+/// strides (gen_attention). nullopt when the pattern is not there; `done`
+/// nodes are left alone. The caller only asks for sm_80 and newer (the
+/// kernel's mma.sync.m16n8k16).
 std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const std::vector<ir::Node>& nodes,
                                                 const Uses& uses, const std::vector<bool>& done);
 

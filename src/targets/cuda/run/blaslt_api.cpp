@@ -52,9 +52,12 @@ Loaded open_blaslt() {
 }
 
 const Loaded& loaded() {
-  static const Loaded l = open_blaslt();  // thread-safe, once
+  // Thread-safe, once; never destroyed: plans destroyed during exit still call it.
+  static const Loaded& l = *new Loaded(open_blaslt());
   return l;
 }
+
+std::atomic<bool> preload_started{false};
 
 }  // namespace
 
@@ -63,8 +66,6 @@ const BlasLtApi& blaslt_api() {
   if (!l.error.empty()) fail(ErrorCode::unsupported, "cuBLASLt: {}", l.error);
   return l.api;
 }
-
-std::atomic<bool> preload_started{false};
 
 void preload_blaslt() {
   struct Joined {

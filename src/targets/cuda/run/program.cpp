@@ -355,7 +355,10 @@ class CudaProgram final : public DeviceProgram {
       }
     };
     std::exception_ptr conv_error;
+    bool any_conv = false;
+    for (auto& n : nodes) any_conv |= n.domain == kCudaDomain && n.op_type == "Conv";
     std::thread convs([&] {
+      if (!any_conv) return;
       try {
         build(2);
       } catch (...) {
@@ -479,12 +482,15 @@ class CudaProgram final : public DeviceProgram {
 
 }  // namespace
 
-void prewarm(int device) {
+bool prewarm(int device) {
   Prewarm& p = prewarm_state();
   std::lock_guard<std::mutex> lock(p.mu);
-  if (p.done.valid()) return;
-  preload_blaslt();  // its own thread: opening the library overlaps the driver's initialisation
-  // Measured on the H200 (bench/results/cuda/warm_start.md): a first-use
+  if (p.done.valid()) return false;
+  bool started = false;
+  try {
+    preload_blaslt();  // its own thread: opening the library overlaps the driver's initialisation
+    started = true;
+  // Measured on the H200 (bench/results/cuda/warm_two_stage_prewarm.log): a first-use
   // matmul here as well made warm starts slower, since its cost is per
   // data type and kernel family and it then delayed the plans.
   p.done = std::async(std::launch::async, [device] {
@@ -500,6 +506,10 @@ void prewarm(int device) {
                // The load itself reports what is wrong (no driver, no such device).
              }
            }).share();
+  } catch (const std::exception& e) {  // no thread to be had: the load does it all itself
+    log().debug("cuda: prewarm not started: {}", e.what());
+  }
+  return started;
 }
 
 void settle_prewarm() {

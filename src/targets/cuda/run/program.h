@@ -27,8 +27,11 @@ std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp,
 /// context (~100 ms on an H200) and the cuBLASLt / cuDNN handles, and on a
 /// second thread opening cuBLASLt (preload_blaslt), so that they overlap the
 /// driver's initialisation, the model digest and the artifact's read.
-/// load_program waits for it. Errors are swallowed: the load reports them.
-void prewarm(int device);
+/// load_program waits for it. Returns true when this call started that work
+/// (then the caller must settle_prewarm() before it returns or throws);
+/// false when an earlier call did, or no thread could be started. Never
+/// throws: errors are left for the load to report.
+bool prewarm(int device);
 
 /// Waits for prewarm()'s threads (the context, the handles, opening
 /// cuBLASLt) to finish, if they were started: what a session that started
