@@ -228,8 +228,6 @@ std::string rebuild_note(const Lookup& l, const fs::path& path, bool moved_aside
 std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, const SessionOptions& opt,
                                               const artifact::CompatInfo& facts, SessionStats& st) {
   Notes notes{st, opt};
-  // A cuda session needs its CUDA context whether it loads or compiles:
-  // create it while the model is read and digested.
   if (log().should_log(spdlog::level::debug))
     log().debug("session for '{}' starts {:.0f} ms after the process started", onnx_path.string(),
                 ms_since_process_start());
@@ -363,7 +361,9 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
 
 Session::Session(const fs::path& onnx_path, const SessionOptions& opt) {
   opt.validate();
-  // Before build_facts: the driver's initialisation there and opening cuBLASLt overlap.
+  // A cuda session needs its CUDA context whether it loads or compiles: it is
+  // created in the background, started before build_facts so that the
+  // driver's initialisation there and opening cuBLASLt overlap.
   targets::DevicePrewarmSettler settle;  // nothing it started still running when this returns or throws
   if (opt.target.kind == Target::Kind::cuda) settle.active = targets::prewarm_device("cuda", opt.target.device);
   program_ = obtain_program(onnx_path, opt, build_facts(opt), stats_);

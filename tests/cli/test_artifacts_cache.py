@@ -43,6 +43,11 @@ def test_artifact_runs_without_compiling(kiln, cpu_artifact, tmp_path):
     assert [o["name"] for o in obj["outputs"]] == ["probs"], res.describe()
     assert obj["outputs"][0]["shape"] == [1, 10] and obj["outputs"][0]["dtype"] == "float32", res.describe()
     assert (tmp_path / "probs.npy").is_file(), res.describe()
+    # The warm start's whole cost: from the process's start (10 ms clock
+    # ticks) to the first result, so at least the load and the run.
+    since = obj["since_process_start_ms"]
+    assert since >= obj["load_ms"] + obj["run_ms"] - 10, res.describe()
+    assert since < 60_000, res.describe()
 
 
 def test_check_accepts_artifact_for_this_machine(kiln, cpu_artifact):

@@ -7,9 +7,11 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <tuple>
 
 #include "artifact/artifact.h"
+#include "kiln/errors.h"
 #include "cuda_models.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
@@ -124,6 +126,46 @@ TEST(CudaAttention, ArchitecturesBeforeSm80KeepTheUnfusedPath) {
   auto st = targets::cuda::lower_for_cuda(cp, opt);
   EXPECT_EQ(st.attentions, 0);
   EXPECT_GT(st.cubin_bytes, 0u);
+}
+
+TEST(CudaAttention, GeneratorRefusesWhatItCannotComputeNamingTheNode) {
+  ir::Model m = import(attention_model());
+  targets::cuda::Lowering L{m};
+  ir::Node from;
+  from.op_type = "MatMul";
+  from.name = "pv";
+  targets::cuda::AttentionSpec s;
+  s.sq = s.skv = 8;
+  s.d = s.dv = 64;
+  s.dtype = DType::f32;
+  try {
+    targets::cuda::gen_attention(L, from, s);
+    ADD_FAILURE() << "float32 accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("'pv'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("float16 / bfloat16 only"), std::string::npos) << e.what();
+  }
+  s.dtype = DType::f16;
+  s.d = 200;
+  try {
+    targets::cuda::gen_attention(L, from, s);
+    ADD_FAILURE() << "head dim 200 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("head dims 200 / 64 are outside 1..128"), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(L.source.empty()) << "nothing generated for a refused spec";
+}
+
+TEST(CudaAttention, UnwritableSourceDumpOnlyWarns) {
+  // KILN_CUDA_DUMP_SOURCE is a debugging aid: a path that cannot be written
+  // leaves the compile as it is.
+  setenv("KILN_CUDA_DUMP_SOURCE", "/nonexistent-dir/kiln.cu", 1);
+  Lowered l = lower(import(attention_model()), DType::f16);
+  unsetenv("KILN_CUDA_DUMP_SOURCE");
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_GT(l.st.cubin_bytes, 0u);
+  EXPECT_FALSE(std::filesystem::exists("/nonexistent-dir/kiln.cu"));
 }
 
 TEST(CudaAttention, EnvironmentSwitchTurnsFusionOff) {

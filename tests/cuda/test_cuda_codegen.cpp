@@ -1,6 +1,7 @@
 // The cuda target's compile side without a GPU: lowering and fusion, NVRTC
 // code generation for sm_90 (NVRTC needs no device), the kernels section's
 // round trip through the artifact, and the errors for what cuda cannot run.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -459,6 +460,19 @@ TEST(CudaBlasLt, OpenedAtRunTimeWithTheHeadersMajorVersion) {
   const size_t v = targets::cuda::blaslt_api().cublasLtGetVersion();
   EXPECT_EQ(v / 10000, static_cast<size_t>(CUBLAS_VER_MAJOR)) << v;
   EXPECT_GE(v, static_cast<size_t>(CUBLAS_VER_MAJOR) * 10000);
+}
+
+// A library that cannot be opened, or is not cuBLASLt, is named in the error
+// (blaslt_api() then throws it as Error(unsupported)).
+TEST(CudaBlasLt, UnusableLibraryIsNamed) {
+  auto missing = targets::cuda::open_blaslt_library("libcublasLt.so.999");
+  EXPECT_NE(missing.error.find("cannot open libcublasLt.so.999"), std::string::npos) << missing.error;
+  EXPECT_EQ(missing.api.cublasLtCreate, nullptr);
+  auto other = targets::cuda::open_blaslt_library("libc.so.6");
+  EXPECT_EQ(other.error, "libc.so.6 has no symbol cublasLtCreate");
+  auto real = targets::cuda::open_blaslt_library(fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR));
+  EXPECT_EQ(real.error, "");
+  EXPECT_NE(real.api.cublasLtMatmul, nullptr);
 }
 
 }  // namespace

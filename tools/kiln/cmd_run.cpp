@@ -231,7 +231,8 @@ void add_run(CLI::App& app, Common& common) {
   sub->add_option("--threads", a->threads, "Threads for the run (0 = all cores)")->capture_default_str();
   add_codegen_options(sub, a->codegen);
   sub->add_flag("--json", common.json,
-                "Print one JSON object: cache (hit|miss|none), compile_ms, load_ms, run_ms, inputs, outputs");
+                "Print one JSON object: cache (hit|miss|none), compile_ms, load_ms, run_ms, since_process_start_ms "
+                "(process start to first result: a warm start's whole cost), inputs, outputs");
   sub->callback([a, &common] { run_command(*a, common.json); });
 }
 

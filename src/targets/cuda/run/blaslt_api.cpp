@@ -14,14 +14,12 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-struct Loaded {
-  BlasLtApi api;
-  std::string error;  ///< why it could not be opened; empty when it was
-};
+using Loaded = BlasLtLibrary;
 
-Loaded open_blaslt() {
+}  // namespace
+
+BlasLtLibrary open_blaslt_library(const std::string& lib) {
   Loaded l;
-  const std::string lib = fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR);
   void* h = dlopen(lib.c_str(), RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char* e = dlerror();
@@ -51,9 +49,11 @@ Loaded open_blaslt() {
   return l;
 }
 
+namespace {
+
 const Loaded& loaded() {
   // Thread-safe, once; never destroyed: plans destroyed during exit still call it.
-  static const Loaded& l = *new Loaded(open_blaslt());
+  static const Loaded& l = *new Loaded(open_blaslt_library(fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR)));
   return l;
 }
 

@@ -6,6 +6,8 @@
 #pragma once
 #include <cublasLt.h>
 
+#include <string>
+
 namespace kiln::targets::cuda {
 
 /// The cuBLASLt entry points kiln calls, with their header's signatures.
@@ -27,6 +29,18 @@ struct BlasLtApi {
   KILN_BLASLT_FN(cublasLtMatrixLayoutSetAttribute)
 #undef KILN_BLASLT_FN
 };
+
+/// A cuBLASLt library opened by open_blaslt_library: its entry points, or
+/// why it could not be used.
+struct BlasLtLibrary {
+  BlasLtApi api;
+  std::string error;  ///< "cannot open <lib>: <dlerror>" or "<lib> has no symbol <name>"; empty when usable
+};
+
+/// dlopen(`lib`) (RTLD_NOW | RTLD_LOCAL) and every BlasLtApi entry point;
+/// never throws (blaslt_api() turns `error` into Error(unsupported)).
+/// Used once per process for libcublasLt.so.<CUBLAS_VER_MAJOR>.
+BlasLtLibrary open_blaslt_library(const std::string& lib);
 
 /// libcublasLt.so.<CUBLAS_VER_MAJOR> opened once (thread-safe) and its entry
 /// points. Throws Error(unsupported) naming the library (dlerror's reason)
