@@ -11,9 +11,9 @@ def test_perf_json_has_every_field(kiln, demo_onnx):
     assert res.rc == 0, res.describe()
     obj = res.json()
     for key in ("compile_ms", "load_ms", "first_run_ms", "latency_ms_median", "latency_ms_p90",
-                "throughput_per_s", "peak_bytes"):
+                "throughput_per_s", "peak_bytes", "reload_ms"):
         assert key in obj, f"{key} missing\n{res.describe()}"
-    assert obj["compile_ms"] > 0 and obj["load_ms"] > 0, res.describe()
+    assert obj["compile_ms"] > 0 and obj["load_ms"] > 0 and obj["reload_ms"] > 0, res.describe()
     assert obj["latency_ms_min"] <= obj["latency_ms_median"] <= obj["latency_ms_p90"], res.describe()
     assert obj["runs"] == 3 and obj["batch"] == 1 and obj["threads"] == 1, res.describe()
     assert obj["throughput_per_s"] == pytest.approx(1000.0 / obj["latency_ms_median"], rel=1e-6)

@@ -1,13 +1,19 @@
 // Conv -> kiln.cuda.Conv (cuDNN) with the algorithm chosen on the device and
-// stored; the bias split off as an element-wise Add (lowering.h).
+// stored: a graph-API engine when a device is at hand, else (cross-compiling,
+// ConvTranspose, or no graph engine) the legacy API's algorithm; the bias
+// split off as an element-wise Add (lowering.h).
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
+
 #include "support/error.h"
+#include "support/log.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/tuning.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/cudnn_conv.h"
+#include "targets/cuda/run/cudnn_graph.h"
 #include "targets/cuda/run/driver.h"
 
 namespace kiln::targets::cuda {
@@ -68,7 +74,7 @@ int split_conv_bias(ir::Model& m) {
   return split;
 }
 
-ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
+ConvSpec conv_spec_for(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
   ir::Model& m = L.model;
   // x, w and y share one dtype: float32, float16 or bfloat16 (the precision
   // pass converts a convolution's inputs to the program's dtype).
@@ -129,6 +135,47 @@ ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
     for (auto* v : {&s.x, &s.w, &s.y}) v->push_back(1);
     s.pads.push_back(0), s.strides.push_back(1), s.dilations.push_back(1);
   }
+  return s;
+}
+
+bool graph_convs_enabled(const LowerOptions& opt) {
+  // Measurement aid (docs/cuda.md): KILN_CUDA_CONV_GRAPH=0 keeps cuDNN's
+  // legacy convolution API and the separate epilogue kernels.
+  static const bool on = [] {
+    const char* e = std::getenv("KILN_CUDA_CONV_GRAPH");
+    return !(e && std::string(e) == "0");
+  }();
+  return on && opt.device >= 0;
+}
+
+ir::Node graph_conv_node(const ir::Node& n, const ConvSpec& s, const ConvEpilogue& ep, const GraphEngine& e,
+                         std::vector<ir::ValueId> inputs, ir::ValueId output) {
+  ir::Node c;
+  c.op_type = "Conv";
+  c.domain = std::string(kCudaDomain);
+  c.name = n.name;
+  c.opset = n.opset;
+  c.inputs = std::move(inputs);
+  c.outputs = {output};
+  c.attrs["source_op"] = n.op_type;
+  set_conv_attrs(c, s);
+  set_graph_conv_attrs(c, ep, e);
+  return c;
+}
+
+ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
+  ConvSpec s = conv_spec_for(L, n, opt);
+  if (!s.transposed && graph_convs_enabled(opt))
+    if (auto e = tune_conv_graph(s, ConvEpilogue{}, opt.tuning, opt.device, n.label(), L.tuning)) {
+      // Timed tuning compares the graph engine with the legacy API's best
+      // algorithm (cudnnFind tries every one; the graph side only the
+      // heuristic's best few) and keeps the faster.
+      const ConvAlgo legacy = opt.tuning == Tuning::heuristic ? ConvAlgo{} : tune_conv(s, opt.tuning, opt.device, n.label(), L.tuning);
+      if (legacy.ms <= 0 || e->ms <= legacy.ms)
+        return graph_conv_node(n, s, ConvEpilogue{}, *e, {n.inputs[0], n.inputs[1]}, n.outputs[0]);
+      log().debug("{}: the legacy API's algorithm {} ({:.4f} ms) beats the graph's {} ({:.4f} ms)", n.label(), legacy.algo,
+                  legacy.ms, e->describe(), e->ms);
+    }
   ir::Node c;
   c.op_type = "Conv";
   c.domain = std::string(kCudaDomain);

@@ -1,5 +1,5 @@
-// The cuda lowering pass, in order: matmuls (with their epilogues),
-// element-wise fusion groups, every other node through its kernel family;
+// The cuda lowering pass, in order: fused attentions, matmuls (with their
+// epilogues), convolutions with cuDNN-fused epilogues, element-wise fusion groups, every other node through its kernel family;
 // then NVRTC and the memory plan (lowering.h).
 #include <fmt/format.h>
 
@@ -113,6 +113,20 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     ++st.gemms;
   }
 
+  // 1b. Convolutions whose bias, residual Add and Relu a cuDNN graph-API
+  // engine fuses (with a device only: whether cuDNN has one is known there).
+  int conv_epilogues = 0;
+  for (int i = 0; i < count; ++i) {
+    auto c = lower_conv_fused(L, i, nodes, uses, opt, done);
+    if (!c) continue;
+    int last = *std::max_element(c->absorbed.begin(), c->absorbed.end());
+    for (int j : c->absorbed) done[j] = true;
+    st.fused += static_cast<int>(c->absorbed.size()) - 1;
+    placed.emplace(last, std::move(c->node));
+    ++st.convs;
+    ++conv_epilogues;
+  }
+
   // 2. Element-wise groups: a node joins the group of an input's producer
   // when that input has no other reader, is no graph output and has the
   // node's output shape. The group is emitted where its last node was.
@@ -221,10 +235,11 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     log().info("cuda: cross-compiling for {} without a device: {} matmul(s) and {} convolution(s) will be given "
                "algorithms by the cuBLASLt / cuDNN heuristics at load",
                opt.arch, st.gemms, st.convs);
-  log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off), {} "
-             "copies, {} fused attentions, {} nodes fused, {} nodes NHWC; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
-             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.copies, st.attentions, st.fused, nhwc, st.cubin_bytes, st.ptx_bytes,
-             sw.ms());
+  log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off, {} "
+             "with fused epilogues), {} copies, {} fused attentions, {} nodes fused, {} nodes NHWC; cubin {} bytes, PTX {} "
+             "bytes ({:.0f} ms)",
+             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, conv_epilogues, st.copies, st.attentions, st.fused, nhwc,
+             st.cubin_bytes, st.ptx_bytes, sw.ms());
   return st;
 }
 

@@ -9,6 +9,7 @@
 #include "artifact/artifact.h"
 #include "targets/cuda/compile/codegen.h"
 #include "targets/cuda/run/blaslt.h"
+#include "targets/cuda/run/cudnn_graph.h"
 
 namespace kiln::targets::cuda {
 
@@ -125,6 +126,8 @@ void set_gemm_decision(Lowering& L, ir::Node& g, const GemmSpec& s, const LowerO
 /// cuDNN's legacy NCHW kernels on these by far at small batch (ResNet-50's
 /// bottleneck 1x1 convolutions). nullopt when `n` is not such a Conv.
 std::optional<ir::Node> lower_pointwise_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt);
+/// Whether lower_pointwise_conv takes `n` (it has no side effects).
+bool is_pointwise_conv(const ir::Model& m, const ir::Node& n);
 
 /// Rewrites every main-graph Conv / ConvTranspose with a constant bias B [K] into Conv(x, w)
 /// followed by an ONNX Add of B as [K, 1, .., 1], so that the bias, and
@@ -154,6 +157,43 @@ int to_nhwc(ir::Model& m);
 /// chosen on that device by tune_conv(opt.tuning) (with the spec's math:
 /// ConvSpec; at most 256 MiB workspace) and stored in the node (algo,
 /// workspace); without a device algo is kConvAlgoAtLoad and workspace the 256 MiB cap.
+/// With a device (graph_convs_enabled) a forward convolution is first given
+/// to cuDNN's graph API (tune_conv_graph, no epilogue): the node then has
+/// api = "graph" and the engine's attributes (set_graph_conv_attrs).
 ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt);
+
+/// The ConvSpec of ONNX Conv / ConvTranspose `n` (its bias already split
+/// off), or Error(unsupported) naming `n` and the reason (a dtype other than
+/// float32 / float16 / bfloat16, asymmetric pads, a non-constant bias, ...).
+ConvSpec conv_spec_for(Lowering& L, const ir::Node& n, const LowerOptions& opt);
+
+/// Whether convolutions go through cuDNN's graph API: with a device
+/// (opt.device >= 0), unless KILN_CUDA_CONV_GRAPH=0.
+bool graph_convs_enabled(const LowerOptions& opt);
+
+/// The kiln.cuda.Conv (api "graph") replacing ONNX node `n`: spec `s`,
+/// epilogue `ep`, engine `e`; inputs (x, w[, bias][, z]), `output` y.
+ir::Node graph_conv_node(const ir::Node& n, const ConvSpec& s, const ConvEpilogue& ep, const GraphEngine& e,
+                         std::vector<ir::ValueId> inputs, ir::ValueId output);
+
+/// A convolution lowered with the element-wise nodes its cuDNN epilogue
+/// absorbed: `node` replaces the last of `absorbed`.
+struct ConvLowered {
+  ir::Node node;
+  std::vector<int> absorbed;
+};
+
+/// Recognizes Conv(x, w) -> [Add bias] -> [Add z] -> [Relu] from main-graph
+/// node `i` (`nodes`: the graph before lowering; a forward Conv with its bias
+/// split off, at least one of the three after it, every intermediate read
+/// only by the next node and not a graph output), where bias is a constant
+/// of the conv's dtype holding one value per output channel (broadcast like
+/// an ONNX Conv's B) and z a value of y's dims and dtype, and lowers it to
+/// one graph-API kiln.cuda.Conv when cuDNN has an engine for that fusion
+/// (tune_conv_graph). nullopt otherwise (no device, KILN_CUDA_CONV_GRAPH=0,
+/// a 1x1 Conv that lower_pointwise_conv makes a matmul, no engine): the
+/// unfused path lowers the nodes. `done` nodes are left alone.
+std::optional<ConvLowered> lower_conv_fused(Lowering& L, int i, const std::vector<ir::Node>& nodes, const Uses& uses,
+                                            const LowerOptions& opt, const std::vector<bool>& done);
 
 }  // namespace kiln::targets::cuda

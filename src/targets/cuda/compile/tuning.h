@@ -9,11 +9,13 @@
 #include <functional>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "kiln/options.h"
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/cudnn_conv.h"
+#include "targets/cuda/run/cudnn_graph.h"
 
 namespace kiln::targets::cuda {
 
@@ -41,6 +43,23 @@ GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string
 /// Workspace at most 256 MiB. Memoized like tune_gemm. Throws
 /// Error(unsupported) naming `where` when cuDNN has no algorithm.
 ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st);
+
+/// Chooses the cuDNN graph-API engine of convolution `s` (forward) with
+/// epilogue `ep` (cudnn_graph.h) on `device`, among cuDNN's heuristic
+/// configurations that build within 256 MiB of workspace:
+///  - heuristic: the first precompiled one (a runtime-compiled one only when
+///    there is no precompiled one);
+///  - fast: the best 4 precompiled and best 2 runtime-compiled, timed 5 times each (median);
+///  - exhaustive: every precompiled one and the best 4 runtime-compiled
+///    (and the fallback heuristic's), timed 10 times each.
+/// A runtime-compiled engine (100 ms - 1.5 s of NVRTC inside cuDNN to
+/// build) is taken only when it is at least 10% faster than the best
+/// precompiled one, or there is none; its serialized plan is then stored.
+/// nullopt when cuDNN has no usable engine (the caller keeps the
+/// unfused form). Memoized like tune_gemm. Logs each candidate's build
+/// (finalize) and run times at debug level.
+std::optional<GraphEngine> tune_conv_graph(const ConvSpec& s, const ConvEpilogue& ep, Tuning mode, int device,
+                                           const std::string& where, TuningStats& st);
 
 /// The decision for `key` from a process-wide memo (one per call site), or
 /// `decide()` run once and remembered; counts st.reused, or st.tuned and

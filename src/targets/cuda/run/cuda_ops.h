@@ -27,6 +27,11 @@
 //    and the tuning decision algo (cudnnConvolutionFwdAlgo_t) and workspace
 //    (bytes)). Inputs (x, w); the bias of an ONNX Conv becomes a following
 //    element-wise Add (fused with what follows it).
+//    With api = "graph" (cudnn_graph.h) the convolution runs through cuDNN's
+//    graph API with an optional fused epilogue y = relu?(conv + bias? + z?):
+//    attributes bias / residual / relu (0/1), engine (global index), knobs
+//    ((type, value) pairs), workspace, runtime_compiled and plan_json (a
+//    runtime-compiled engine's serialized plan); inputs (x, w[, bias][, z]).
 //
 //  With precision fp16 / bf16 the program's float values are mostly 16-bit
 //  (compile/precision.h); its inputs and outputs keep the model's dtypes.
