@@ -17,6 +17,7 @@
 #include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/cudnn_graph.h"
 #include "targets/cuda/run/driver.h"
 
 namespace kiln::testing {
@@ -473,6 +474,71 @@ TEST(CudaBlasLt, UnusableLibraryIsNamed) {
   auto real = targets::cuda::open_blaslt_library(fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR));
   EXPECT_EQ(real.error, "");
   EXPECT_NE(real.api.cublasLtMatmul, nullptr);
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+namespace kiln::testing {
+namespace {
+
+/// A graph-API kiln.cuda.Conv as an artifact would hold it (no cuDNN call:
+/// these are the attribute checks a load makes first).
+ir::Node graph_conv(const targets::cuda::ConvEpilogue& ep, std::vector<ir::ValueId> inputs) {
+  using namespace targets::cuda;
+  ir::Node n;
+  n.op_type = "Conv";
+  n.name = "conv7";
+  n.inputs = std::move(inputs);
+  n.outputs = {9};
+  GraphEngine e;
+  e.engine = 12;
+  e.knobs = {3, 1, 17, 0};
+  e.workspace = 4096;
+  set_graph_conv_attrs(n, ep, e);
+  return n;
+}
+
+TEST(CudaConvGraphAttrs, RoundTripAndRefusals) {
+  using namespace targets::cuda;
+  ir::Node n = graph_conv({true, true, true}, {0, 1, 2, 3});
+  ASSERT_TRUE(is_graph_conv(n));
+  ConvEpilogue ep = conv_epilogue_from(n);
+  EXPECT_TRUE(ep.bias && ep.residual && ep.relu);
+  GraphEngine e = graph_engine_from(n);
+  EXPECT_EQ(e.engine, 12);
+  EXPECT_EQ(e.knobs, (std::vector<int64_t>{3, 1, 17, 0}));
+  EXPECT_EQ(e.workspace, 4096u);
+  EXPECT_EQ(e.describe(), "engine 12 (knobs 3=1 17=0)");
+  EXPECT_EQ(ep.describe(), "conv + bias + residual + relu");
+
+  // Inputs that do not match the epilogue: refused, naming the node.
+  ir::Node short_inputs = graph_conv({true, true, true}, {0, 1, 2});
+  try {
+    conv_epilogue_from(short_inputs);
+    FAIL() << "3 inputs accepted for bias + residual";
+  } catch (const Error& err) {
+    EXPECT_EQ(err.code(), ErrorCode::invalid_model);
+    EXPECT_NE(std::string(err.what()).find("conv7"), std::string::npos) << err.what();
+  }
+  ir::Node odd = n;
+  odd.attrs["knobs"] = std::vector<int64_t>{3, 1, 17};
+  EXPECT_THROW(graph_engine_from(odd), Error);
+  ir::Node neg = n;
+  neg.attrs["workspace"] = int64_t{-5};
+  EXPECT_THROW(graph_engine_from(neg), Error);
+  // An api this kiln does not know is refused, not run as the legacy API.
+  ir::Node future = n;
+  future.attrs["api"] = std::string("graph2");
+  try {
+    is_graph_conv(future);
+    FAIL() << "unknown api accepted";
+  } catch (const Error& err) {
+    EXPECT_NE(std::string(err.what()).find("graph2"), std::string::npos) << err.what();
+  }
+  ir::Node legacy = n;
+  legacy.attrs.erase("api");
+  EXPECT_FALSE(is_graph_conv(legacy));
 }
 
 }  // namespace

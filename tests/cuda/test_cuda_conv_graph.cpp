@@ -262,6 +262,40 @@ TEST(CudaConvGraph, ForeignEngineIsAClearError) {
   EXPECT_THROW(GraphConvPlan(s, ep, bad, bad.workspace, "bad json"), Error);
 }
 
+TEST(CudaConvGraph, NanInTheInputStaysNanThroughTheFusedRelu) {
+  // ONNX Relu is max(x, 0) and the ref target keeps NaN (as does the
+  // generated kernel the fusion replaces): the fused epilogue must too.
+  use_device(0);
+  const Problem& p = kProblems[0];
+  const DriverApi& d = driver();
+  for (DType dt : {DType::f16, DType::f32}) {
+    ConvSpec s = spec_of(p, dt, dt != DType::f32);
+    ConvEpilogue ep{true, false, true};
+    TuningStats st;
+    auto e = tune_conv_graph(s, ep, Tuning::fast, 0, "nan relu", st);
+    if (!e) continue;  // no fused engine: nothing of ours to check
+    GraphConvPlan plan(s, ep, *e, e->workspace, "nan relu");
+    std::vector<float> x(count(s.x), 0.f), w(count(s.w), -1.f), bias(p.k, -1.f);
+    x[at(s.x, s.nhwc, 0, 0, 4, 4)] = std::nanf("");  // every other input 0: y = relu(-1) = 0 away from the NaN
+    auto upload = [&](const std::vector<float>& v) {
+      auto bytes = encode(v, dt);
+      DeviceBuffer b(bytes.size(), "a test buffer");
+      check(d.cuMemcpyHtoD(b.get(), bytes.data(), bytes.size()), "cuMemcpyHtoD");
+      return b;
+    };
+    DeviceBuffer dx = upload(x), dw = upload(w), db = upload(bias);
+    DeviceBuffer dy(count(s.y) * dtype_size(dt), "a test buffer"), ws(plan.workspace(), "a test workspace");
+    plan.run(nullptr, dx.get(), dw.get(), db.get(), 0, dy.get(), ws.get());
+    check(d.cuCtxSynchronize(), "cuCtxSynchronize");
+    std::vector<uint8_t> out(dy.bytes());
+    check(d.cuMemcpyDtoH(out.data(), dy.get(), out.size()), "cuMemcpyDtoH");
+    std::vector<float> y = decode(out, dt);
+    EXPECT_TRUE(std::isnan(y[at(s.y, s.nhwc, 0, 0, 4, 4)])) << dtype_name(dt) << " " << e->describe();
+    EXPECT_TRUE(std::isnan(y[at(s.y, s.nhwc, 0, 5, 3, 5)])) << dtype_name(dt) << " " << e->describe();
+    EXPECT_EQ(y[at(s.y, s.nhwc, 1, 0, 4, 4)], 0.f) << "the other image is untouched";
+  }
+}
+
 TEST(CudaConvGraph, RuntimeCompiledPlanSerializesAndLoads) {
   use_device(0);
   const Problem& p = kProblems[0];

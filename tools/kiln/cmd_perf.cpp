@@ -200,11 +200,17 @@ void child_main(const PerfArgs& a) {
   // The same artifact loaded again in this process: the artifact's own part
   // of a load, without the one-time costs a first load pays (the CUDA
   // context, the libraries' initialisation, lazy loading of their kernels).
-  Stopwatch reload_sw;
-  auto again = std::make_unique<Session>(Session::load(a.model, opt));
-  const double reload_ms = reload_sw.ms();
-  again.reset();
-  json out = {{"profile", prof},{"load_ms", load_ms}, {"reload_ms", reload_ms},
+  // A failure here (say, no memory for a second copy) must not lose the
+  // figures above: it is reported as reload_error.
+  json reload_ms = nullptr, reload_error = nullptr;
+  try {
+    Stopwatch reload_sw;
+    auto again = std::make_unique<Session>(Session::load(a.model, opt));
+    reload_ms = reload_sw.ms();
+  } catch (const std::exception& e) {
+    reload_error = e.what();
+  }
+  json out = {{"profile", prof},{"load_ms", load_ms}, {"reload_ms", reload_ms}, {"reload_error", reload_error},
               {"first_run_ms", first_ms},
               {"latency_ms_median", med},
               {"latency_ms_p90", percentile(lat, 0.9)},
@@ -312,14 +318,14 @@ void perf_main(const PerfArgs& a, bool as_json) {
             {"write_ms", cr.write_ms}, {"artifact_bytes", cr.artifact_bytes}, {"arena_bytes", cr.arena_bytes},
             {"naive_bytes", cr.naive_bytes}};
   for (auto& [k, v] : c.items())
-    if (k != "profile" || !v.is_null()) r[k] = v;
+    if ((k != "profile" && k != "reload_error") || !v.is_null()) r[k] = v;
   r["child_process_ms"] = proc_ms;
   if (as_json) return print_json(r);
   std::printf("%s on %s, %d thread(s)\n", a.model.c_str(), opt.target.name().c_str(), r["threads"].get<int>());
   std::printf("  compile        %10.1f ms (artifact %.1f MiB, written in %.1f ms)\n", cr.compile_ms,
               cr.artifact_bytes / 1048576.0, cr.write_ms);
   std::printf("  load (cold)    %10.1f ms (child process %.1f ms in all)\n", r["load_ms"].get<double>(), proc_ms);
-  if (r.contains("reload_ms"))
+  if (r.contains("reload_ms") && r["reload_ms"].is_number())
     std::printf("  load (again)   %10.1f ms (the same artifact loaded again in that process: without the one-time CUDA "
                 "context and library initialisation)\n",
                 r["reload_ms"].get<double>());

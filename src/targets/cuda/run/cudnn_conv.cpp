@@ -12,8 +12,10 @@ namespace kiln::targets::cuda {
 
 void check_cudnn(cudnnStatus_t s, const std::string& what) {
   if (s == CUDNN_STATUS_SUCCESS) return;
-  fail(s == CUDNN_STATUS_NOT_SUPPORTED ? ErrorCode::unsupported : ErrorCode::internal, "{}: cuDNN: {}", what,
-       cudnnGetErrorString(s));
+  // cuDNN 9's statuses are categories with sub-codes (3001: the graph pattern
+  // is not supported, 3007: another architecture, ...).
+  fail(CUDNN_STATUS_CATEGORY(s) == CUDNN_STATUS_NOT_SUPPORTED ? ErrorCode::unsupported : ErrorCode::internal,
+       "{}: cuDNN: {}", what, cudnnGetErrorString(s));
 }
 
 ConvSpec conv_spec_from(const ir::Node& n) {

@@ -141,7 +141,14 @@ std::string forbidden_numerics(const ConvSpec& s, const std::vector<int>& notes)
 
 }  // namespace
 
-bool is_graph_conv(const ir::Node& n) { return n.s("api", "") == "graph"; }
+bool is_graph_conv(const ir::Node& n) {
+  const std::string api = n.s("api", "");
+  if (api.empty()) return false;
+  if (api != "graph")
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv api '{}' is not one this kiln knows (\"graph\", or none for the legacy API)",
+         n.label(), api);
+  return true;
+}
 
 void set_graph_conv_attrs(ir::Node& n, const ConvEpilogue& ep, const GraphEngine& e) {
   n.attrs["api"] = std::string("graph");
@@ -164,8 +171,8 @@ ConvEpilogue conv_epilogue_from(const ir::Node& n) {
   size_t have = 0;
   for (auto v : n.inputs) have += v != ir::kNoValue;
   if (have != want || n.inputs.size() != want || n.outputs.size() != 1)
-    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv ({}) has {} inputs, its epilogue needs {}", n.label(),
-         ep.describe(), have, want);
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv ({}) has {} input slot(s), {} of them set; its epilogue needs {}",
+         n.label(), ep.describe(), n.inputs.size(), have, want);
   return ep;
 }
 
@@ -192,7 +199,7 @@ std::string ConvEpilogue::describe() const {
 }
 
 std::string GraphEngine::describe() const {
-  if (engine < 0) return "cuDNN's heuristic at load";
+  if (engine < 0) return plan_json.empty() ? "cuDNN's heuristic at load" : "a serialized execution plan";
   std::string k;
   for (size_t i = 0; i + 1 < knobs.size(); i += 2) k += fmt::format("{}{}={}", k.empty() ? "" : " ", knobs[i], knobs[i + 1]);
   return fmt::format("engine {} (knobs {}){}", engine, k.empty() ? "none" : k,
@@ -285,6 +292,7 @@ ConvOpGraph::ConvOpGraph(const ConvSpec& s, const ConvEpilogue& ep) : spec_(s), 
 
   graph_ = BackendDesc(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   cudnnHandle_t h = cudnn_handle();
+  std::lock_guard<std::mutex> lock(cudnn_mutex());  // the graph takes the process-wide handle
   set(graph_.get(), CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(ops.size()),
       ops.data(), "operation graph ops");
   set(graph_.get(), CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "operation graph handle");
@@ -292,6 +300,7 @@ ConvOpGraph::ConvOpGraph(const ConvSpec& s, const ConvEpilogue& ep) : spec_(s), 
 }
 
 std::vector<GraphEngine> ConvOpGraph::heuristic(bool fallback, std::string* why) const {
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
   std::vector<GraphEngine> out;
   std::string dropped;
   std::vector<cudnnBackendHeurMode_t> modes = {CUDNN_HEUR_MODE_A};
@@ -342,11 +351,25 @@ std::vector<GraphEngine> ConvOpGraph::heuristic(bool fallback, std::string* why)
   return out;
 }
 
+namespace {
+/// Builds the operation graph, turning cuDNN's refusal into an artifact
+/// error that names the node.
+ConvOpGraph graph_for(const ConvSpec& s, const ConvEpilogue& ep, const std::string& where) {
+  try {
+    return ConvOpGraph(s, ep);
+  } catch (const Error& err) {
+    fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here cannot build the operation graph of this {}: {}; recompile",
+         where, cudnnGetVersion(), ep.describe(), err.what());
+  }
+}
+}  // namespace
+
 GraphConvPlan::GraphConvPlan(const ConvSpec& s, const ConvEpilogue& ep, const GraphEngine& e, size_t workspace_cap,
                              const std::string& where)
-    : graph_(s, ep), engine_(e) {
-  cudnnHandle_t h = cudnn_handle();
+    : graph_(graph_for(s, ep, where)), engine_(e), where_(where) {
   if (!e.plan_json.empty()) {
+    cudnnHandle_t h = cudnn_handle();
+    std::lock_guard<std::mutex> lock(cudnn_mutex());
     plan_ = BackendDesc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
     set(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "plan handle");
     set(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR,
@@ -355,45 +378,58 @@ GraphConvPlan::GraphConvPlan(const ConvSpec& s, const ConvEpilogue& ep, const Gr
       fail(ErrorCode::incompatible_artifact,
            "{}: cuDNN {} here cannot load the artifact's serialized execution plan ({}; {}); recompile", where,
            cudnnGetVersion(), e.describe(), cudnnGetErrorString(st));
+    int64_t n = 0, ws = 0;
+    check_cudnn(cudnnBackendGetAttribute(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
+                "cudnnBackendGetAttribute (plan workspace)");
+    workspace_ = static_cast<size_t>(ws);
   } else if (e.engine < 0) {
-    std::string why;
-    for (const GraphEngine& cand : graph_.heuristic(true, &why)) {
-      engine_ = cand;
-      try {
-        build_from_engine(where);
-      } catch (const Error&) {
-        continue;
-      }
-      if (workspace_ <= workspace_cap) break;
-      plan_ = BackendDesc();
-    }
-    if (!plan_.get())
-      fail(ErrorCode::incompatible_artifact,
-           "{}: cuDNN {} here has no engine for this {} within {} bytes of workspace ({})", where, cudnnGetVersion(),
-           ep.describe(), workspace_cap, why);
-    chosen_at_load_ = true;
-    engine_.workspace = workspace_;
+    choose_here(workspace_cap);
     return;
   } else {
     try {
-      build_from_engine(where);
+      build_from_engine();
     } catch (const Error& err) {
       fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here cannot build the stored {} for this {}: {}; recompile",
            where, cudnnGetVersion(), e.describe(), ep.describe(), err.what());
     }
   }
-  int64_t n = 0, ws = 0;
-  check_cudnn(cudnnBackendGetAttribute(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
-              "cudnnBackendGetAttribute (plan workspace)");
-  workspace_ = static_cast<size_t>(ws);
   if (workspace_ > e.workspace)
     fail(ErrorCode::incompatible_artifact,
          "{}: the stored cuDNN {} needs {} bytes of workspace here, the artifact recorded {}; recompile", where,
          e.describe(), workspace_, e.workspace);
 }
 
-void GraphConvPlan::build_from_engine(const std::string& where) {
+void GraphConvPlan::choose_here(size_t workspace_cap) {
+  // Precompiled engines first, like the compile side: a runtime-compiled one
+  // costs 100 ms - 1.5 s of NVRTC inside cuDNN at every load.
+  std::string why;
+  std::vector<GraphEngine> ranked = graph_.heuristic(true, &why);
+  std::stable_partition(ranked.begin(), ranked.end(), [](const GraphEngine& c) { return !c.runtime_compiled; });
+  for (const GraphEngine& cand : ranked) {
+    engine_ = cand;
+    try {
+      build_from_engine();
+    } catch (const Error& err) {
+      why += fmt::format("; {}: {}", cand.describe(), err.what());
+      continue;
+    }
+    if (workspace_ <= workspace_cap) break;
+    why += fmt::format("; {}: needs {} bytes of workspace", cand.describe(), workspace_);
+    plan_ = BackendDesc();
+    config_ = BackendDesc();
+  }
+  // No fallback to an unfused form here: its epilogue kernel was not
+  // generated at compile time (docs/cuda.md, "Where an artifact may run").
+  if (!plan_.get())
+    fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here has no engine for this {} within {} bytes of workspace ({})",
+         where_, cudnnGetVersion(), graph_.epilogue().describe(), workspace_cap, why);
+  chosen_at_load_ = true;
+  engine_.workspace = workspace_;
+}
+
+void GraphConvPlan::build_from_engine() {
   cudnnHandle_t h = cudnn_handle();
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
   BackendDesc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t g = graph_.get();
   set(engine.get(), CUDNN_ATTR_ENGINE_OPERATION_GRAPH, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &g, "engine graph");
@@ -420,15 +456,17 @@ void GraphConvPlan::build_from_engine(const std::string& where) {
   cudnnBackendDescriptor_t cd = cfg.get();
   set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, 1, &h, "plan handle");
   set(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &cd, "plan configuration");
-  finalize(plan, fmt::format("execution plan of {} for {}", engine_.describe(), where));
+  finalize(plan, fmt::format("execution plan of {} for {}", engine_.describe(), where_));
   int64_t n = 0, ws = 0;
   check_cudnn(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws),
               "cudnnBackendGetAttribute (plan workspace)");
   workspace_ = static_cast<size_t>(ws);
   plan_ = std::move(plan);
+  config_ = std::move(cfg);  // kept with the plan that was finalized from it
 }
 
 std::string GraphConvPlan::serialize() const {
+  std::lock_guard<std::mutex> lock(cudnn_mutex());
   int64_t n = 0;
   check_cudnn(cudnnBackendGetAttribute(plan_.get(), CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION, CUDNN_TYPE_CHAR, 0,
                                        &n, nullptr),
@@ -465,7 +503,7 @@ void GraphConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdevicep
     cudnnHandle_t h;
     ~Reset() { cudnnSetStream(h, nullptr); }
   } reset{h};
-  check_cudnn(cudnnBackendExecute(h, plan_.get(), pack.get()), "cudnnBackendExecute");
+  check_cudnn(cudnnBackendExecute(h, plan_.get(), pack.get()), fmt::format("{}: cudnnBackendExecute", where_));
 }
 
 }  // namespace kiln::targets::cuda

@@ -6,7 +6,13 @@
 //
 // API: cuDNN 9 backend descriptors (cudnn_graph.h; "Graph API" and
 // "Backend Descriptor Types" in the cuDNN developer guide). A load builds the
-// plan from the stored decision; it asks no heuristic.
+// plan from the stored decision and asks no heuristic, except for an
+// artifact cross-compiled or made for an older architecture (engine -1).
+// Every use of the process-wide cuDNN handle holds cudnn_mutex().
+//
+// Trust: a serialized plan is run as cuDNN deserializes it, like the
+// artifact's cubins are; the artifact's section checksums guard against
+// damage, not against a crafted file.
 #pragma once
 #include <cuda.h>
 #include <cudnn.h>
@@ -65,7 +71,7 @@ GraphEngine graph_engine_from(const ir::Node& n);
 class BackendDesc {
  public:
   BackendDesc() = default;
-  /// Throws Error(internal) naming `type` when cuDNN cannot create it.
+  /// Throws Error(internal / unsupported) naming `type` when cuDNN cannot create it.
   explicit BackendDesc(cudnnBackendDescriptorType_t type);
   ~BackendDesc();
   BackendDesc(BackendDesc&& o) noexcept : d_(o.d_) { o.d_ = nullptr; }
@@ -81,8 +87,9 @@ class BackendDesc {
 /// The finalized operation graph of a forward convolution `s` (not
 /// transposed; NCHW or NHWC, float32 / float16 / bfloat16) and its epilogue.
 /// Virtual intermediates are float32. Tensor unique ids: x 1, w 2, bias 3,
-/// z 4, y 5. Throws Error(unsupported) "<what>: cuDNN: ..." when cuDNN
-/// rejects the graph (a transposed spec is Error(internal): a caller bug).
+/// z 4, y 5. Throws Error "<what>: cuDNN: ..." when cuDNN rejects the graph:
+/// unsupported for cuDNN's NOT_SUPPORTED statuses, internal for others (a
+/// transposed spec is Error(internal): a caller bug).
 class ConvOpGraph {
  public:
   ConvOpGraph(const ConvSpec& s, const ConvEpilogue& ep);
@@ -111,15 +118,18 @@ class GraphConvPlan {
  public:
   /// Builds the plan of `e` for `s` / `ep`: from e.plan_json when it is
   /// set, else from e.engine and e.knobs; e.engine == -1: the heuristic's
-  /// first usable configuration here, within `workspace_cap` bytes
-  /// (chosen_at_load()). Throws Error(incompatible_artifact) naming `where`
-  /// when cuDNN here cannot build the stored engine or it needs more
-  /// workspace than recorded (e.workspace).
+  /// first usable configuration here, precompiled engines first, within
+  /// `workspace_cap` bytes (chosen_at_load()). Throws
+  /// Error(incompatible_artifact) naming `where` when cuDNN here cannot build
+  /// the operation graph or the stored engine, has no engine at all (there is
+  /// no unfused fallback at load), or the plan needs more workspace than
+  /// recorded (e.workspace).
   GraphConvPlan(const ConvSpec& s, const ConvEpilogue& ep, const GraphEngine& e, size_t workspace_cap,
                 const std::string& where);
   /// Enqueues y = epilogue(conv(x, w)) on `stream` (bias / z: 0 when the
   /// epilogue has none). Device pointers must be 16-byte aligned.
-  /// `workspace` holds at least workspace() bytes.
+  /// `workspace` holds at least workspace() bytes. cuDNN's errors are
+  /// Error naming `where`.
   void run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr bias, CUdeviceptr z, CUdeviceptr y,
            CUdeviceptr workspace) const;
   size_t workspace() const { return workspace_; }
@@ -131,9 +141,12 @@ class GraphConvPlan {
   std::string serialize() const;
 
  private:
-  void build_from_engine(const std::string& where);
+  void build_from_engine();
+  void choose_here(size_t workspace_cap);
   ConvOpGraph graph_;
   GraphEngine engine_;
+  std::string where_;
+  BackendDesc config_;  ///< the engine configuration plan_ was finalized from
   BackendDesc plan_;
   size_t workspace_ = 0;
   bool chosen_at_load_ = false;

@@ -331,10 +331,11 @@ class CudaProgram final : public DeviceProgram {
   };
 
   /// Builds every Gemm's cuBLASLt plan and every Conv's cuDNN plan into
-  /// gemm_at_ / conv_at_ (by node index): the two libraries' plans on two
-  /// threads at once, since their first uses (library initialisation, the
-  /// legacy cuDNN API building its execution plans) dominate a load and do
-  /// not depend on each other. Adds each plan's time to the log figures.
+  /// gemm_at_ / conv_at_ / gconv_at_ (by node index): the two libraries'
+  /// plans on two threads at once, since their first uses (library
+  /// initialisation, cuDNN loading its engines) dominate a load and do not
+  /// depend on each other; the convolution thread then warms its kernels
+  /// (warm_convs). Adds each plan's time to the log figures.
   void make_plans(const ir::Model& m, double* kind_ms, double* first_ms,
                   std::vector<std::pair<double, std::string>>* plan_ms) {
     const auto& nodes = m.main.nodes;
@@ -379,6 +380,20 @@ class CudaProgram final : public DeviceProgram {
     }
     convs.join();
     if (conv_error) std::rethrow_exception(conv_error);
+  }
+
+  /// Refuses a graph convolution whose bias does not hold one value per
+  /// output channel or whose z does not have y's size (cuDNN would read
+  /// past them): Error(invalid_model) naming the node.
+  void check_epilogue_operands(const ir::Model& m, const ir::Node& n, const ConvEpilogue& ep) const {
+    const ConvSpec spec = conv_spec_from(n);
+    const size_t y_bytes = value_bytes(m, n.outputs.at(0), &n), elem = dtype_size(spec.dtype);
+    if (ep.bias && value_bytes(m, n.inputs.at(2), &n) != static_cast<size_t>(spec.y.at(1)) * elem)
+      fail(ErrorCode::invalid_model, "{}: the bias '{}' is not {} {} values (one per output channel)", n.label(),
+           m.value(n.inputs[2]).name, spec.y.at(1), dtype_name(spec.dtype));
+    if (ep.residual && value_bytes(m, n.inputs.back(), &n) != y_bytes)
+      fail(ErrorCode::invalid_model, "{}: the residual '{}' is not the size of the output ({} bytes)", n.label(),
+           m.value(n.inputs.back()).name, y_bytes);
   }
 
   /// Runs every convolution plan once on a private stream, into the
@@ -510,6 +525,7 @@ class CudaProgram final : public DeviceProgram {
       gconvs_.push_back(gconv_at_.at(index) ? std::move(gconv_at_[index]) : make_graph_conv(n));
       const GraphConvPlan* plan = gconvs_.back().get();
       const ConvEpilogue ep = conv_epilogue_from(n);
+      check_epilogue_operands(m, n, ep);
       CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
       CUdeviceptr bias = ep.bias ? addr_[n.inputs.at(2)] : 0, z = ep.residual ? addr_[n.inputs.back()] : 0;
       steps_.push_back([this, plan, x, w, bias, z, y](CUstream s) { plan->run(s, x, w, bias, z, y, workspace_.get()); });
