@@ -342,6 +342,29 @@ TEST(CudaCodegen, SymbolicShapesAreRefused) {
   }
 }
 
+TEST(CudaCodegen, MatmulWithPartlyBroadcastBatchDimsReadsAnExpand) {
+  ModelBuilder b(17);
+  b.input("a", 1, {1, 3, 4, 5}).input("b", 1, {2, 3, 5, 6});
+  b.node("MatMul", {"a", "b"}, {"y"}, "mm");
+  b.output("y", 1, {2, 3, 4, 6});
+  auto bytes = b.bytes();
+  artifact::CompiledProgram cp;
+  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::infer_and_fold(cp.model);
+  targets::cuda::LowerOptions opt;
+  opt.device = -1;  // cross-compiling: the matmul's algorithm is chosen at load
+  opt.tuning = Tuning::heuristic;
+  targets::cuda::LowerStats st = targets::cuda::lower_for_cuda(cp, opt);
+  EXPECT_EQ(st.gemms, 1);
+  const ir::Node* gemm = nullptr;
+  for (auto& n : cp.model.main.nodes)
+    if (n.op_type == "Gemm") gemm = &n;
+  ASSERT_NE(gemm, nullptr);
+  // A is read through a [2,3,4,5] copy: one batch of 6 for cuBLASLt.
+  EXPECT_EQ(ir::to_sizes(*cp.model.value(gemm->inputs[0]).shape), (std::vector<int64_t>{2, 3, 4, 5}));
+  EXPECT_EQ(gemm->i("batch", 1), 6);
+}
+
 TEST(CudaCodegen, MatmulWithoutDeviceIsRefusedAtCompileTime) {
   try {
     lower(mlp_model());

@@ -95,6 +95,21 @@ TEST(CudaGpu, MatmulsAndEpiloguesMatchRef) {
   compare_with_ref(dir / "m.onnx", kernel_inputs(0.2f));
 }
 
+TEST(CudaGpu, MatmulWithPartlyBroadcastBatchDimsMatchesRef) {
+  // A [1,3,4,5] x B [2,3,5,6] and A [3,4,5] x B [2,3,5,6]: numpy.matmul
+  // broadcasting that no single strided batch expresses (expand_matmul_batches).
+  TempDir dir;
+  ModelBuilder b(17);
+  b.input("a", 1, {1, 3, 4, 5}).input("c", 1, {3, 4, 5}).input("b", 1, {2, 3, 5, 6});
+  b.node("MatMul", {"a", "b"}, {"y"});
+  b.node("MatMul", {"c", "b"}, {"z"});
+  b.output("y", 1, {2, 3, 4, 6}).output("z", 1, {2, 3, 4, 6});
+  b.save(dir / "bm.onnx");
+  compare_with_ref(dir / "bm.onnx", {{"a", filled(DType::f32, {1, 3, 4, 5}, 1.f, 0.1f)},
+                                     {"c", filled(DType::f32, {3, 4, 5}, 1.f, 0.7f)},
+                                     {"b", filled(DType::f32, {2, 3, 5, 6}, 1.f, 0.4f)}});
+}
+
 TEST(CudaGpu, PoolingMatchesRef) {
   TempDir dir;
   pool_model().save(dir / "p.onnx");

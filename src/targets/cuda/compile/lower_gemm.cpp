@@ -43,6 +43,76 @@ void set_gemm_decision(Lowering& L, ir::Node& g, const GemmSpec& s, const LowerO
   g.attrs["workspace"] = static_cast<int64_t>(chosen.workspace);
 }
 
+int expand_matmul_batches(ir::Model& m) {
+  int expanded = 0;
+  std::vector<ir::Node> out;
+  for (auto& n : m.main.nodes) {
+    if (!n.domain.empty() || n.op_type != "MatMul" || n.inputs.size() != 2) {
+      out.push_back(n);
+      continue;
+    }
+    const ir::Value &av = m.value(n.inputs[0]), &bv = m.value(n.inputs[1]);
+    if (!av.shape || !bv.shape || !ir::is_static(*av.shape) || !ir::is_static(*bv.shape) || av.shape->size() < 3 ||
+        bv.shape->size() < 3) {
+      out.push_back(n);
+      continue;
+    }
+    auto a = ir::to_sizes(*av.shape), b = ir::to_sizes(*bv.shape);
+    std::vector<int64_t> ba(a.begin(), a.end() - 2), bb(b.begin(), b.end() - 2);
+    if (numel(ba) == 1 || numel(bb) == 1) {  // lower_gemm's shared-operand forms
+      out.push_back(n);
+      continue;
+    }
+    const size_t r = std::max(ba.size(), bb.size());
+    ba.insert(ba.begin(), r - ba.size(), 1);
+    bb.insert(bb.begin(), r - bb.size(), 1);
+    std::vector<int64_t> batch(r);
+    bool ok = true;
+    for (size_t k = 0; k < r; ++k) {
+      if (ba[k] != bb[k] && ba[k] != 1 && bb[k] != 1) ok = false;
+      batch[k] = std::max(ba[k], bb[k]);
+    }
+    if (!ok || (ba == batch && bb == batch)) {  // not broadcastable (lower_gemm refuses it) or nothing to do
+      out.push_back(n);
+      continue;
+    }
+    ir::Node mm = n;
+    for (int side = 0; side < 2; ++side) {
+      const std::vector<int64_t>& have = side == 0 ? ba : bb;
+      if (have == batch) continue;
+      const std::vector<int64_t>& full = side == 0 ? a : b;
+      std::vector<int64_t> shape = batch;
+      shape.push_back(full[full.size() - 2]);
+      shape.push_back(full.back());
+      ir::Value sv;
+      sv.name = m.value(n.inputs[side]).name + "_batch_shape";
+      sv.dtype = DType::i64;
+      sv.shape = ir::Shape{ir::Dim{static_cast<int64_t>(shape.size()), ""}};
+      sv.constant = Tensor::from_bytes(DType::i64, {static_cast<int64_t>(shape.size())}, shape.data(),
+                                       shape.size() * sizeof(int64_t));
+      ir::ValueId shape_id = m.add_value(std::move(sv));
+      ir::Value ev = m.value(n.inputs[side]);
+      ev.name += "_batch_expanded";
+      ev.constant.reset();
+      ev.shape = ir::Shape();
+      for (auto d : shape) ev.shape->push_back(ir::Dim{d, ""});
+      ir::ValueId e_id = m.add_value(std::move(ev));
+      ir::Node ex;
+      ex.op_type = "Expand";
+      ex.name = n.name + (side == 0 ? "_expand_a" : "_expand_b");
+      ex.opset = n.opset;
+      ex.inputs = {n.inputs[side], shape_id};
+      ex.outputs = {e_id};
+      out.push_back(std::move(ex));
+      mm.inputs[side] = e_id;
+    }
+    out.push_back(std::move(mm));
+    ++expanded;
+  }
+  m.main.nodes = std::move(out);
+  return expanded;
+}
+
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt, const std::vector<bool>& taken) {
   ir::Model& m = L.model;
   const ir::Node& n = m.main.nodes[i];

@@ -84,6 +84,15 @@ struct GemmLowered {
 /// this one leaves alone.
 GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions& opt, const std::vector<bool>& taken = {});
 
+/// Rewrites every MatMul whose operands both have batch dims that
+/// broadcast against each other only partly (A [1, H, M, K] with B
+/// [N, H, K, P]: one strided batch of cuBLASLt cannot read them) to read
+/// Expand(operand, broadcast batch dims + its matrix dims) instead, a
+/// generated copy, so that lower_gemm sees equal batch dims. Returns the
+/// number of MatMuls rewritten. ONNX MatMul follows numpy.matmul's
+/// broadcasting (onnx/docs/Broadcasting.md).
+int expand_matmul_batches(ir::Model& m);
+
 /// A scaled-dot-product attention lowered to one fused kernel, with the
 /// nodes it absorbed: `node` replaces the last of `absorbed`.
 struct AttentionLowered {
