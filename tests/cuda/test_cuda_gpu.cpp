@@ -110,6 +110,37 @@ TEST(CudaGpu, MatmulWithPartlyBroadcastBatchDimsMatchesRef) {
                                      {"b", filled(DType::f32, {2, 3, 5, 6}, 1.f, 0.4f)}});
 }
 
+TEST(CudaGpu, TunedKernelGridsKeepResults) {
+  // 4M elements: an element-wise chain launched with more blocks than the
+  // GPU has multiprocessors, so tune_kernel_grids times other grids; any
+  // grid must give the same result (grid-stride loops).
+  TempDir dir;
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 1024, 1024});
+  b.node("Relu", {"x"}, {"r"});
+  b.node("Sqrt", {"r"}, {"y"});
+  b.output("y", 1, {4, 1024, 1024});
+  b.save(dir / "big.onnx");
+  std::map<std::string, Tensor> in = {{"x", filled(DType::f32, {4, 1024, 1024}, 3.f, 0.2f)}};
+  Session ref(dir / "big.onnx", options(Target::ref()));
+  auto want = ref.run(in);
+  for (Tuning t : {Tuning::fast, Tuning::exhaustive}) {
+    SCOPED_TRACE(tuning_name(t));
+    SessionOptions o = options(Target::cuda());
+    o.tuning = t;
+    compile(dir / "big.onnx", dir / "big.kiln", o);
+    auto cp = artifact::read_file(dir / "big.kiln");
+    int grid_stride = 0;
+    for (auto& n : cp.model.main.nodes)
+      if (n.op_type == "Kernel" && n.i("grid_stride", 0) == 1) {
+        ++grid_stride;
+        EXPECT_GE(n.ints("grid").at(0), 1) << n.label();
+      }
+    EXPECT_EQ(grid_stride, 1);
+    expect_close(Session::load(dir / "big.kiln", o).run(in).at("y"), want.at("y"), "y");
+  }
+}
+
 TEST(CudaGpu, PoolingMatchesRef) {
   TempDir dir;
   pool_model().save(dir / "p.onnx");

@@ -274,7 +274,9 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
     code += scalar_loop("tid");
   }
   L.source += code + "}\n";
-  return L.kernel_node(root, name, ext, {root.outputs[0]}, L.grid_for(NV > 0 ? NV : N, 256), 256);
+  ir::Node k = L.kernel_node(root, name, ext, {root.outputs[0]}, L.grid_for(NV > 0 ? NV : N, 256), 256);
+  k.attrs["grid_stride"] = int64_t{1};  // any grid computes the same: tune_kernel_grids may change it
+  return k;
 }
 
 }  // namespace kiln::targets::cuda

@@ -213,6 +213,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
       log().warn("cuda: KILN_CUDA_DUMP_SOURCE: cannot write '{}'", dump);
   }
   KernelBundle bundle = nvrtc_compile(source, opt.arch);
+  tune_kernel_grids(m, bundle, opt, L.sm_count, L.tuning);
   st.cubin_bytes = bundle.cubin.size();
   st.ptx_bytes = bundle.ptx.size();
   cp.kernels = encode_bundle(bundle);
