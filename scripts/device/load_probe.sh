@@ -29,7 +29,8 @@ for p in fp16 fp32; do
   done
   echo "### $p kiln perf (load_ms: fresh process; reload_ms: loaded again in it)"
   "$K" perf $M/resnet50.onnx --target cuda $PF --runs 50 --input input=/tmp/img.npy --json | python3 -c '
-import sys, json; j = json.load(sys.stdin); print("load_ms", round(j["load_ms"], 1), "reload_ms", round(j["reload_ms"], 1), "latency_ms_median", round(j["latency_ms_median"], 4))'
+import sys, json; j = json.load(sys.stdin); r = j.get("reload_ms")
+print("load_ms", round(j["load_ms"], 1), "reload_ms", round(r, 1) if r is not None else j.get("reload_error"), "latency_ms_median", round(j["latency_ms_median"], 4))'
 done
 } > "$L/load_probe.log" 2>&1
 cat "$L/load_probe.log"

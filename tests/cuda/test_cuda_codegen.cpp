@@ -365,6 +365,40 @@ TEST(CudaCodegen, MatmulWithPartlyBroadcastBatchDimsReadsAnExpand) {
   EXPECT_EQ(gemm->i("batch", 1), 6);
 }
 
+TEST(CudaCodegen, ConstantMatmulOperandIsBroadcastAtCompileTime) {
+  // B [1,3,5,2] constant against A [2,3,4,5]: B becomes a [2,3,5,2] constant
+  // (both images read the same weights), no copy kernel at run time.
+  ModelBuilder b(17);
+  std::vector<float> w(30);
+  for (size_t i = 0; i < w.size(); ++i) w[i] = static_cast<float>(i);
+  b.input("a", 1, {2, 3, 4, 5});
+  b.initializer("w", {1, 3, 5, 2}, w);
+  b.node("MatMul", {"a", "w"}, {"y"}, "mm");
+  b.output("y", 1, {2, 3, 4, 2});
+  auto bytes = b.bytes();
+  artifact::CompiledProgram cp;
+  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::infer_and_fold(cp.model);
+  targets::cuda::LowerOptions opt;
+  opt.device = -1;
+  opt.tuning = Tuning::heuristic;
+  targets::cuda::LowerStats st = targets::cuda::lower_for_cuda(cp, opt);
+  EXPECT_EQ(st.gemms, 1);
+  EXPECT_EQ(st.kernels, 0) << "a constant operand needs no Expand kernel";
+  const ir::Node* gemm = nullptr;
+  for (auto& n : cp.model.main.nodes)
+    if (n.op_type == "Gemm") gemm = &n;
+  ASSERT_NE(gemm, nullptr);
+  const ir::Value& bw = cp.model.value(gemm->inputs[1]);
+  ASSERT_TRUE(bw.constant.has_value());
+  ASSERT_EQ(bw.constant->shape(), (std::vector<int64_t>{2, 3, 5, 2}));
+  const float* d = bw.constant->data<float>();
+  for (int i = 0; i < 30; ++i) {
+    EXPECT_EQ(d[i], w[i]) << i;
+    EXPECT_EQ(d[30 + i], w[i]) << "image 1 reads the same weights, " << i;
+  }
+}
+
 TEST(CudaCodegen, MatmulWithoutDeviceIsRefusedAtCompileTime) {
   try {
     lower(mlp_model());

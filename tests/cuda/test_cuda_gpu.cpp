@@ -139,6 +139,28 @@ TEST(CudaGpu, TunedKernelGridsKeepResults) {
     EXPECT_EQ(grid_stride, 1);
     expect_close(Session::load(dir / "big.kiln", o).run(in).at("y"), want.at("y"), "y");
   }
+  // Whatever grid the tuning picks: the same kernel at grids 1, 7 and 133
+  // (one block, an odd count, one more than the H200's 132 SMs).
+  for (int64_t g : {1, 7, 133}) {
+    auto cp = artifact::read_file(dir / "big.kiln");
+    for (auto& n : cp.model.main.nodes)
+      if (n.op_type == "Kernel" && n.i("grid_stride", 0) == 1) n.attrs["grid"] = std::vector<int64_t>{g, 1, 1};
+    artifact::write_file(dir / "regrid.kiln", cp);
+    expect_close(Session::load(dir / "regrid.kiln", options(Target::cuda())).run(in).at("y"), want.at("y"),
+                 "y at grid " + std::to_string(g));
+  }
+  // A corrupt launch configuration is refused at load, naming the node.
+  auto cp = artifact::read_file(dir / "big.kiln");
+  for (auto& n : cp.model.main.nodes)
+    if (n.op_type == "Kernel" && n.i("grid_stride", 0) == 1) n.attrs["block"] = std::vector<int64_t>{128, 1, 1};
+  artifact::write_file(dir / "badblock.kiln", cp);
+  try {
+    Session::load(dir / "badblock.kiln", options(Target::cuda()));
+    FAIL() << "a grid-stride kernel with 128 threads was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_model) << e.what();
+    EXPECT_NE(std::string(e.what()).find("256"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaGpu, PoolingMatchesRef) {

@@ -329,6 +329,8 @@ void perf_main(const PerfArgs& a, bool as_json) {
     std::printf("  load (again)   %10.1f ms (the same artifact loaded again in that process: without the one-time CUDA "
                 "context and library initialisation)\n",
                 r["reload_ms"].get<double>());
+  else if (r.contains("reload_error"))
+    std::printf("  load (again)   failed: %s\n", r["reload_error"].get<std::string>().c_str());
   std::printf("  first run      %10.2f ms\n", r["first_run_ms"].get<double>());
   std::printf("  latency        %10.2f ms median, %.2f ms p90, %.2f ms min over %d runs\n",
               r["latency_ms_median"].get<double>(), r["latency_ms_p90"].get<double>(), r["latency_ms_min"].get<double>(),

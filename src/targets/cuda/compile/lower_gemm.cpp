@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <cstring>
+#include <map>
 
 #include "support/error.h"
 #include "support/half.h"
@@ -43,9 +44,34 @@ void set_gemm_decision(Lowering& L, ir::Node& g, const GemmSpec& s, const LowerO
   g.attrs["workspace"] = static_cast<int64_t>(chosen.workspace);
 }
 
+namespace {
+/// Constant `t` ([..have.., R, C]) broadcast over its batch dims to
+/// [..batch.., R, C] (`have` left-padded with 1s to batch's rank).
+Tensor broadcast_batches(const Tensor& t, const std::vector<int64_t>& have, const std::vector<int64_t>& shape) {
+  Tensor out(t.dtype(), shape);
+  const size_t r = shape.size() - 2;
+  const size_t block = static_cast<size_t>(shape[r] * shape[r + 1]) * dtype_size(t.dtype());
+  const auto* src = static_cast<const uint8_t*>(t.raw());
+  auto* dst = static_cast<uint8_t*>(out.raw());
+  const int64_t batches = numel(std::vector<int64_t>(shape.begin(), shape.begin() + static_cast<long>(r)));
+  for (int64_t o = 0; o < batches; ++o) {
+    int64_t rest = o, from = 0, stride = 1;
+    for (size_t k = r; k-- > 0;) {  // the output batch index, digit by digit from the last dim
+      const int64_t idx = rest % shape[k];
+      rest /= shape[k];
+      from += (have[k] == 1 ? 0 : idx) * stride;
+      stride *= have[k];
+    }
+    std::memcpy(dst + static_cast<size_t>(o) * block, src + static_cast<size_t>(from) * block, block);
+  }
+  return out;
+}
+}  // namespace
+
 int expand_matmul_batches(ir::Model& m) {
   int expanded = 0;
   std::vector<ir::Node> out;
+  std::map<std::pair<ir::ValueId, std::vector<int64_t>>, ir::ValueId> made;
   for (auto& n : m.main.nodes) {
     if (!n.domain.empty() || n.op_type != "MatMul" || n.inputs.size() != 2) {
       out.push_back(n);
@@ -70,7 +96,7 @@ int expand_matmul_batches(ir::Model& m) {
     bool ok = true;
     for (size_t k = 0; k < r; ++k) {
       if (ba[k] != bb[k] && ba[k] != 1 && bb[k] != 1) ok = false;
-      batch[k] = std::max(ba[k], bb[k]);
+      batch[k] = ba[k] == 1 ? bb[k] : ba[k];  // a 1 broadcasts to the other side's size, 0 included
     }
     if (!ok || (ba == batch && bb == batch)) {  // not broadcastable (lower_gemm refuses it) or nothing to do
       out.push_back(n);
@@ -84,6 +110,24 @@ int expand_matmul_batches(ir::Model& m) {
       std::vector<int64_t> shape = batch;
       shape.push_back(full[full.size() - 2]);
       shape.push_back(full.back());
+      const ir::ValueId src = n.inputs[side];
+      if (auto it = made.find({src, shape}); it != made.end()) {  // one copy per operand and shape
+        mm.inputs[side] = it->second;
+        continue;
+      }
+      const std::string base = fmt::format("{}_batch_expanded_{}", m.value(src).name, m.values.size());
+      if (m.value(src).constant) {
+        // A constant (a weight) is broadcast once here, not copied at every run.
+        ir::Value cv = m.value(src);
+        cv.name = base;
+        cv.constant = broadcast_batches(*m.value(src).constant, have, shape);
+        cv.shape = ir::Shape();
+        for (auto d : shape) cv.shape->push_back(ir::Dim{d, ""});
+        ir::ValueId c_id = m.add_value(std::move(cv));
+        made[{src, shape}] = c_id;
+        mm.inputs[side] = c_id;
+        continue;
+      }
       ir::Value sv;
       sv.name = m.value(n.inputs[side]).name + "_batch_shape";
       sv.dtype = DType::i64;
@@ -92,14 +136,15 @@ int expand_matmul_batches(ir::Model& m) {
                                        shape.size() * sizeof(int64_t));
       ir::ValueId shape_id = m.add_value(std::move(sv));
       ir::Value ev = m.value(n.inputs[side]);
-      ev.name += "_batch_expanded";
+      ev.name = base;
       ev.constant.reset();
       ev.shape = ir::Shape();
       for (auto d : shape) ev.shape->push_back(ir::Dim{d, ""});
       ir::ValueId e_id = m.add_value(std::move(ev));
+      made[{src, shape}] = e_id;
       ir::Node ex;
       ex.op_type = "Expand";
-      ex.name = n.name + (side == 0 ? "_expand_a" : "_expand_b");
+      ex.name = base + "_expand";
       ex.opset = n.opset;
       ex.inputs = {n.inputs[side], shape_id};
       ex.outputs = {e_id};
@@ -160,7 +205,7 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
       size_t r = std::max(ba.size(), bb.size());
       ba.insert(ba.begin(), r - ba.size(), 1);
       bb.insert(bb.begin(), r - bb.size(), 1);
-      if (ba != bb) refuse(n, fmt::format("batch dims [{}] and [{}] broadcast against each other", fmt::join(ba, ","), fmt::join(bb, ",")));
+      if (ba != bb) refuse(n, fmt::format("batch dims [{}] and [{}] do not broadcast against each other", fmt::join(ba, ","), fmt::join(bb, ",")));
       s.m = M, s.batch = na, s.stride_a = M * K, s.stride_b = K * N;
     }
   } else {  // Gemm

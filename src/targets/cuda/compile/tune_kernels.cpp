@@ -1,5 +1,5 @@
 // Launch-configuration tuning of the generated kernels at compile time
-// (tuning.h: tune_kernel_grids).
+// (lowering.h: tune_kernel_grids).
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -43,7 +43,24 @@ std::vector<int64_t> candidates(int64_t g0, int64_t sm, Tuning mode) {
 
 }  // namespace
 
+namespace {
+int tune_grids(ir::Model& m, const KernelBundle& bundle, const LowerOptions& opt, int sm_count, TuningStats& st);
+}  // namespace
+
 int tune_kernel_grids(ir::Model& m, const KernelBundle& bundle, const LowerOptions& opt, int sm_count, TuningStats& st) {
+  // Optional work: a failure (no memory for the scratch buffer, a driver
+  // error) keeps the generator's grids instead of failing the compile. The
+  // nodes' grids are only written after every timing of a node succeeded.
+  try {
+    return tune_grids(m, bundle, opt, sm_count, st);
+  } catch (const Error& e) {
+    log().warn("cuda: kernel grid tuning skipped, the generated grids are kept: {}", e.what());
+    return 0;
+  }
+}
+
+namespace {
+int tune_grids(ir::Model& m, const KernelBundle& bundle, const LowerOptions& opt, int sm_count, TuningStats& st) {
   if (opt.device < 0 || opt.tuning == Tuning::heuristic) return 0;
   // Measurement aid (docs/cuda.md): KILN_CUDA_TUNE_GRIDS=0 keeps the generator's grids.
   if (const char* e = std::getenv("KILN_CUDA_TUNE_GRIDS"); e && std::string(e) == "0") return 0;
@@ -116,11 +133,11 @@ int tune_kernel_grids(ir::Model& m, const KernelBundle& bundle, const LowerOptio
                   default_ms / kLaunchesPerRep, best_ms / kLaunchesPerRep);
     }
   }
-  ++st.tuned;
   st.ms += sw.ms();
   log().info("cuda tuning: {} grid-stride kernel(s) timed at several grid sizes, {} given another grid ({:.0f} ms)",
              tunable.size(), changed, sw.ms());
   return changed;
 }
+}  // namespace
 
 }  // namespace kiln::targets::cuda

@@ -145,7 +145,9 @@ bool is_graph_conv(const ir::Node& n) {
   const std::string api = n.s("api", "");
   if (api.empty()) return false;
   if (api != "graph")
-    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Conv api '{}' is not one this kiln knows (\"graph\", or none for the legacy API)",
+    fail(ErrorCode::incompatible_artifact,
+         "{}: kiln.cuda.Conv api '{}' is not one this kiln knows (\"graph\", or none for the legacy API): an artifact of "
+         "another kiln; recompile",
          n.label(), api);
   return true;
 }
@@ -358,6 +360,7 @@ ConvOpGraph graph_for(const ConvSpec& s, const ConvEpilogue& ep, const std::stri
   try {
     return ConvOpGraph(s, ep);
   } catch (const Error& err) {
+    if (err.code() == ErrorCode::invalid_model) throw;  // the node's own attributes are wrong, not cuDNN here
     fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here cannot build the operation graph of this {}: {}; recompile",
          where, cudnnGetVersion(), ep.describe(), err.what());
   }
@@ -416,7 +419,7 @@ void GraphConvPlan::choose_here(size_t workspace_cap) {
     if (workspace_ <= workspace_cap) break;
     why += fmt::format("; {}: needs {} bytes of workspace", cand.describe(), workspace_);
     plan_ = BackendDesc();
-    config_ = BackendDesc();
+    built_from_.clear();
   }
   // No fallback to an unfused form here: its epilogue kernel was not
   // generated at compile time (docs/cuda.md, "Where an artifact may run").
@@ -462,7 +465,12 @@ void GraphConvPlan::build_from_engine() {
               "cudnnBackendGetAttribute (plan workspace)");
   workspace_ = static_cast<size_t>(ws);
   plan_ = std::move(plan);
-  config_ = std::move(cfg);  // kept with the plan that was finalized from it
+  // Everything the plan was finalized from stays alive with it (cuDNN copies
+  // what it needs, but does not document it).
+  built_from_.clear();
+  built_from_.push_back(std::move(engine));
+  for (auto& k : knobs) built_from_.push_back(std::move(k));
+  built_from_.push_back(std::move(cfg));
 }
 
 std::string GraphConvPlan::serialize() const {

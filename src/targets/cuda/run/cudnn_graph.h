@@ -146,7 +146,7 @@ class GraphConvPlan {
   ConvOpGraph graph_;
   GraphEngine engine_;
   std::string where_;
-  BackendDesc config_;  ///< the engine configuration plan_ was finalized from
+  std::vector<BackendDesc> built_from_;  ///< engine, knob choices and configuration plan_ was finalized from
   BackendDesc plan_;
   size_t workspace_ = 0;
   bool chosen_at_load_ = false;

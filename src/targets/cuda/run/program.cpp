@@ -352,8 +352,8 @@ class CudaProgram final : public DeviceProgram {
         if (n.domain != kCudaDomain || n.op_type != (kind == 1 ? "Gemm" : "Conv")) continue;
         Stopwatch node_sw;
         if (kind == 1) gemm_at_[i] = make_gemm(n);
-        else if (is_graph_conv(n)) gconv_at_[i] = make_graph_conv(n);
-        else conv_at_[i] = make_conv(n);
+        else if (is_graph_conv(n)) gconv_at_[i] = make_graph_conv(m, n);
+        else conv_at_[i] = make_conv(m, n);
         double t = node_sw.ms();
         kind_ms[kind] += t;
         if (first_ms[kind] < 0) first_ms[kind] = t;
@@ -382,18 +382,29 @@ class CudaProgram final : public DeviceProgram {
     if (conv_error) std::rethrow_exception(conv_error);
   }
 
-  /// Refuses a graph convolution whose bias does not hold one value per
-  /// output channel or whose z does not have y's size (cuDNN would read
-  /// past them): Error(invalid_model) naming the node.
-  void check_epilogue_operands(const ir::Model& m, const ir::Node& n, const ConvEpilogue& ep) const {
-    const ConvSpec spec = conv_spec_from(n);
-    const size_t y_bytes = value_bytes(m, n.outputs.at(0), &n), elem = dtype_size(spec.dtype);
-    if (ep.bias && value_bytes(m, n.inputs.at(2), &n) != static_cast<size_t>(spec.y.at(1)) * elem)
-      fail(ErrorCode::invalid_model, "{}: the bias '{}' is not {} {} values (one per output channel)", n.label(),
-           m.value(n.inputs[2]).name, spec.y.at(1), dtype_name(spec.dtype));
-    if (ep.residual && value_bytes(m, n.inputs.back(), &n) != y_bytes)
-      fail(ErrorCode::invalid_model, "{}: the residual '{}' is not the size of the output ({} bytes)", n.label(),
-           m.value(n.inputs.back()).name, y_bytes);
+  /// Refuses a convolution whose values do not have the sizes its spec
+  /// says (x, w, y; the bias one value per output channel; z the size of
+  /// y): cuDNN would read or write past them. Error(invalid_model) naming
+  /// the node and the value. Runs before any plan is built or warmed.
+  void check_conv_operands(const ir::Model& m, const ir::Node& n, const ConvSpec& spec, const ConvEpilogue& ep) const {
+    const size_t elem = dtype_size(spec.dtype);
+    auto expect = [&](ir::ValueId v, size_t bytes, const char* what) {
+      if (value_bytes(m, v, &n) != bytes)
+        fail(ErrorCode::invalid_model, "{}: {} '{}' holds {} bytes, the convolution's spec needs {}", n.label(), what,
+             m.value(v).name, value_bytes(m, v, &n), bytes);
+    };
+    auto count = [](const std::vector<int64_t>& d) {
+      size_t c = 1;
+      for (auto x : d) c *= static_cast<size_t>(x);
+      return c;
+    };
+    if (n.inputs.size() < 2 || n.outputs.empty())
+      fail(ErrorCode::invalid_model, "{}: a convolution needs inputs x and w and an output", n.label());
+    expect(n.inputs[0], count(spec.x) * elem, "input");
+    expect(n.inputs[1], count(spec.w) * elem, "filter");
+    expect(n.outputs[0], count(spec.y) * elem, "output");
+    if (ep.bias) expect(n.inputs.at(2), static_cast<size_t>(spec.y.at(1)) * elem, "bias");
+    if (ep.residual) expect(n.inputs.back(), count(spec.y) * elem, "residual");
   }
 
   /// Runs every convolution plan once on a private stream, into the
@@ -450,15 +461,17 @@ class CudaProgram final : public DeviceProgram {
     return std::make_unique<GemmPlan>(spec, algo, static_cast<size_t>(n.i("workspace", 0)), bias, n.label());
   }
 
-  std::unique_ptr<ConvPlan> make_conv(const ir::Node& n) const {
+  std::unique_ptr<ConvPlan> make_conv(const ir::Model& m, const ir::Node& n) const {
     ConvSpec spec = conv_spec_from(n);
+    check_conv_operands(m, n, spec, ConvEpilogue{});
     const int algo = rechoose_ ? kConvAlgoAtLoad : static_cast<int>(n.i("algo"));
     return std::make_unique<ConvPlan>(spec, algo, static_cast<size_t>(n.i("workspace", 0)), n.label());
   }
 
-  std::unique_ptr<GraphConvPlan> make_graph_conv(const ir::Node& n) const {
+  std::unique_ptr<GraphConvPlan> make_graph_conv(const ir::Model& m, const ir::Node& n) const {
     ConvSpec spec = conv_spec_from(n);
     ConvEpilogue ep = conv_epilogue_from(n);
+    check_conv_operands(m, n, spec, ep);
     GraphEngine e = graph_engine_from(n);
     size_t cap = e.workspace;
     if (rechoose_) {  // an older architecture's artifact: cuDNN's heuristic chooses here
@@ -466,6 +479,34 @@ class CudaProgram final : public DeviceProgram {
       cap = std::max(cap, size_t{64} << 20);
     }
     return std::make_unique<GraphConvPlan>(spec, ep, e, cap, n.label());
+  }
+
+  /// Refuses a launch configuration no generated kernel has: dims outside
+  /// CUDA's limits (grid x 1..2^31-1, y and z 1..65535, at most 1024
+  /// threads a block), an empty grid for outputs that are not empty, or for
+  /// a grid-stride kernel a block other than its 256 threads or a grid whose
+  /// stride would overflow its 32-bit index. Error(invalid_model) naming the node.
+  void check_launch(const ir::Model& m, const ir::Node& n, const std::vector<int64_t>& grid,
+                    const std::vector<int64_t>& block) const {
+    if (grid.size() != 3 || block.size() != 3) fail(ErrorCode::invalid_model, "{}: grid/block must have 3 dims", n.label());
+    bool empty_grid = false;
+    for (int i = 0; i < 3; ++i) {
+      const int64_t limit = i == 0 ? (int64_t{1} << 31) - 1 : 65535;
+      if (grid[i] < 0 || grid[i] > limit || block[i] < 1 || block[i] > 1024)
+        fail(ErrorCode::invalid_model, "{}: launch grid [{}, {}, {}] / block [{}, {}, {}] is outside CUDA's limits", n.label(),
+             grid[0], grid[1], grid[2], block[0], block[1], block[2]);
+      empty_grid |= grid[i] == 0;
+    }
+    if (block[0] * block[1] * block[2] > 1024)
+      fail(ErrorCode::invalid_model, "{}: a block of {} threads (at most 1024)", n.label(), block[0] * block[1] * block[2]);
+    if (empty_grid)
+      for (auto id : n.outputs)
+        if (id != ir::kNoValue && value_bytes(m, id, &n) != 0)
+          fail(ErrorCode::invalid_model, "{}: an empty launch grid for output '{}', which is not empty", n.label(),
+               m.value(id).name);
+    if (n.i("grid_stride", 0) == 1 && (block != std::vector<int64_t>{256, 1, 1} || grid[0] * 256 >= (int64_t{1} << 32)))
+      fail(ErrorCode::invalid_model, "{}: a grid-stride kernel launched with grid {} and block {} (its code assumes 256 "
+           "threads and a 32-bit stride)", n.label(), grid[0], block[0]);
   }
 
   /// Appends the step(s) of node `index` (its plan, for a Gemm or Conv,
@@ -480,7 +521,7 @@ class CudaProgram final : public DeviceProgram {
       CUfunction f;
       check(d.cuModuleGetFunction(&f, module_, fn.c_str()), fmt::format("{}: cuModuleGetFunction('{}')", n.label(), fn).c_str());
       auto grid = n.ints("grid"), block = n.ints("block");
-      if (grid.size() != 3 || block.size() != 3) fail(ErrorCode::invalid_model, "{}: grid/block must have 3 dims", n.label());
+      check_launch(m, n, grid, block);
       unsigned smem = static_cast<unsigned>(n.i("smem", 0));
       if (smem > 48 * 1024)
         check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)),
@@ -522,15 +563,14 @@ class CudaProgram final : public DeviceProgram {
         plan->run(s, a, b, c, dd, workspace_.get(), workspace_.bytes());
       });
     } else if (n.op_type == "Conv" && is_graph_conv(n)) {
-      gconvs_.push_back(gconv_at_.at(index) ? std::move(gconv_at_[index]) : make_graph_conv(n));
+      gconvs_.push_back(gconv_at_.at(index) ? std::move(gconv_at_[index]) : make_graph_conv(m, n));
       const GraphConvPlan* plan = gconvs_.back().get();
       const ConvEpilogue ep = conv_epilogue_from(n);
-      check_epilogue_operands(m, n, ep);
       CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
       CUdeviceptr bias = ep.bias ? addr_[n.inputs.at(2)] : 0, z = ep.residual ? addr_[n.inputs.back()] : 0;
       steps_.push_back([this, plan, x, w, bias, z, y](CUstream s) { plan->run(s, x, w, bias, z, y, workspace_.get()); });
     } else if (n.op_type == "Conv") {
-      convs_.push_back(conv_at_.at(index) ? std::move(conv_at_[index]) : make_conv(n));
+      convs_.push_back(conv_at_.at(index) ? std::move(conv_at_[index]) : make_conv(m, n));
       const ConvPlan* plan = convs_.back().get();
       CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
       steps_.push_back([this, plan, x, w, y](CUstream s) { plan->run(s, x, w, y, workspace_.get(), workspace_.bytes()); });
