@@ -80,4 +80,14 @@ int fold_batch_norm(ir::Model& m);
 /// reader; they are left dead. Returns the number of Gelus made.
 int recognize_gelu(ir::Model& m);
 
+/// Replaces the decomposed layer norm over the last axis,
+///   d = x - ReduceMean(x, [-1]);  d / Sqrt(ReduceMean(Pow(d, 2) or d*d, [-1]) + eps) [* gamma] [+ beta]
+/// (keepdims 1; eps a scalar constant; gamma and beta constants of x's
+/// dtype with one value per element of the last axis), by one
+/// LayerNormalization (ONNX LayerNormalization-17: axis -1, epsilon eps,
+/// Scale gamma or ones, B beta). x is float32, float16 or bfloat16 with a
+/// static last dim. Intermediates must have no other reader; they are left
+/// dead. Returns the number of LayerNormalizations made.
+int recognize_layernorm(ir::Model& m);
+
 }  // namespace kiln::passes

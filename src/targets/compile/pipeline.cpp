@@ -65,10 +65,11 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     int merged = passes::eliminate_common_subexpressions(cp.model);
     int bn = passes::fold_batch_norm(cp.model);
     int gelu = passes::recognize_gelu(cp.model);
+    int ln = passes::recognize_layernorm(cp.model);
     st.dead += passes::eliminate_dead_code(cp.model);
     log().info("cpu graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
-               "{} Gelus recognised",
-               simplified, merged, bn, gelu);
+               "{} Gelus and {} LayerNormalizations recognised",
+               simplified, merged, bn, gelu, ln);
     auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed});
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
                "{} tiny element-wise nodes left to the reference kernels, {} weights packed",
@@ -86,10 +87,11 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     int merged = passes::eliminate_common_subexpressions(cp.model);
     int bn = passes::fold_batch_norm(cp.model);
     int gelu = passes::recognize_gelu(cp.model);
+    int ln = passes::recognize_layernorm(cp.model);
     st.dead += passes::eliminate_dead_code(cp.model);
     log().info("cuda graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
-               "{} Gelus recognised",
-               simplified, merged, bn, gelu);
+               "{} Gelus and {} LayerNormalizations recognised",
+               simplified, merged, bn, gelu, ln);
     cuda::LowerOptions lo = cuda_lower_options(opt);
     lo.dtype = opt.precision == Precision::fp16   ? DType::f16
                : opt.precision == Precision::bf16 ? DType::bf16

@@ -194,6 +194,43 @@ TEST(CpuTarget, GemmWithBiasAndGeluIsOneMatMul) {
   expect_matches_ref(gemm_gelu(), {{"a", filled({3, 8}, 7)}});
 }
 
+// Conv -> `act` with a bias: the activation becomes the convolution's oneDNN
+// post-op (no separate node), for each activation issue #5 lists that has
+// no other test here: HardSwish, Clip (as ReLU6 and with other bounds),
+// and a lone Sigmoid.
+ModelBuilder conv_then(const std::string& act, float lo = 0.f, float hi = 6.f) {
+  ModelBuilder b(13);
+  b.input("x", 1, {1, 8, 6, 6});
+  b.initializer("w", {16, 8, 3, 3}, floats({16, 8, 3, 3}, 31));
+  b.initializer("bias", {16}, floats({16}, 32));
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w", "bias"}, {"c"}), "pads", {1, 1, 1, 1});
+  if (act == "Clip") {
+    b.initializer("lo", {}, {lo});
+    b.initializer("hi", {}, {hi});
+    b.node("Clip", {"c", "lo", "hi"}, {"y"});
+  } else {
+    b.node(act, {"c"}, {"y"});
+  }
+  b.output("y");
+  return b;
+}
+
+TEST(CpuTarget, HardSwishClipAndSigmoidBecomeConvPostOps) {
+  struct Case {
+    const char* act;
+    float lo, hi;
+  };
+  for (const Case& c : {Case{"HardSwish", 0, 0}, Case{"Clip", 0.f, 6.f}, Case{"Clip", -0.5f, 0.25f}, Case{"Sigmoid", 0, 0}}) {
+    SCOPED_TRACE(std::string(c.act) + " " + std::to_string(c.lo) + ".." + std::to_string(c.hi));
+    ModelBuilder b = conv_then(c.act, c.lo, c.hi);
+    auto cp = compile_for(b, Target::cpu());
+    EXPECT_EQ(count(cp.model, "Conv"), 1);
+    EXPECT_EQ(count(cp.model, "Eltwise"), 0) << "the activation stayed a separate primitive";
+    EXPECT_EQ(count(cp.model, c.act, ""), 0) << "the activation stayed a reference kernel";
+    expect_matches_ref(b, {{"x", filled({1, 8, 6, 6}, 33)}});
+  }
+}
+
 // Conv -> Split on channels -> two convs -> Concat: a YOLO C2f-like block,
 // all in the blocked layout (split at a multiple of the channel block).
 ModelBuilder split_concat() {

@@ -1,0 +1,116 @@
+// recognize_layernorm: before/after IR, and the rewritten graph's values on
+// the cpu target (oneDNN's layer normalization) against the decomposed form
+// on the ref target.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "graph_pass_util.h"
+#include "kiln/session.h"
+#include "passes/passes.h"
+
+namespace kiln::testing {
+namespace {
+
+/// torch.onnx's LayerNorm before opset 17 (x [2, 3, 8], eps 1e-5), with
+/// d*d instead of Pow(d, 2) when `mul_square`, and gamma / beta when `affine`.
+ModelBuilder decomposed(bool mul_square = false, bool affine = true, int64_t axis = -1) {
+  ModelBuilder b(13);
+  b.input("x", 1, {2, 3, 8});
+  b.initializer_i64("axes", {1}, {axis});
+  b.initializer("two", {}, {2.f});
+  b.initializer("eps", {}, {1e-5f});
+  std::vector<float> g(8), be(8);
+  for (int i = 0; i < 8; ++i) g[i] = 0.5f + 0.1f * static_cast<float>(i), be[i] = 0.05f * static_cast<float>(i) - 0.2f;
+  b.initializer("gamma", {8}, g);
+  b.initializer("beta", {8}, be);
+  b.node("ReduceMean", {"x", "axes"}, {"mean"});
+  b.node("Sub", {"x", "mean"}, {"d"});
+  if (mul_square) b.node("Mul", {"d", "d"}, {"sq"});
+  else b.node("Pow", {"d", "two"}, {"sq"});
+  b.node("ReduceMean", {"sq", "axes"}, {"var"});
+  b.node("Add", {"var", "eps"}, {"ve"});
+  b.node("Sqrt", {"ve"}, {"sd"});
+  b.node("Div", {"d", "sd"}, {affine ? "n" : "y"});
+  if (affine) {
+    b.node("Mul", {"n", "gamma"}, {"ng"});
+    b.node("Add", {"ng", "beta"}, {"y"});
+  }
+  b.output("y");
+  return b;
+}
+
+TEST(RecognizeLayerNorm, ReplacesTheDecomposedForm) {
+  ir::Model m = import_inferred(decomposed());
+  EXPECT_EQ(passes::recognize_layernorm(m), 1);
+  passes::eliminate_dead_code(m);
+  ASSERT_EQ(op_types(m), (std::vector<std::string>{"LayerNormalization"}));
+  const ir::Node& ln = m.main.nodes[0];
+  ASSERT_EQ(ln.inputs.size(), 3u);
+  EXPECT_EQ(ln.inputs[0], value_named(m, "x"));
+  EXPECT_EQ(ln.inputs[1], value_named(m, "gamma"));
+  EXPECT_EQ(ln.inputs[2], value_named(m, "beta"));
+  EXPECT_EQ(ln.outputs[0], value_named(m, "y"));
+  EXPECT_EQ(ln.i("axis", 0), -1);
+  EXPECT_FLOAT_EQ(ln.f("epsilon", 0.f), 1e-5f);
+}
+
+TEST(RecognizeLayerNorm, MulSquareWithoutAffineGetsUnitScale) {
+  ir::Model m = import_inferred(decomposed(/*mul_square=*/true, /*affine=*/false));
+  EXPECT_EQ(passes::recognize_layernorm(m), 1);
+  passes::eliminate_dead_code(m);
+  ASSERT_EQ(op_types(m), (std::vector<std::string>{"LayerNormalization"}));
+  const ir::Node& ln = m.main.nodes[0];
+  ASSERT_EQ(ln.inputs.size(), 2u);  // no B
+  EXPECT_EQ(constant_floats(m, ln.inputs[1]), std::vector<float>(8, 1.f));
+}
+
+TEST(RecognizeLayerNorm, LeavesOtherAxesAndSharedIntermediatesAlone) {
+  ir::Model first = import_inferred(decomposed(false, true, /*axis=*/1));  // over axis 1: not the last
+  EXPECT_EQ(passes::recognize_layernorm(first), 0);
+  // The variance is also a graph output: the chain must stay.
+  ModelBuilder b = decomposed();
+  b.output("var");
+  ir::Model shared = import_inferred(b);
+  EXPECT_EQ(passes::recognize_layernorm(shared), 0);
+  // A gamma that does not hold one value per channel (broadcast over rows)
+  // is not a LayerNorm's Scale: the normalisation alone is one, the Mul stays.
+  ModelBuilder c(13);
+  c.input("x", 1, {2, 3, 8});
+  c.initializer_i64("axes", {1}, {-1});
+  c.initializer("eps", {}, {1e-5f});
+  c.initializer("gamma", {3, 1}, {1.f, 2.f, 3.f});
+  c.node("ReduceMean", {"x", "axes"}, {"mean"});
+  c.node("Sub", {"x", "mean"}, {"d"});
+  c.node("Mul", {"d", "d"}, {"sq"});
+  c.node("ReduceMean", {"sq", "axes"}, {"var"});
+  c.node("Add", {"var", "eps"}, {"ve"});
+  c.node("Sqrt", {"ve"}, {"sd"});
+  c.node("Div", {"d", "sd"}, {"n"});
+  c.node("Mul", {"n", "gamma"}, {"y"});
+  c.output("y");
+  ir::Model rows = import_inferred(c);
+  EXPECT_EQ(passes::recognize_layernorm(rows), 1);
+  passes::eliminate_dead_code(rows);
+  EXPECT_EQ(op_types(rows), (std::vector<std::string>{"LayerNormalization", "Mul"}));
+}
+
+TEST(RecognizeLayerNorm, CpuTargetMatchesTheDecomposedFormOnRef) {
+  TempDir dir;
+  decomposed().save(dir / "ln.onnx");
+  SessionOptions ref;
+  ref.target = Target::ref();
+  ref.use_cache = false;
+  SessionOptions cpu = ref;
+  cpu.target = Target::cpu();
+  Tensor x(DType::f32, {2, 3, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::sin(0.7f * static_cast<float>(i)) * 3.f + 0.1f * static_cast<float>(i % 5);
+  auto want = Session(dir / "ln.onnx", ref).run({{"x", x}}).at("y");
+  auto got = Session(dir / "ln.onnx", cpu).run({{"x", x}}).at("y");
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i)
+    EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 + 1e-4 * std::fabs(want.data<float>()[i])) << i;
+}
+
+}  // namespace
+}  // namespace kiln::testing
