@@ -85,7 +85,7 @@ int recognize_gelu(ir::Model& m);
 /// (keepdims 1; eps a scalar constant; gamma and beta constants of x's
 /// dtype with one value per element of the last axis), by one
 /// LayerNormalization (ONNX LayerNormalization-17: axis -1, epsilon eps,
-/// Scale gamma or ones, B beta). x is float32, float16 or bfloat16 with a
+/// Scale gamma or ones, B beta, both as [C] constants). x is float32 with a
 /// static last dim. Intermediates must have no other reader; they are left
 /// dead. Returns the number of LayerNormalizations made.
 int recognize_layernorm(ir::Model& m);

@@ -44,7 +44,8 @@ class LayerNormMatcher {
       ln.op_type = "LayerNormalization";
       ln.name = g_.nodes[i].name + "/layernorm";
       ln.opset = std::max<int64_t>(g_.nodes[i].opset, 17);
-      ln.inputs = {mt.x, mt.gamma != ir::kNoValue ? mt.gamma : ones(mt), mt.beta};
+      ln.inputs = {mt.x, mt.gamma != ir::kNoValue ? as_vector(mt.gamma, mt) : ones(mt, g_.nodes[i].name),
+                   mt.beta != ir::kNoValue ? as_vector(mt.beta, mt) : ir::kNoValue};
       if (mt.beta == ir::kNoValue) ln.inputs.resize(2);
       ln.outputs = {g_.nodes[i].outputs[0]};
       ln.attrs["axis"] = int64_t{-1};
@@ -154,7 +155,10 @@ class LayerNormMatcher {
     if (!rm || rm->inputs[0] != x || !last_axis_mean(*rm)) return false;
     const ir::Value& xv = val(x);
     if (!xv.shape || xv.shape->empty() || !xv.shape->back().is_static()) return false;
-    if (xv.dtype != DType::f32 && xv.dtype != DType::f16 && xv.dtype != DType::bf16) return false;
+    // float32 only: the cpu target's layer norm (oneDNN, and the reference
+    // kernel it falls back to) takes float32 x, and a 16-bit chain's eps
+    // would not be read by scalar_constant anyway.
+    if (xv.dtype != DType::f32) return false;
     // The output keeps x's shape (no broadcasting by gamma or beta).
     const ir::Value& yv = val(last.outputs[0]);
     if (!yv.shape || *yv.shape != *xv.shape) return false;
@@ -177,16 +181,24 @@ class LayerNormMatcher {
     return true;
   }
 
-  /// A constant [C] of ones, the Scale a pattern without gamma needs.
-  ir::ValueId ones(const Match& mt) {
-    Tensor t(mt.dtype, {mt.channels});
-    for (int64_t i = 0; i < mt.channels; ++i) {
-      if (mt.dtype == DType::f32) t.data<float>()[i] = 1.f;
-      else t.data<uint16_t>()[i] = mt.dtype == DType::f16 ? uint16_t{0x3c00} : uint16_t{0x3f80};
-    }
+  /// `v` (a constant of shape 1s then C) as a [C] constant: LayerNormalization's
+  /// reference kernel wants Scale and B of the normalised shape itself.
+  ir::ValueId as_vector(ir::ValueId v, const Match& mt) {
+    if (val(v).shape->size() == 1) return v;
+    ir::Value c = val(v);
+    c.name += "_as_vector";
+    c.constant = val(v).constant->reshaped({mt.channels});
+    c.shape = ir::Shape{ir::Dim{mt.channels, ""}};
+    return m_.add_value(std::move(c));
+  }
+
+  /// A float32 constant [C] of ones, the Scale a pattern without gamma needs.
+  ir::ValueId ones(const Match& mt, const std::string& node) {
+    Tensor t(DType::f32, {mt.channels});
+    for (int64_t i = 0; i < mt.channels; ++i) t.data<float>()[i] = 1.f;
     ir::Value v;
-    v.name = fmt::format("{}_layernorm_ones", val(mt.x).name);
-    v.dtype = mt.dtype;
+    v.name = fmt::format("{}_{}_layernorm_ones", val(mt.x).name, node);
+    v.dtype = DType::f32;
     v.shape = ir::Shape{ir::Dim{mt.channels, ""}};
     v.constant = std::move(t);
     return m_.add_value(std::move(v));

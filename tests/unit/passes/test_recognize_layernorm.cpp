@@ -95,6 +95,48 @@ TEST(RecognizeLayerNorm, LeavesOtherAxesAndSharedIntermediatesAlone) {
   EXPECT_EQ(op_types(rows), (std::vector<std::string>{"LayerNormalization", "Mul"}));
 }
 
+TEST(RecognizeLayerNorm, RowShapedGammaAndDynamicBatchRunOnCpu) {
+  // gamma and beta [1, 1, 8] and a symbolic batch dim: the LayerNormalization
+  // gets [8] constants (the reference kernel it runs on with a dynamic shape
+  // wants Scale and B of the normalised shape).
+  ModelBuilder b(13);
+  b.input("x", 1, {-1, 3, 8});
+  b.initializer_i64("axes", {1}, {-1});
+  b.initializer("eps", {}, {1e-5f});
+  std::vector<float> g(8), be(8);
+  for (int i = 0; i < 8; ++i) g[i] = 1.f + 0.1f * static_cast<float>(i), be[i] = 0.01f * static_cast<float>(i);
+  b.initializer("gamma", {1, 1, 8}, g);
+  b.initializer("beta", {1, 1, 8}, be);
+  b.node("ReduceMean", {"x", "axes"}, {"mean"});
+  b.node("Sub", {"x", "mean"}, {"d"});
+  b.node("Mul", {"d", "d"}, {"sq"});
+  b.node("ReduceMean", {"sq", "axes"}, {"var"});
+  b.node("Add", {"var", "eps"}, {"ve"});
+  b.node("Sqrt", {"ve"}, {"sd"});
+  b.node("Div", {"d", "sd"}, {"n"});
+  b.node("Mul", {"n", "gamma"}, {"ng"});
+  b.node("Add", {"ng", "beta"}, {"y"});
+  b.output("y");
+  ir::Model m = import_inferred(b);
+  EXPECT_EQ(passes::recognize_layernorm(m), 1);
+  passes::eliminate_dead_code(m);
+  ASSERT_EQ(op_types(m), (std::vector<std::string>{"LayerNormalization"}));
+  for (int k : {1, 2}) EXPECT_EQ(m.value(m.main.nodes[0].inputs[k]).constant->shape(), (std::vector<int64_t>{8}));
+  TempDir dir;
+  b.save(dir / "ln_dyn.onnx");
+  SessionOptions ref;
+  ref.target = Target::ref();
+  ref.use_cache = false;
+  SessionOptions cpu = ref;
+  cpu.target = Target::cpu();
+  Tensor x(DType::f32, {2, 3, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::cos(0.3f * static_cast<float>(i)) * 2.f;
+  auto want = Session(dir / "ln_dyn.onnx", ref).run({{"x", x}}).at("y");
+  auto got = Session(dir / "ln_dyn.onnx", cpu).run({{"x", x}}).at("y");
+  for (int64_t i = 0; i < want.numel(); ++i)
+    EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 + 1e-4 * std::fabs(want.data<float>()[i])) << i;
+}
+
 TEST(RecognizeLayerNorm, CpuTargetMatchesTheDecomposedFormOnRef) {
   TempDir dir;
   decomposed().save(dir / "ln.onnx");
