@@ -162,13 +162,22 @@ void inspect(const std::string& path, bool as_json) {
   for (auto id : cp.model.main.inputs) ins.push_back(info_json(tensor_info(cp.model.value(id))));
   for (auto id : cp.model.main.outputs) outs.push_back(info_json(tensor_info(cp.model.value(id))));
   // cuda: library decisions stored vs left to the load (cross-compiled).
-  int stored = 0, at_load = 0;
+  int stored = 0, at_load = 0, graph_convs = 0, fused = 0, serialized = 0;
   for (auto& n : cp.model.main.nodes) {
     if (n.domain != "kiln.cuda" || (n.op_type != "Gemm" && n.op_type != "Conv")) continue;
-    bool deferred = n.op_type == "Gemm" ? n.i("algo_at_load", 0) == 1 : n.i("algo", 0) == -1;
+    const bool graph = n.op_type == "Conv" && n.s("api", "") == "graph";
+    bool deferred = n.op_type == "Gemm" ? n.i("algo_at_load", 0) == 1
+                    : graph             ? n.i("engine", -1) < 0 && n.s("plan_json", "").empty()
+                                        : n.i("algo", 0) == -1;
     (deferred ? at_load : stored)++;
+    if (graph) {
+      ++graph_convs;
+      fused += n.i("bias", 0) || n.i("residual", 0) || n.i("relu", 0);
+      serialized += !n.s("plan_json", "").empty();
+    }
   }
-  json library = {{"stored", stored}, {"chosen_at_load", at_load}};
+  json library = {{"stored", stored}, {"chosen_at_load", at_load}, {"cudnn_graph_convolutions", graph_convs},
+                  {"fused_epilogues", fused}, {"serialized_plans", serialized}};
   json kernels = cuda_kernels(path, cp);
   std::error_code ec;
   auto size = std::filesystem::file_size(path, ec);
@@ -200,6 +209,10 @@ void inspect(const std::string& path, bool as_json) {
                 at_load ? fmt::format(", {} chosen by the libraries' heuristics at the first load (cross-compiled)",
                                       at_load).c_str()
                         : "");
+  if (graph_convs)
+    std::printf("cuDNN graph-API convolutions: %d, %d with a fused epilogue, %d runtime-compiled with a serialized "
+                "plan\n",
+                graph_convs, fused, serialized);
   if (cp.buckets.empty()) {
     std::printf("buckets: none (one program)\n");
   } else {
