@@ -45,4 +45,12 @@ bool scalar_constant(const ir::Model& m, ir::ValueId v, double& out) {
   }
 }
 
+std::vector<int> producer_indices(const ir::Graph& g, size_t nvalues) {
+  std::vector<int> p(nvalues, -1);
+  for (size_t i = 0; i < g.nodes.size(); ++i)
+    for (auto id : g.nodes[i].outputs)
+      if (id != ir::kNoValue) p[id] = static_cast<int>(i);
+  return p;
+}
+
 }  // namespace kiln::passes

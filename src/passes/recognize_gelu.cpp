@@ -18,13 +18,8 @@ bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::fabs(b); 
 
 class GeluMatcher {
  public:
-  GeluMatcher(ir::Model& m, ir::Graph& g) : m_(m), g_(g) {
-    producer_.assign(m.values.size(), -1);
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (auto id : g.nodes[i].outputs)
-        if (id != ir::kNoValue) producer_[id] = static_cast<int>(i);
-    uses_ = use_counts(g, m.values.size());
-  }
+  GeluMatcher(ir::Model& m, ir::Graph& g)
+      : m_(m), g_(g), producer_(producer_indices(g, m.values.size())), uses_(use_counts(g, m.values.size())) {}
 
   int run() {
     int found = 0;
@@ -109,16 +104,10 @@ class GeluMatcher {
   std::vector<int> uses_;
 };
 
-int gelu_graph(ir::Model& m, ir::Graph& g) {
-  int n = 0;
-  for (auto& node : g.nodes)
-    for (auto& [k, a] : node.attrs)
-      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) n += gelu_graph(m, **sg);
-  return n + GeluMatcher(m, g).run();
-}
-
 }  // namespace
 
-int recognize_gelu(ir::Model& m) { return gelu_graph(m, m.main); }
+int recognize_gelu(ir::Model& m) {
+  return sum_over_graphs(m.main, [&](ir::Graph& g) { return GeluMatcher(m, g).run(); });
+}
 
 }  // namespace kiln::passes

@@ -20,13 +20,8 @@ bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.dom
 
 class LayerNormMatcher {
  public:
-  LayerNormMatcher(ir::Model& m, ir::Graph& g) : m_(m), g_(g) {
-    producer_.assign(m.values.size(), -1);
-    for (size_t i = 0; i < g.nodes.size(); ++i)
-      for (auto id : g.nodes[i].outputs)
-        if (id != ir::kNoValue) producer_[id] = static_cast<int>(i);
-    uses_ = use_counts(g, m.values.size());
-  }
+  LayerNormMatcher(ir::Model& m, ir::Graph& g)
+      : m_(m), g_(g), producer_(producer_indices(g, m.values.size())), uses_(use_counts(g, m.values.size())) {}
 
   int run() {
     int found = 0;
@@ -210,16 +205,10 @@ class LayerNormMatcher {
   std::vector<int> uses_;
 };
 
-int layernorm_graph(ir::Model& m, ir::Graph& g) {
-  int n = 0;
-  for (auto& node : g.nodes)
-    for (auto& [k, a] : node.attrs)
-      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) n += layernorm_graph(m, **sg);
-  return n + LayerNormMatcher(m, g).run();
-}
-
 }  // namespace
 
-int recognize_layernorm(ir::Model& m) { return layernorm_graph(m, m.main); }
+int recognize_layernorm(ir::Model& m) {
+  return sum_over_graphs(m.main, [&](ir::Graph& g) { return LayerNormMatcher(m, g).run(); });
+}
 
 }  // namespace kiln::passes

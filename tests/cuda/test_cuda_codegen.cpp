@@ -342,19 +342,28 @@ TEST(CudaCodegen, SymbolicShapesAreRefused) {
   }
 }
 
-TEST(CudaCodegen, MatmulWithPartlyBroadcastBatchDimsReadsAnExpand) {
-  ModelBuilder b(17);
-  b.input("a", 1, {1, 3, 4, 5}).input("b", 1, {2, 3, 5, 6});
-  b.node("MatMul", {"a", "b"}, {"y"}, "mm");
-  b.output("y", 1, {2, 3, 4, 6});
+/// Lowers `b` for sm_90 as a cross-compile does (no device, heuristic
+/// tuning: matmul algorithms are left to the load), unlike lower(), whose
+/// default tuning refuses matmuls without a device.
+artifact::CompiledProgram cross_compile(const ModelBuilder& b, targets::cuda::LowerStats& st) {
   auto bytes = b.bytes();
   artifact::CompiledProgram cp;
   cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
   passes::infer_and_fold(cp.model);
   targets::cuda::LowerOptions opt;
-  opt.device = -1;  // cross-compiling: the matmul's algorithm is chosen at load
+  opt.device = -1;
   opt.tuning = Tuning::heuristic;
-  targets::cuda::LowerStats st = targets::cuda::lower_for_cuda(cp, opt);
+  st = targets::cuda::lower_for_cuda(cp, opt);
+  return cp;
+}
+
+TEST(CudaCodegen, MatmulWithPartlyBroadcastBatchDimsReadsAnExpand) {
+  ModelBuilder b(17);
+  b.input("a", 1, {1, 3, 4, 5}).input("b", 1, {2, 3, 5, 6});
+  b.node("MatMul", {"a", "b"}, {"y"}, "mm");
+  b.output("y", 1, {2, 3, 4, 6});
+  targets::cuda::LowerStats st;
+  artifact::CompiledProgram cp = cross_compile(b, st);
   EXPECT_EQ(st.gemms, 1);
   const ir::Node* gemm = nullptr;
   for (auto& n : cp.model.main.nodes)
@@ -375,14 +384,8 @@ TEST(CudaCodegen, ConstantMatmulOperandIsBroadcastAtCompileTime) {
   b.initializer("w", {1, 3, 5, 2}, w);
   b.node("MatMul", {"a", "w"}, {"y"}, "mm");
   b.output("y", 1, {2, 3, 4, 2});
-  auto bytes = b.bytes();
-  artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::infer_and_fold(cp.model);
-  targets::cuda::LowerOptions opt;
-  opt.device = -1;
-  opt.tuning = Tuning::heuristic;
-  targets::cuda::LowerStats st = targets::cuda::lower_for_cuda(cp, opt);
+  targets::cuda::LowerStats st;
+  artifact::CompiledProgram cp = cross_compile(b, st);
   EXPECT_EQ(st.gemms, 1);
   EXPECT_EQ(st.kernels, 0) << "a constant operand needs no Expand kernel";
   const ir::Node* gemm = nullptr;

@@ -249,20 +249,17 @@ ConvPlan::ConvPlan(const ConvSpec& s, int algo, size_t workspace, const std::str
   workspace_ = workspace;
 }
 
+CudnnOnStream::CudnnOnStream(CUstream stream) : lock_(cudnn_mutex()), h_(cudnn_handle()) {
+  check_cudnn(cudnnSetStream(h_, reinterpret_cast<cudaStream_t>(stream)), "cudnnSetStream");
+}
+
+CudnnOnStream::~CudnnOnStream() { cudnnSetStream(h_, nullptr); }
+
 void ConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdeviceptr y, CUdeviceptr workspace,
                    size_t workspace_bytes) const {
-  // One handle for the process: setting its stream and enqueueing must not
-  // interleave with another program's (two sessions loading or, with
-  // KILN_CUDA_GRAPH=0, running at once). Graph replays do not come here.
-  std::lock_guard<std::mutex> lock(cudnn_mutex());
-  cudnnHandle_t h = cudnn_handle();
-  check_cudnn(cudnnSetStream(h, reinterpret_cast<cudaStream_t>(stream)), "cudnnSetStream");
-  // The handle must not keep this stream: it may be destroyed (a tuning
-  // stream, an unloaded program) before the handle's next use.
-  struct Reset {
-    cudnnHandle_t h;
-    ~Reset() { cudnnSetStream(h, nullptr); }
-  } reset{h};
+  // Graph replays do not come here: only the capture and unreplayed runs.
+  CudnnOnStream on(stream);
+  cudnnHandle_t h = on.handle();
   const float one = 1.f, zero = 0.f;
   if (transposed_) {
     // The transposed convolution of x is the backward-data pass of the

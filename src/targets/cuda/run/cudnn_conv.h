@@ -106,6 +106,26 @@ std::optional<size_t> conv_workspace(const ConvDescs& d, bool transposed, int al
 /// state: set for one call, reset to the null stream after it).
 std::mutex& cudnn_mutex();
 
+/// The process-wide cuDNN handle bound to `stream` for this object's life,
+/// cudnn_mutex() held: one handle serves the process, so setting its stream
+/// and enqueueing must not interleave with another program's (two sessions
+/// loading or, with KILN_CUDA_GRAPH=0, running at once). The handle goes
+/// back to the null stream at the end, since `stream` may be destroyed (a
+/// tuning stream, an unloaded program) before the handle's next use.
+/// Throws Error like check_cudnn when the stream cannot be set.
+class CudnnOnStream {
+ public:
+  explicit CudnnOnStream(CUstream stream);
+  ~CudnnOnStream();
+  CudnnOnStream(const CudnnOnStream&) = delete;
+  CudnnOnStream& operator=(const CudnnOnStream&) = delete;
+  cudnnHandle_t handle() const { return h_; }
+
+ private:
+  std::lock_guard<std::mutex> lock_;
+  cudnnHandle_t h_;
+};
+
 /// A convolution ready to run with the stored algorithm.
 class ConvPlan {
  public:

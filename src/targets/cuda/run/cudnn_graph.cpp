@@ -503,15 +503,8 @@ void GraphConvPlan::run(CUstream stream, CUdeviceptr x, CUdeviceptr w, CUdevicep
       ptrs.data(), "variant pack pointers");
   set(pack.get(), CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, 1, &ws, "variant pack workspace");
   finalize(pack, "variant pack");
-  // The process-wide handle's stream is state (cudnn_mutex, as in ConvPlan::run).
-  std::lock_guard<std::mutex> lock(cudnn_mutex());
-  cudnnHandle_t h = cudnn_handle();
-  check_cudnn(cudnnSetStream(h, reinterpret_cast<cudaStream_t>(stream)), "cudnnSetStream");
-  struct Reset {
-    cudnnHandle_t h;
-    ~Reset() { cudnnSetStream(h, nullptr); }
-  } reset{h};
-  check_cudnn(cudnnBackendExecute(h, plan_.get(), pack.get()), fmt::format("{}: cudnnBackendExecute", where_));
+  CudnnOnStream on(stream);
+  check_cudnn(cudnnBackendExecute(on.handle(), plan_.get(), pack.get()), fmt::format("{}: cudnnBackendExecute", where_));
 }
 
 }  // namespace kiln::targets::cuda
