@@ -12,6 +12,26 @@
 namespace kiln::testing {
 namespace {
 
+/// The decomposed layer norm of x over its last axis (initializers "axes",
+/// "eps" and, for Pow, "two" must exist): d = x - mean; d / sqrt(var + eps)
+/// into `normed`, d*d instead of Pow(d, 2) when `mul_square`.
+void add_normalisation(ModelBuilder& b, bool mul_square, const std::string& normed) {
+  b.node("ReduceMean", {"x", "axes"}, {"mean"});
+  b.node("Sub", {"x", "mean"}, {"d"});
+  if (mul_square) b.node("Mul", {"d", "d"}, {"sq"});
+  else b.node("Pow", {"d", "two"}, {"sq"});
+  b.node("ReduceMean", {"sq", "axes"}, {"var"});
+  b.node("Add", {"var", "eps"}, {"ve"});
+  b.node("Sqrt", {"ve"}, {"sd"});
+  b.node("Div", {"d", "sd"}, {normed});
+}
+
+std::vector<float> ramp8(float base, float step) {
+  std::vector<float> v(8);
+  for (int i = 0; i < 8; ++i) v[i] = base + step * static_cast<float>(i);
+  return v;
+}
+
 /// torch.onnx's LayerNorm before opset 17 (x [2, 3, 8], eps 1e-5), with
 /// d*d instead of Pow(d, 2) when `mul_square`, and gamma / beta when `affine`.
 ModelBuilder decomposed(bool mul_square = false, bool affine = true, int64_t axis = -1) {
@@ -20,18 +40,9 @@ ModelBuilder decomposed(bool mul_square = false, bool affine = true, int64_t axi
   b.initializer_i64("axes", {1}, {axis});
   b.initializer("two", {}, {2.f});
   b.initializer("eps", {}, {1e-5f});
-  std::vector<float> g(8), be(8);
-  for (int i = 0; i < 8; ++i) g[i] = 0.5f + 0.1f * static_cast<float>(i), be[i] = 0.05f * static_cast<float>(i) - 0.2f;
-  b.initializer("gamma", {8}, g);
-  b.initializer("beta", {8}, be);
-  b.node("ReduceMean", {"x", "axes"}, {"mean"});
-  b.node("Sub", {"x", "mean"}, {"d"});
-  if (mul_square) b.node("Mul", {"d", "d"}, {"sq"});
-  else b.node("Pow", {"d", "two"}, {"sq"});
-  b.node("ReduceMean", {"sq", "axes"}, {"var"});
-  b.node("Add", {"var", "eps"}, {"ve"});
-  b.node("Sqrt", {"ve"}, {"sd"});
-  b.node("Div", {"d", "sd"}, {affine ? "n" : "y"});
+  b.initializer("gamma", {8}, ramp8(0.5f, 0.1f));
+  b.initializer("beta", {8}, ramp8(-0.2f, 0.05f));
+  add_normalisation(b, mul_square, affine ? "n" : "y");
   if (affine) {
     b.node("Mul", {"n", "gamma"}, {"ng"});
     b.node("Add", {"ng", "beta"}, {"y"});
@@ -80,13 +91,7 @@ TEST(RecognizeLayerNorm, LeavesOtherAxesAndSharedIntermediatesAlone) {
   c.initializer_i64("axes", {1}, {-1});
   c.initializer("eps", {}, {1e-5f});
   c.initializer("gamma", {3, 1}, {1.f, 2.f, 3.f});
-  c.node("ReduceMean", {"x", "axes"}, {"mean"});
-  c.node("Sub", {"x", "mean"}, {"d"});
-  c.node("Mul", {"d", "d"}, {"sq"});
-  c.node("ReduceMean", {"sq", "axes"}, {"var"});
-  c.node("Add", {"var", "eps"}, {"ve"});
-  c.node("Sqrt", {"ve"}, {"sd"});
-  c.node("Div", {"d", "sd"}, {"n"});
+  add_normalisation(c, /*mul_square=*/true, "n");
   c.node("Mul", {"n", "gamma"}, {"y"});
   c.output("y");
   ir::Model rows = import_inferred(c);
@@ -103,17 +108,9 @@ TEST(RecognizeLayerNorm, RowShapedGammaAndDynamicBatchRunOnCpu) {
   b.input("x", 1, {-1, 3, 8});
   b.initializer_i64("axes", {1}, {-1});
   b.initializer("eps", {}, {1e-5f});
-  std::vector<float> g(8), be(8);
-  for (int i = 0; i < 8; ++i) g[i] = 1.f + 0.1f * static_cast<float>(i), be[i] = 0.01f * static_cast<float>(i);
-  b.initializer("gamma", {1, 1, 8}, g);
-  b.initializer("beta", {1, 1, 8}, be);
-  b.node("ReduceMean", {"x", "axes"}, {"mean"});
-  b.node("Sub", {"x", "mean"}, {"d"});
-  b.node("Mul", {"d", "d"}, {"sq"});
-  b.node("ReduceMean", {"sq", "axes"}, {"var"});
-  b.node("Add", {"var", "eps"}, {"ve"});
-  b.node("Sqrt", {"ve"}, {"sd"});
-  b.node("Div", {"d", "sd"}, {"n"});
+  b.initializer("gamma", {1, 1, 8}, ramp8(1.f, 0.1f));
+  b.initializer("beta", {1, 1, 8}, ramp8(0.f, 0.01f));
+  add_normalisation(b, /*mul_square=*/true, "n");
   b.node("Mul", {"n", "gamma"}, {"ng"});
   b.node("Add", {"ng", "beta"}, {"y"});
   b.output("y");
