@@ -115,6 +115,37 @@ TEST(CudaCross, ResidualAddAndReluJoinTheMatmul) {
   EXPECT_EQ(cp.model.value(g.inputs[3]).name, "x");
 }
 
+TEST(CudaCross, DecomposedLayerNormBecomesOneKernel) {
+  // The pipeline's recognize_layernorm runs for cuda too: nine ONNX nodes
+  // (ReduceMean, Sub, Pow, ReduceMean, Add, Sqrt, Div, Mul, Add) become the
+  // one row kernel of LayerNormalization.
+  TempDir dir;
+  ModelBuilder b(13);
+  b.input("x", 1, {4, 16, 64});
+  b.initializer_i64("axes", {1}, {-1});
+  b.initializer("two", {}, {2.f});
+  b.initializer("eps", {}, {1e-5f});
+  b.initializer("gamma", {64}, std::vector<float>(64, 1.5f));
+  b.initializer("beta", {64}, std::vector<float>(64, 0.25f));
+  b.node("ReduceMean", {"x", "axes"}, {"mean"});
+  b.node("Sub", {"x", "mean"}, {"d"});
+  b.node("Pow", {"d", "two"}, {"sq"});
+  b.node("ReduceMean", {"sq", "axes"}, {"var"});
+  b.node("Add", {"var", "eps"}, {"ve"});
+  b.node("Sqrt", {"ve"}, {"sd"});
+  b.node("Div", {"d", "sd"}, {"n"});
+  b.node("Mul", {"n", "gamma"}, {"ng"});
+  b.node("Add", {"ng", "beta"}, {"y"});
+  b.output("y", 1, {4, 16, 64});
+  b.save(dir / "ln.onnx");
+  compile(dir / "ln.onnx", dir / "ln.kiln", cross(foreign_arch()));
+  auto cp = artifact::read_file(dir / "ln.kiln");
+  ASSERT_EQ(cp.model.main.nodes.size(), 1u);
+  const ir::Node& k = cp.model.main.nodes[0];
+  EXPECT_EQ(k.op_type, "Kernel");
+  EXPECT_EQ(k.s("source_op", ""), "LayerNormalization");
+}
+
 TEST(CudaCross, TimedTuningWithoutTheGpuIsRefusedNamingTheOption) {
   TempDir dir;
   mlp_model().save(dir / "m.onnx");
