@@ -18,6 +18,7 @@
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/cudnn_graph.h"
+#include "targets/cuda/run/node_checks.h"
 #include "targets/cuda/run/driver.h"
 
 namespace kiln::testing {
@@ -599,6 +600,122 @@ TEST(CudaConvGraphAttrs, RoundTripAndRefusals) {
   ir::Node legacy = n;
   legacy.attrs.erase("api");
   EXPECT_FALSE(is_graph_conv(legacy));
+}
+
+/// Value `name` of `dtype` and `dims` added to `m`.
+ir::ValueId add_value(ir::Model& m, const std::string& name, DType dtype, const std::vector<int64_t>& dims) {
+  ir::Value v;
+  v.name = name;
+  v.dtype = dtype;
+  v.shape = ir::Shape();
+  for (auto d : dims) v.shape->push_back(ir::Dim{d, ""});
+  return m.add_value(std::move(v));
+}
+
+/// The message of the Error(invalid_model) `f` throws ("" and a failure if none).
+template <typename F>
+std::string invalid_model_message(F&& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_model) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return "";
+}
+
+TEST(CudaNodeChecks, ConvolutionOperandsMustHaveTheSpecsSizes) {
+  using namespace targets::cuda;
+  ir::Model m;
+  ConvSpec s;
+  s.dtype = DType::f16;
+  s.x = {1, 8, 6, 6};
+  s.w = {16, 8, 3, 3};
+  s.y = {1, 16, 6, 6};
+  s.pads = {1, 1};
+  s.strides = {1, 1};
+  s.dilations = {1, 1};
+  ir::Node n;
+  n.op_type = "Conv";
+  n.name = "conv3";
+  n.inputs = {add_value(m, "x", DType::f16, {1, 8, 6, 6}), add_value(m, "w", DType::f16, {16, 8, 3, 3}),
+              add_value(m, "bias", DType::f16, {16}), add_value(m, "z", DType::f16, {1, 16, 6, 6})};
+  n.outputs = {add_value(m, "y", DType::f16, {1, 16, 6, 6})};
+  const ConvEpilogue full{true, true, true};
+  check_conv_operands(m, n, s, full);  // consistent: no error
+  ir::Node short_bias = n;
+  short_bias.inputs[2] = add_value(m, "bias8", DType::f16, {8});
+  std::string msg = invalid_model_message([&] { check_conv_operands(m, short_bias, s, full); });
+  EXPECT_NE(msg.find("conv3"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("bias 'bias8' holds 16 bytes"), std::string::npos) << msg;
+  ir::Node small_z = n;
+  small_z.inputs[3] = add_value(m, "z_half", DType::f16, {1, 8, 6, 6});
+  msg = invalid_model_message([&] { check_conv_operands(m, small_z, s, full); });
+  EXPECT_NE(msg.find("residual 'z_half'"), std::string::npos) << msg;
+  ir::Node wrong_x = n;
+  wrong_x.inputs[0] = add_value(m, "x32", DType::f32, {1, 8, 6, 6});  // float32 bytes for a float16 spec
+  msg = invalid_model_message([&] { check_conv_operands(m, wrong_x, s, full); });
+  EXPECT_NE(msg.find("input 'x32' holds 1152 bytes, the convolution's spec needs 576"), std::string::npos) << msg;
+}
+
+TEST(CudaNodeChecks, LaunchConfigurationsOutsideWhatTheGeneratorWritesAreRefused) {
+  using namespace targets::cuda;
+  ir::Model m;
+  ir::Node k;
+  k.op_type = "Kernel";
+  k.name = "relu9";
+  k.inputs = {add_value(m, "x", DType::f32, {4096})};
+  k.outputs = {add_value(m, "y", DType::f32, {4096})};
+  k.attrs["grid_stride"] = int64_t{1};
+  auto launch = [&](std::vector<int64_t> grid, std::vector<int64_t> block) {
+    ir::Node n = k;
+    n.attrs["grid"] = std::move(grid);
+    n.attrs["block"] = std::move(block);
+    return n;
+  };
+  check_launch(m, launch({16, 1, 1}, {256, 1, 1}));  // what gen_elementwise writes
+  for (auto [grid, block, says] : std::vector<std::tuple<std::vector<int64_t>, std::vector<int64_t>, std::string>>{
+           {{-1, 1, 1}, {256, 1, 1}, "outside CUDA's limits"},
+           {{1, 70000, 1}, {256, 1, 1}, "outside CUDA's limits"},
+           {{16, 1, 1}, {2048, 1, 1}, "outside CUDA's limits"},
+           {{16, 1, 1}, {512, 4, 1}, "a block of 2048 threads"},
+           {{0, 1, 1}, {256, 1, 1}, "empty launch grid for output 'y'"},
+           {{16, 1, 1}, {128, 1, 1}, "assumes 256 threads"},
+           {{int64_t{1} << 24, 1, 1}, {256, 1, 1}, "32-bit stride"},
+           {{16, 1}, {256, 1, 1}, "3 dims"}}) {
+    std::string msg = invalid_model_message([&] { check_launch(m, launch(grid, block)); });
+    EXPECT_NE(msg.find("relu9"), std::string::npos) << msg;
+    EXPECT_NE(msg.find(says), std::string::npos) << msg;
+  }
+  // An empty grid is what an empty output gets: accepted there.
+  ir::Node empty = launch({0, 1, 1}, {256, 1, 1});
+  empty.outputs = {add_value(m, "nothing", DType::f32, {0})};
+  check_launch(m, empty);
+}
+
+TEST(CudaNodeChecks, GraphConvolutionOfAnotherKindIsTheNodesFault) {
+  // Refused before any cuDNN call (so on a machine without a GPU too).
+  using namespace targets::cuda;
+  ConvSpec s;
+  s.x = {1, 8, 6, 6};
+  s.w = {16, 8, 3, 3};
+  s.y = {1, 16, 6, 6};
+  s.pads = {1, 1};
+  s.strides = {1, 1};
+  s.dilations = {1, 1};
+  GraphEngine e;
+  e.engine = 3;
+  e.workspace = 1024;
+  s.transposed = true;
+  std::string msg = invalid_model_message([&] { GraphConvPlan(s, ConvEpilogue{}, e, 1024, "node 'up1'"); });
+  EXPECT_NE(msg.find("up1"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("transposed"), std::string::npos) << msg;
+  s.transposed = false;
+  s.dtype = DType::i64;
+  msg = invalid_model_message([&] { GraphConvPlan(s, ConvEpilogue{}, e, 1024, "node 'c2'"); });
+  EXPECT_NE(msg.find("c2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("int64"), std::string::npos) << msg;
 }
 
 }  // namespace

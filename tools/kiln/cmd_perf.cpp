@@ -373,8 +373,8 @@ void add_perf(CLI::App& app, Common& common) {
                 "bare ONNX names run on reference kernels) and the 15 slowest nodes");
   sub->add_flag("--child", a->child, "(internal) load MODEL as an artifact, run and report as JSON")->group("");
   sub->add_flag("--json", common.json,
-                "Print one JSON object: compile_ms, load_ms, first_run_ms, latency_ms_median, latency_ms_p90, "
-                "throughput_per_s, peak_bytes and more");
+                "Print one JSON object: compile_ms, load_ms, reload_ms (the artifact loaded again in the same "
+                "process), first_run_ms, latency_ms_median, latency_ms_p90, throughput_per_s, peak_bytes and more");
   sub->callback([a, &common] { perf_main(*a, common.json); });
 }
 

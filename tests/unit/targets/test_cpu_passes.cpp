@@ -6,6 +6,7 @@
 
 #include "../onnx/model_builder.h"
 #include "../passes/graph_pass_util.h"
+#include "cpu_test_models.h"
 #include "passes/passes.h"
 #include "targets/cpu/compile/lowering.h"
 #include "targets/cpu/run/dnnl_util.h"
@@ -36,19 +37,6 @@ ModelBuilder residual_block() {
   ModelBuilder::attr_ints(b.node("Conv", {"x", "w", "b"}, {"c"}), "pads", {1, 1, 1, 1});
   b.node("Relu", {"c"}, {"r"});
   b.node("Add", {"r", "x"}, {"y"});
-  b.output("y");
-  return b;
-}
-
-/// Transpose(MatMul(Transpose(a), b)): the views attention blocks put around
-/// their matmuls (a [2, 3, 4] read as [2, 4, 3]; the result written transposed).
-ModelBuilder transposed_matmul() {
-  ModelBuilder b(13);
-  b.input("a", 1, {2, 3, 4});
-  b.input("b", 1, {2, 3, 5});
-  ModelBuilder::attr_ints(b.node("Transpose", {"a"}, {"at"}), "perm", {0, 2, 1});
-  b.node("MatMul", {"at", "b"}, {"m"});
-  ModelBuilder::attr_ints(b.node("Transpose", {"m"}, {"y"}), "perm", {0, 2, 1});
   b.output("y");
   return b;
 }

@@ -11,6 +11,7 @@
 
 #include "../onnx/model_builder.h"
 #include "../passes/graph_pass_util.h"
+#include "cpu_test_models.h"
 #include "artifact/artifact.h"
 #include "kiln/errors.h"
 #include "onnx/importer.h"
@@ -146,19 +147,6 @@ TEST(CpuTarget, PacksWeightsAtCompileTimeAndChecksTheirLayoutAtLoad) {
     EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
     EXPECT_NE(std::string(e.what()).find("Conv node"), std::string::npos) << e.what();
   }
-}
-
-// Attention-style matmul: MatMul(Transpose(A), B) followed by a Transpose of
-// the result; both transposes become strides of the matmul.
-ModelBuilder transposed_matmul() {
-  ModelBuilder b;
-  b.input("a", 1, {2, 3, 4});
-  b.input("b", 1, {2, 3, 5});
-  ModelBuilder::attr_ints(b.node("Transpose", {"a"}, {"at"}), "perm", {0, 2, 1});
-  b.node("MatMul", {"at", "b"}, {"m"});
-  ModelBuilder::attr_ints(b.node("Transpose", {"m"}, {"y"}), "perm", {0, 2, 1});
-  b.output("y");
-  return b;
 }
 
 TEST(CpuTarget, FoldsTransposesIntoMatMulStrides) {

@@ -18,10 +18,6 @@
 
 namespace kiln::targets::cuda {
 
-namespace {
-constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
-}
-
 int split_conv_bias(ir::Model& m) {
   int split = 0;
   std::vector<ir::Node> out;

@@ -85,6 +85,14 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
 
   std::map<int, ir::Node> placed;  // node index -> lowered node emitted there
   std::vector<bool> done(count, false);
+  // A lowered node that absorbed several ONNX nodes is emitted where the
+  // last of them was (everything it reads is computed by then).
+  auto place = [&](ir::Node lowered, const std::vector<int>& absorbed) {
+    int last = *std::max_element(absorbed.begin(), absorbed.end());
+    for (int j : absorbed) done[j] = true;
+    st.fused += static_cast<int>(absorbed.size()) - 1;
+    placed.emplace(last, std::move(lowered));
+  };
   // 0. Attention (16-bit programs): Q K^T, scale, mask, Softmax and P V in one
   // kernel, before the matmuls would claim its two MatMuls. The kernel's
   // mma.sync.m16n8k16 needs sm_80 or newer: older targets keep the unfused path.
@@ -95,10 +103,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     for (int i = 0; i < count; ++i) {
       auto a = lower_attention(L, i, nodes, uses, done);
       if (!a) continue;
-      int last = *std::max_element(a->absorbed.begin(), a->absorbed.end());
-      for (int j : a->absorbed) done[j] = true;
-      st.fused += static_cast<int>(a->absorbed.size()) - 1;
-      placed.emplace(last, std::move(a->node));
+      place(std::move(a->node), a->absorbed);
       ++st.kernels;
       ++st.attentions;
     }
@@ -107,10 +112,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   for (int i = 0; i < count; ++i) {
     if (done[i] || !nodes[i].domain.empty() || (nodes[i].op_type != "MatMul" && nodes[i].op_type != "Gemm")) continue;
     GemmLowered g = lower_gemm(L, i, uses, opt, done);
-    int last = *std::max_element(g.absorbed.begin(), g.absorbed.end());
-    for (int j : g.absorbed) done[j] = true;
-    st.fused += static_cast<int>(g.absorbed.size()) - 1;
-    placed.emplace(last, std::move(g.node));
+    place(std::move(g.node), g.absorbed);
     ++st.gemms;
   }
 
@@ -120,10 +122,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   for (int i = 0; i < count; ++i) {
     auto c = lower_conv_fused(L, i, nodes, uses, opt, done);
     if (!c) continue;
-    int last = *std::max_element(c->absorbed.begin(), c->absorbed.end());
-    for (int j : c->absorbed) done[j] = true;
-    st.fused += static_cast<int>(c->absorbed.size()) - 1;
-    placed.emplace(last, std::move(c->node));
+    place(std::move(c->node), c->absorbed);
     ++st.convs;
     ++conv_epilogues;
   }

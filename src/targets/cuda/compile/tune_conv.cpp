@@ -14,18 +14,10 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
-
 std::string problem_key(const ConvSpec& s, Tuning mode, int device) {
   return fmt::format("{}|{}|x{} w{} y{} p{} s{} d{} g{} t{} {} tf32 {} nhwc {}", tuning_name(mode), device, fmt::join(s.x, ","),
                      fmt::join(s.w, ","), fmt::join(s.y, ","), fmt::join(s.pads, ","), fmt::join(s.strides, ","),
                      fmt::join(s.dilations, ","), s.group, s.transposed, dtype_name(s.dtype), s.tf32, s.nhwc);
-}
-
-size_t fp32_bytes(const std::vector<int64_t>& dims) {
-  size_t n = 4;
-  for (auto d : dims) n *= static_cast<size_t>(d);
-  return n;
 }
 
 /// Times each of `cands` `reps` times (median) with real buffers and keeps the fastest.

@@ -14,7 +14,6 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-constexpr size_t kMaxWorkspace = size_t{256} << 20;
 /// A runtime-compiled engine must beat the best precompiled one by this
 /// factor: its build costs 100 ms - 1.5 s, and its serialized plan ties the
 /// artifact to this GPU and cuDNN more tightly.
@@ -25,12 +24,6 @@ std::string problem_key(const ConvSpec& s, const ConvEpilogue& ep, Tuning mode, 
                      fmt::join(s.x, ","), fmt::join(s.w, ","), fmt::join(s.y, ","), fmt::join(s.pads, ","),
                      fmt::join(s.strides, ","), fmt::join(s.dilations, ","), s.group, dtype_name(s.dtype), s.tf32,
                      s.nhwc, ep.describe());
-}
-
-size_t fp32_bytes(const std::vector<int64_t>& dims) {
-  size_t n = 4;
-  for (auto d : dims) n *= static_cast<size_t>(d);
-  return n;
 }
 
 /// Buffers for timing one problem (float32-sized, so large enough for 16-bit; zeros).
@@ -82,10 +75,10 @@ std::optional<GraphEngine> tune_conv_graph(const ConvSpec& s, const ConvEpilogue
       for (const GraphEngine& e : list) {
         if (got >= want) break;
         GraphEngine trial = e;
-        trial.workspace = kMaxWorkspace;
+        trial.workspace = kMaxConvWorkspace;
         Stopwatch sw;
         try {
-          auto plan = std::make_unique<GraphConvPlan>(s, ep, trial, kMaxWorkspace, where);
+          auto plan = std::make_unique<GraphConvPlan>(s, ep, trial, kMaxConvWorkspace, where);
           trial.workspace = plan->workspace();
           built.push_back({trial, std::move(plan), sw.ms()});
           ++got;

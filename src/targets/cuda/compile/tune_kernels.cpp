@@ -12,6 +12,7 @@
 #include "targets/cuda/compile/tuning.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/driver.h"
+#include "targets/cuda/run/node_checks.h"
 
 namespace kiln::targets::cuda {
 
@@ -22,14 +23,12 @@ constexpr size_t kAlign = 256;
 /// (a few microseconds) is near CUDA events' resolution.
 constexpr int kLaunchesPerRep = 10;
 
-size_t value_bytes(const ir::Model& m, ir::ValueId v) {
-  const ir::Value& val = m.value(v);
-  size_t b = dtype_size(val.dtype);
-  for (auto d : ir::to_sizes(*val.shape)) b *= static_cast<size_t>(d);
-  return std::max<size_t>(b, 16);
+/// Bytes of the scratch slot for value `v`: its size (at least 16, for the
+/// vector paths' alignment test) rounded up to kAlign.
+size_t slot(const ir::Model& m, ir::ValueId v) {
+  const size_t b = std::max<size_t>(value_bytes(m, v, nullptr), 16);
+  return (b + kAlign - 1) / kAlign * kAlign;
 }
-
-size_t aligned(size_t b) { return (b + kAlign - 1) / kAlign * kAlign; }
 
 /// Grid sizes to try for a kernel launched with `g0` blocks (the code
 /// generator's choice) on `sm` multiprocessors: fewer, larger-strided blocks.
@@ -71,9 +70,9 @@ int tune_grids(ir::Model& m, const KernelBundle& bundle, const LowerOptions& opt
     if (n.ints("grid").at(0) <= sm_count) continue;  // already one wave or less: nothing to gain
     size_t need = 0;
     for (auto v : n.inputs)
-      if (v != ir::kNoValue) need += aligned(value_bytes(m, v));
+      if (v != ir::kNoValue) need += slot(m, v);
     for (auto v : n.outputs)
-      if (v != ir::kNoValue) need += aligned(value_bytes(m, v));
+      if (v != ir::kNoValue) need += slot(m, v);
     scratch = std::max(scratch, need);
     tunable.push_back(&n);
   }
@@ -102,9 +101,9 @@ int tune_grids(ir::Model& m, const KernelBundle& bundle, const LowerOptions& opt
     std::vector<CUdeviceptr> args;
     CUdeviceptr at = buf.get();
     for (auto v : n->inputs)
-      if (v != ir::kNoValue) args.push_back(at), at += aligned(value_bytes(m, v));
+      if (v != ir::kNoValue) args.push_back(at), at += slot(m, v);
     for (auto v : n->outputs)
-      if (v != ir::kNoValue) args.push_back(at), at += aligned(value_bytes(m, v));
+      if (v != ir::kNoValue) args.push_back(at), at += slot(m, v);
     std::vector<void*> params(args.size());
     for (size_t i = 0; i < args.size(); ++i) params[i] = &args[i];
     const auto block = n->ints("block");

@@ -11,6 +11,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "kiln/options.h"
 #include "targets/cuda/run/blaslt.h"
@@ -18,6 +19,17 @@
 #include "targets/cuda/run/cudnn_graph.h"
 
 namespace kiln::targets::cuda {
+
+/// Most workspace a convolution may take, legacy or graph API (bytes).
+inline constexpr size_t kMaxConvWorkspace = size_t{256} << 20;
+
+/// Bytes of a float32 tensor of `dims`: tuning buffers are sized so, which
+/// is enough for every dtype a convolution takes.
+inline size_t fp32_bytes(const std::vector<int64_t>& dims) {
+  size_t n = 4;
+  for (auto d : dims) n *= static_cast<size_t>(d);
+  return n;
+}
 
 /// Counters of one compile's tuning, for the log and reports.
 struct TuningStats {

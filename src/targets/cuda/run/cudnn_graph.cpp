@@ -357,10 +357,14 @@ namespace {
 /// Builds the operation graph, turning cuDNN's refusal into an artifact
 /// error that names the node.
 ConvOpGraph graph_for(const ConvSpec& s, const ConvEpilogue& ep, const std::string& where) {
+  if (s.transposed)  // the compile never writes one: the node itself is wrong
+    fail(ErrorCode::invalid_model, "{}: a transposed convolution with api 'graph' (that API runs forward convolutions only)",
+         where);
   try {
     return ConvOpGraph(s, ep);
   } catch (const Error& err) {
-    if (err.code() == ErrorCode::invalid_model) throw;  // the node's own attributes are wrong, not cuDNN here
+    if (err.code() == ErrorCode::invalid_model)  // the node's own attributes are wrong, not cuDNN here
+      fail(ErrorCode::invalid_model, "{}: {}", where, err.what());
     fail(ErrorCode::incompatible_artifact, "{}: cuDNN {} here cannot build the operation graph of this {}: {}; recompile",
          where, cudnnGetVersion(), ep.describe(), err.what());
   }

@@ -120,8 +120,10 @@ class GraphConvPlan {
   /// set, else from e.engine and e.knobs; e.engine == -1: the heuristic's
   /// first usable configuration here, precompiled engines first, within
   /// `workspace_cap` bytes (chosen_at_load()). Throws
-  /// Error(incompatible_artifact) naming `where` when cuDNN here cannot build
-  /// the operation graph or the stored engine, has no engine at all (there is
+  /// Error(invalid_model) naming `where` for a transposed spec or one of a
+  /// dtype cuDNN convolutions do not take; Error(incompatible_artifact)
+  /// naming `where` when cuDNN here cannot build the operation graph or the
+  /// stored engine, has no engine at all (there is
   /// no unfused fallback at load), or the plan needs more workspace than
   /// recorded (e.workspace).
   GraphConvPlan(const ConvSpec& s, const ConvEpilogue& ep, const GraphEngine& e, size_t workspace_cap,

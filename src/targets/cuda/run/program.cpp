@@ -20,6 +20,7 @@
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/cudnn_conv.h"
 #include "targets/cuda/run/cudnn_graph.h"
+#include "targets/cuda/run/node_checks.h"
 #include "targets/cuda/run/driver.h"
 
 namespace kiln::targets::cuda {
@@ -44,16 +45,6 @@ void await_prewarm() {
     f = prewarm_state().done;
   }
   if (f.valid()) f.wait();
-}
-
-size_t value_bytes(const ir::Model& m, ir::ValueId id, const ir::Node* n) {
-  const ir::Value& v = m.value(id);
-  if (!v.shape || !ir::is_static(*v.shape))
-    fail(ErrorCode::invalid_model, "the cuda program's value '{}'{} has no static shape", v.name,
-         n ? " (" + n->label() + ")" : "");
-  size_t b = dtype_size(v.dtype);
-  for (auto d : ir::to_sizes(*v.shape)) b *= static_cast<size_t>(d);
-  return b;
 }
 
 constexpr size_t align256(size_t n) { return (n + 255) / 256 * 256; }
@@ -382,31 +373,6 @@ class CudaProgram final : public DeviceProgram {
     if (conv_error) std::rethrow_exception(conv_error);
   }
 
-  /// Refuses a convolution whose values do not have the sizes its spec
-  /// says (x, w, y; the bias one value per output channel; z the size of
-  /// y): cuDNN would read or write past them. Error(invalid_model) naming
-  /// the node and the value. Runs before any plan is built or warmed.
-  void check_conv_operands(const ir::Model& m, const ir::Node& n, const ConvSpec& spec, const ConvEpilogue& ep) const {
-    const size_t elem = dtype_size(spec.dtype);
-    auto expect = [&](ir::ValueId v, size_t bytes, const char* what) {
-      if (value_bytes(m, v, &n) != bytes)
-        fail(ErrorCode::invalid_model, "{}: {} '{}' holds {} bytes, the convolution's spec needs {}", n.label(), what,
-             m.value(v).name, value_bytes(m, v, &n), bytes);
-    };
-    auto count = [](const std::vector<int64_t>& d) {
-      size_t c = 1;
-      for (auto x : d) c *= static_cast<size_t>(x);
-      return c;
-    };
-    if (n.inputs.size() < 2 || n.outputs.empty())
-      fail(ErrorCode::invalid_model, "{}: a convolution needs inputs x and w and an output", n.label());
-    expect(n.inputs[0], count(spec.x) * elem, "input");
-    expect(n.inputs[1], count(spec.w) * elem, "filter");
-    expect(n.outputs[0], count(spec.y) * elem, "output");
-    if (ep.bias) expect(n.inputs.at(2), static_cast<size_t>(spec.y.at(1)) * elem, "bias");
-    if (ep.residual) expect(n.inputs.back(), count(spec.y) * elem, "residual");
-  }
-
   /// Runs every convolution plan once on a private stream, into the
   /// program's own buffers (whose contents do not matter yet), so that
   /// cuDNN's kernels are loaded (CUDA's lazy module loading) on this thread,
@@ -481,34 +447,6 @@ class CudaProgram final : public DeviceProgram {
     return std::make_unique<GraphConvPlan>(spec, ep, e, cap, n.label());
   }
 
-  /// Refuses a launch configuration no generated kernel has: dims outside
-  /// CUDA's limits (grid x 1..2^31-1, y and z 1..65535, at most 1024
-  /// threads a block), an empty grid for outputs that are not empty, or for
-  /// a grid-stride kernel a block other than its 256 threads or a grid whose
-  /// stride would overflow its 32-bit index. Error(invalid_model) naming the node.
-  void check_launch(const ir::Model& m, const ir::Node& n, const std::vector<int64_t>& grid,
-                    const std::vector<int64_t>& block) const {
-    if (grid.size() != 3 || block.size() != 3) fail(ErrorCode::invalid_model, "{}: grid/block must have 3 dims", n.label());
-    bool empty_grid = false;
-    for (int i = 0; i < 3; ++i) {
-      const int64_t limit = i == 0 ? (int64_t{1} << 31) - 1 : 65535;
-      if (grid[i] < 0 || grid[i] > limit || block[i] < 1 || block[i] > 1024)
-        fail(ErrorCode::invalid_model, "{}: launch grid [{}, {}, {}] / block [{}, {}, {}] is outside CUDA's limits", n.label(),
-             grid[0], grid[1], grid[2], block[0], block[1], block[2]);
-      empty_grid |= grid[i] == 0;
-    }
-    if (block[0] * block[1] * block[2] > 1024)
-      fail(ErrorCode::invalid_model, "{}: a block of {} threads (at most 1024)", n.label(), block[0] * block[1] * block[2]);
-    if (empty_grid)
-      for (auto id : n.outputs)
-        if (id != ir::kNoValue && value_bytes(m, id, &n) != 0)
-          fail(ErrorCode::invalid_model, "{}: an empty launch grid for output '{}', which is not empty", n.label(),
-               m.value(id).name);
-    if (n.i("grid_stride", 0) == 1 && (block != std::vector<int64_t>{256, 1, 1} || grid[0] * 256 >= (int64_t{1} << 32)))
-      fail(ErrorCode::invalid_model, "{}: a grid-stride kernel launched with grid {} and block {} (its code assumes 256 "
-           "threads and a 32-bit stride)", n.label(), grid[0], block[0]);
-  }
-
   /// Appends the step(s) of node `index` (its plan, for a Gemm or Conv,
   /// already made by make_plans).
   void bind(const ir::Model& m, const ir::Node& n, size_t index) {
@@ -521,7 +459,7 @@ class CudaProgram final : public DeviceProgram {
       CUfunction f;
       check(d.cuModuleGetFunction(&f, module_, fn.c_str()), fmt::format("{}: cuModuleGetFunction('{}')", n.label(), fn).c_str());
       auto grid = n.ints("grid"), block = n.ints("block");
-      check_launch(m, n, grid, block);
+      check_launch(m, n);
       unsigned smem = static_cast<unsigned>(n.i("smem", 0));
       if (smem > 48 * 1024)
         check(d.cuFuncSetAttribute(f, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, static_cast<int>(smem)),
