@@ -23,8 +23,8 @@ for p in fp16 fp32; do
     for i in $(seq $REPS); do
       echo "### $p KILN_CUDA_WARM_CONVS=$warm run $i"
       KILN_CUDA_WARM_CONVS=$warm KILN_LOG=debug "$K" run $M/resnet50.onnx --target cuda $PF --input input=/tmp/img.npy --json \
-        2> /tmp/probe_err.txt | python3 -c 'import sys,json; j=json.load(sys.stdin); print("first result", round(j["since_process_start_ms"]), "ms after process start; load_ms", round(j["load_ms"],1))'
-      grep -iE "plans:|load phases" /tmp/probe_err.txt | cut -c1-300 | head -4
+        2> /tmp/probe_err.txt | python3 -c 'import sys,json; j=json.load(sys.stdin); print("first result", round(j["since_process_start_ms"]), "ms after process start; load_ms", round(j["load_ms"],1), "first run_ms", round(j.get("run_ms", -1),1))'
+      grep -iE "plans:|load phases|after the process started|constants uploaded|CUDA graph:|prewarm" /tmp/probe_err.txt | cut -c1-300 | head -12
     done
   done
   echo "### $p kiln perf (load_ms: fresh process; reload_ms: loaded again in it)"

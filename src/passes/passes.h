@@ -90,4 +90,20 @@ int recognize_gelu(ir::Model& m);
 /// dead. Returns the number of LayerNormalizations made.
 int recognize_layernorm(ir::Model& m);
 
+/// What recognize_attention found.
+struct AttentionStats {
+  int blocks = 0;     ///< scaled dot-product attention blocks recognised
+  int rewritten = 0;  ///< of them, blocks whose operand scalings moved onto the scores
+};
+
+/// Recognises float32 scaled dot-product attention,
+///   MatMul(Softmax(MatMul(Q', K') [* or / scalar] [+ mask], last axis), V),
+/// (every intermediate read once), and where Q' and / or K' are Q, K scaled
+/// by a one-element constant (torch.onnx's scaled_dot_product_attention
+/// form; through Transpose / Reshape nodes), bypasses those scalings and
+/// applies their product to the scores instead: merged into the scores'
+/// scalar Mul / Div, or as a new Mul right after the Q K^T MatMul. The
+/// bypassed nodes are left dead. Results change by float32 rounding only.
+AttentionStats recognize_attention(ir::Model& m);
+
 }  // namespace kiln::passes

@@ -256,6 +256,8 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
 
   cache::ModelDigest md = cache::digest_model(onnx_path, c.memo_dir(), writable);
   artifact::CompatInfo request = request_compat(md.digest, opt, facts);
+  if (log().should_log(spdlog::level::debug))
+    log().debug("model digest and cache key ready {:.0f} ms after the process started", ms_since_process_start());
   std::string key = cache::derive_key(cache::key_fields(request));
   ProgramSet::Grow grow;
   if (!opt.dims.empty()) {
@@ -274,6 +276,9 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
     st.load_ms = sw.ms();
     st.artifact_path = c.entry_path(key).string();
     if (writable) c.touch(key);
+    if (log().should_log(spdlog::level::debug))
+      log().debug("cache hit: loaded in {:.1f} ms, ready {:.0f} ms after the process started", st.load_ms,
+                  ms_since_process_start());
     return std::move(l.program);
   };
 

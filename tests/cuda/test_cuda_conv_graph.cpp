@@ -325,14 +325,15 @@ TEST(CudaConvGraph, NanInTheInputStaysConfinedThroughTheFusedRelu) {
                                   << "," << h << "," << wi << ")";
               }
             }
-      std::printf("  NaN through the fused relu, %s %s: %s\n", dtype_name(dt), e.describe().c_str(),
-                  nan_out ? "kept" : "became 0");
+      fmt::print("  NaN through the fused relu, {} {}: {}\n", dtype_name(dt), e.describe(), nan_out ? "kept" : "became 0");
       ++ran;
     }
-    std::printf("  %s: %d precompiled engine(s) run\n", dtype_name(dt), ran);
+    fmt::print("  {}: {} precompiled engine(s) run\n", dtype_name(dt), ran);
     // ResNet's 16-bit NHWC fusion has precompiled engines (EveryEpilogue...):
     // a float16 run that checked nothing is a failure, not a pass.
-    if (dt == DType::f16) EXPECT_GT(ran, 0) << "no precompiled engine ran";
+    if (dt == DType::f16) {
+      EXPECT_GT(ran, 0) << "no precompiled engine ran";
+    }
   }
 }
 

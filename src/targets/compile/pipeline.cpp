@@ -66,10 +66,12 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     int bn = passes::fold_batch_norm(cp.model);
     int gelu = passes::recognize_gelu(cp.model);
     int ln = passes::recognize_layernorm(cp.model);
+    passes::AttentionStats att = passes::recognize_attention(cp.model);
     st.dead += passes::eliminate_dead_code(cp.model);
     log().info("cpu graph passes: {} simplified, {} common subexpressions merged, {} BatchNormalizations folded, "
-               "{} Gelus and {} LayerNormalizations recognised",
-               simplified, merged, bn, gelu, ln);
+               "{} Gelus, {} LayerNormalizations and {} attention blocks recognised ({} with their Q / K scalings "
+               "moved onto the scores)",
+               simplified, merged, bn, gelu, ln, att.blocks, att.rewritten);
     auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed});
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
                "{} tiny element-wise nodes left to the reference kernels, {} weights packed",

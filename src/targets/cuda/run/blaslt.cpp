@@ -3,10 +3,12 @@
 #include "targets/cuda/run/blaslt.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstring>
 #include <mutex>
 
 #include "support/error.h"
+#include "support/log.h"
 
 namespace kiln::targets::cuda {
 
@@ -181,9 +183,13 @@ GemmPlan::GemmPlan(const GemmSpec& s, const std::optional<std::array<uint64_t, 8
     return;
   }
   std::memcpy(&algo_, algo->data(), sizeof algo_);
+  Stopwatch check_sw;
   cublasLtMatmulHeuristicResult_t r{};
   cublasStatus_t st = blaslt_api().cublasLtMatmulAlgoCheck(blaslt_handle(), descs_.op, descs_.a, descs_.b, descs_.c, descs_.d,
                                               &algo_, &r);
+  static std::atomic<bool> first{true};
+  if (first.exchange(false) && log().should_log(spdlog::level::debug))
+    log().debug("cuda: the first cublasLtMatmulAlgoCheck took {:.1f} ms ({})", check_sw.ms(), where);
   if (st != CUBLAS_STATUS_SUCCESS)
     fail(ErrorCode::incompatible_artifact,
          "{}: cuBLASLt on this machine refuses the matmul algorithm stored in the artifact (status {}); recompile",
