@@ -20,6 +20,7 @@
 #include <fmt/format.h>
 
 #include <cmath>
+#include <limits>
 
 #include "passes/graph_edit.h"
 #include "passes/passes.h"
@@ -76,10 +77,18 @@ class AttentionMatcher {
     return v != ir::kNoValue && static_cast<size_t>(v) < uses_.size() && uses_[v] == 1;
   }
 
+  /// Whether constant c (when it is one) has no more dims than x.
+  bool keeps_rank(ir::ValueId c, ir::ValueId x) const {
+    if (c == ir::kNoValue || !val(c).constant || val(c).constant->shape().empty()) return true;
+    return x != ir::kNoValue && val(x).shape && val(c).constant->shape().size() <= val(x).shape->size();
+  }
+
   /// For node n = Mul(x, c) / Mul(c, x) / Div(x, c) with c a one-element
   /// constant: x's index among n's inputs and the multiplier c (or 1/c).
+  /// (A one-element c of higher rank than x broadcasts x to more dims: not a scalar.)
   std::optional<std::pair<int, double>> scalar_scaling(const ir::Node& n) const {
     if (n.inputs.size() != 2 || !(onnx(n, "Mul") || onnx(n, "Div"))) return std::nullopt;
+    if (!keeps_rank(n.inputs[0], n.inputs[1]) || !keeps_rank(n.inputs[1], n.inputs[0])) return std::nullopt;
     double c = 0;
     if (scalar_constant(m_, n.inputs[1], c)) {
       if (onnx(n, "Div")) return c == 0 ? std::nullopt : std::optional<std::pair<int, double>>({0, 1 / c});
@@ -186,12 +195,20 @@ class AttentionMatcher {
   /// Bypasses the Q / K scalings and moves their product onto the scores.
   void rewrite(const Block& b, std::vector<Insert>& inserts) {
     double f = 1;
+    for (const Scale* s : {&b.q_scale, &b.k_scale})
+      if (s->node >= 0) f *= s->factor;
+    // The multiplier must be a float32 (a product of two in-range scales may
+    // not be: 1e20 * 1e20 would become inf, 1e-25 * 1e-25 zero).
+    auto representable = [](double x) {
+      const float y = static_cast<float>(x);
+      return std::isfinite(y) && (x == 0 || std::fabs(y) >= std::numeric_limits<float>::min());
+    };
+    if (!representable(f) || (b.scaling >= 0 && !representable(b.scaling_factor * f))) return;
     for (const Scale* s : {&b.q_scale, &b.k_scale}) {
       if (s->node < 0) continue;
       ir::Node& n = g_.nodes[static_cast<size_t>(s->node)];
       // Its single reader (the MatMul, a Transpose or a Reshape) reads the unscaled value.
       replace_uses(g_, n.outputs[0], s->unscaled);
-      f *= s->factor;
     }
     ir::Node& mm = g_.nodes[static_cast<size_t>(b.scores)];
     const std::string base = mm.name.empty() ? fmt::format("attention{}", b.scores) : mm.name;
