@@ -83,6 +83,57 @@ TEST(CudaGpu, MlpMatchesRef) {
   expect_close(g.run(in).at("y"), r.run(in).at("y"), "y");
 }
 
+TEST(CudaGpu, NanThroughTheMatmulReluEpilogueStaysInItsRow) {
+  // y = Relu(x W + b), x [8,16], W [16,16]: one cuBLASLt matmul with the bias
+  // + Relu epilogue (checked in the artifact). A NaN in row 2 of x reaches
+  // only row 2 of y, as NaN (the ref target: max(NaN, 0) is NaN) or 0 (an
+  // epilogue using fmaxf's rule); the other rows match ref. Prints which,
+  // per precision (docs/cuda.md).
+  TempDir dir;
+  ModelBuilder mb(17);
+  mb.input("x", 1, {8, 16});
+  std::vector<float> w(256), bias(16);
+  for (int i = 0; i < 256; ++i) w[i] = 0.125f * static_cast<float>((i * 7) % 11) - 0.5f;
+  for (int i = 0; i < 16; ++i) bias[i] = 0.25f * static_cast<float>(i % 5) - 0.5f;
+  mb.initializer("W", {16, 16}, w);
+  mb.initializer("b", {16}, bias);
+  mb.node("MatMul", {"x", "W"}, {"h"});
+  mb.node("Add", {"h", "b"}, {"hb"});
+  mb.node("Relu", {"hb"}, {"y"});
+  mb.output("y", 1, {8, 16});
+  mb.save(dir / "mlp.onnx");
+  std::map<std::string, Tensor> in = {{"x", filled(DType::f32, {8, 16}, 1.5f, 0.3f)}};
+  in["x"].data<float>()[2 * 16 + 5] = std::nanf("");
+  Tensor want = Session(dir / "mlp.onnx", options(Target::ref())).run(in).at("y");
+  for (Precision p : {Precision::fp32, Precision::fp16}) {
+    SessionOptions gpu = options(Target::cuda());
+    gpu.precision = p;
+    compile(dir / "mlp.onnx", dir / "mlp.kiln", gpu);
+    int gemms = 0, relu_epilogues = 0;
+    for (auto& n : artifact::read_file(dir / "mlp.kiln").model.main.nodes)
+      if (n.op_type == "Gemm") ++gemms, relu_epilogues += n.i("epilogue", 0) == 1;
+    EXPECT_EQ(gemms, 1);
+    EXPECT_EQ(relu_epilogues, 1) << "the Relu is not the matmul's epilogue: nothing of cuBLASLt's is checked";
+    Tensor got = Session::load(dir / "mlp.kiln", gpu).run(in).at("y");
+    ASSERT_EQ(got.shape(), want.shape());
+    int nan_out = 0;
+    for (int64_t r = 0; r < 8; ++r)
+      for (int64_t c = 0; c < 16; ++c) {
+        const float g = got.data<float>()[r * 16 + c], v = want.data<float>()[r * 16 + c];
+        if (r == 2) {
+          EXPECT_TRUE(std::isnan(v)) << "ref keeps NaN";
+          EXPECT_TRUE(std::isnan(g) || g == 0.f) << "row 2 col " << c << ": " << g;
+          nan_out += std::isnan(g);
+        } else {
+          const double tol = p == Precision::fp32 ? 1e-5 + 1e-4 * std::fabs(v) : 2e-2 + 2e-2 * std::fabs(v);
+          EXPECT_NEAR(g, v, tol) << "row " << r << " col " << c;
+        }
+      }
+    std::printf("  NaN through the cuBLASLt bias + Relu epilogue, %s: %d of 16 kept NaN, the others 0\n",
+                p == Precision::fp32 ? "fp32" : "fp16", nan_out);
+  }
+}
+
 TEST(CudaGpu, KernelFamiliesMatchRef) {
   TempDir dir;
   kernels_model().save(dir / "k.onnx");
