@@ -57,13 +57,15 @@ constexpr size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 /// buffers it writes (a load that throws first).
 class ConstantUpload {
  public:
-  ConstantUpload(int device, std::function<void()> upload) {
+  // The function is kept in a member, not moved into the thread's closure:
+  // when std::thread cannot start, the fallback below must still have it.
+  ConstantUpload(int device, std::function<void()> upload) : upload_(std::move(upload)) {
     try {
-      thread_ = std::thread([this, device, upload = std::move(upload)] {
+      thread_ = std::thread([this, device] {
         Stopwatch sw;
         try {
           use_device(device);
-          upload();
+          upload_();
         } catch (...) {
           error_ = std::current_exception();
         }
@@ -71,7 +73,7 @@ class ConstantUpload {
       });
     } catch (const std::system_error&) {  // no thread to be had: upload here
       Stopwatch sw;
-      upload();
+      upload_();
       ms_ = sw.ms();
     }
   }
@@ -87,6 +89,7 @@ class ConstantUpload {
   }
 
  private:
+  std::function<void()> upload_;
   std::thread thread_;
   std::exception_ptr error_;
   double ms_ = 0;
@@ -148,6 +151,10 @@ class CudaProgram final : public DeviceProgram {
           const Tensor& t = *m.values[i].constant;
           check(d.cuMemcpyHtoD(addr_[i], t.raw(), t.nbytes()), "cuMemcpyHtoD (constants)");
         }
+      // From pageable memory cuMemcpyHtoD may return before its last DMA
+      // lands, and stream_ (non-blocking) is not ordered after the legacy
+      // stream: wait here, off the critical path, so finish() means "on the device".
+      check(d.cuStreamSynchronize(nullptr), "cuStreamSynchronize (constants upload)");
     });
     const double constants_ms = sw.ms();
     // Library handles first (cuDNN's creation loads its engine libraries), so
