@@ -94,11 +94,13 @@ CompiledProgram read_view(const uint8_t* file, uint64_t size, const std::shared_
 }  // namespace
 
 CompatInfo read_compat(const std::filesystem::path& path) {
-  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: a FIFO in an artifact's place must not block the open (it is refused below).
+  Fd f{::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) fail(ErrorCode::io, "cannot open '{}': {}", path.string(), std::strerror(errno));
   struct stat st{};
   if (::fstat(f.fd, &st) != 0) fail(ErrorCode::io, "cannot stat '{}': {}", path.string(), std::strerror(errno));
   if (S_ISDIR(st.st_mode)) fail(ErrorCode::io, "'{}' is a directory, not a file", path.string());
+  if (!S_ISREG(st.st_mode)) fail(ErrorCode::io, "'{}' is not a regular file (a device, FIFO or socket)", path.string());
   std::string what = path.string();
   uint8_t head[kHeaderSize];
   size_t got = pread_all(f.fd, head, kHeaderSize, 0, path);

@@ -202,7 +202,7 @@ void memo_store(const fs::path& memo_dir, const fs::path& abs, const ModelDigest
   for (auto& f : d.files) files.push_back(stamp_json(f));
   std::string text =
       nlohmann::json{{"scheme", "onnx+external/xxh3-128/1"}, {"model", abs.string()}, {"digest", d.digest},
-                     {"files", files}}.dump();
+                     {"files", files}}.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   try {
     std::error_code ec;
     fs::create_directory(memo_dir, ec);

@@ -104,11 +104,19 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
             if (s.axes[a] == name && a != 0) leading = false;
       // Sequence: positions past the request's length are excluded by a
       // zero attention mask, so padding them cannot change real positions.
+      // Only an integer or bool mask is taken for a keep-mask (1 attend, 0
+      // not): a float mask may be additive (added to the scores, 0 meaning
+      // attend), where zero padding would let the padded keys in.
       bool masked = false;
-      for (auto& s : set.inputs)
-        if (lower(s.name).find("mask") != std::string::npos &&
+      for (size_t i = 0; i < set.inputs.size(); ++i) {
+        const auto& s = set.inputs[i];
+        const DType dt = m.value(m.main.inputs[i]).dtype;
+        const bool keep_mask_dtype = dt == DType::boolean || dt == DType::i64 || dt == DType::i32 || dt == DType::u8 ||
+                                     dt == DType::i8;
+        if (keep_mask_dtype && lower(s.name).find("mask") != std::string::npos &&
             std::find(s.axes.begin(), s.axes.end(), name) != s.axes.end())
           masked = true;
+      }
       d.pad = leading ? artifact::PadMode::batch : masked ? artifact::PadMode::sequence : artifact::PadMode::none;
     }
     set.dims.push_back(std::move(d));

@@ -157,7 +157,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
       {"arena_bytes", cp.plan.arena_bytes},
       {"naive_bytes", cp.plan.naive_bytes},
   };
-  cp.metadata_json = meta.dump();
+  cp.metadata_json = meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (report) {
     report->compile_ms = sw.ms();
     report->nodes_imported = imported;

@@ -44,7 +44,34 @@ std::vector<uint8_t> read_file(const fs::path& p) {
   return out;
 }
 
-void atomic_write(const fs::path& dest, const void* data, size_t size) {
+namespace {
+/// Where atomic_write puts `dest`'s bytes: through a symbolic link to its
+/// target (the link stays a link), and only over a regular file or nothing:
+/// a rename over a device, FIFO or directory entry would replace it (as
+/// `-o /dev/full` once replaced that device node).
+fs::path write_target(const fs::path& dest) {
+  if (dest.empty()) fail(ErrorCode::io, "cannot write a file at an empty path");
+  fs::path target = dest;
+  struct stat st{};
+  // Follow the link chain by hand: weakly_canonical leaves a link to a file
+  // that does not exist yet unresolved.
+  for (int hops = 0; ::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
+    std::error_code ec;
+    fs::path to = fs::read_symlink(target, ec);
+    if (ec || hops == 40)
+      fail(ErrorCode::io, "cannot write '{}': cannot resolve the symbolic link{}", dest.string(),
+           ec ? ": " + ec.message() : std::string(" (a loop?)"));
+    target = to.is_absolute() ? to : target.parent_path() / to;
+  }
+  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+    fail(ErrorCode::io, "cannot write '{}': it exists and is not a regular file (a directory, device, FIFO or socket)",
+         dest.string());
+  return target;
+}
+}  // namespace
+
+void atomic_write(const fs::path& requested, const void* data, size_t size) {
+  const fs::path dest = write_target(requested);
   fs::path dir = dest.has_parent_path() ? dest.parent_path() : fs::path(".");
   std::random_device rd;
   fs::path tmp = dir / fmt::format(".{}.tmp-{}-{:08x}", dest.filename().string(), ::getpid(), rd());
@@ -81,11 +108,14 @@ void atomic_write(const fs::path& dest, const void* data, size_t size) {
 }
 
 std::shared_ptr<MappedFile> MappedFile::open(const fs::path& p) {
-  Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC)};
+  // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer
+  // (a FIFO planted as a cache entry hung `kiln run`); it is refused below.
+  Fd f{::open(p.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK)};
   if (f.fd < 0) fail(ErrorCode::io, "cannot open '{}': {}", p.string(), os_error());
   struct stat st{};
   if (::fstat(f.fd, &st) != 0) fail(ErrorCode::io, "cannot stat '{}': {}", p.string(), os_error());
   if (S_ISDIR(st.st_mode)) fail(ErrorCode::io, "'{}' is a directory, not a file", p.string());
+  if (!S_ISREG(st.st_mode)) fail(ErrorCode::io, "'{}' is not a regular file (a device, FIFO or socket)", p.string());
   std::shared_ptr<MappedFile> m(new MappedFile());
   m->size_ = static_cast<size_t>(st.st_size);
   if (m->size_ == 0) return m;

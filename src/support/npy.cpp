@@ -53,11 +53,17 @@ Tensor parse_npy(const uint8_t* data, size_t size, const std::string& what) {
   if (std::regex_search(header, std::regex(R"('fortran_order'\s*:\s*True)")))
     bad(what, "Fortran-order arrays are not supported (save with np.ascontiguousarray)");
   if (!std::regex_search(header, m, std::regex(R"('shape'\s*:\s*\(([^)]*)\))"))) bad(what, "header has no 'shape'");
+  // The tuple must be non-negative integers separated by commas ("(1, 3,)",
+  // "()"): "-64" or "6a" is a bad header, not a dim of 64 or 6.
   std::vector<int64_t> shape;
-  std::string dims = m[1];
+  const std::string dims = m[1];
+  if (!std::regex_match(dims, std::regex(R"(\s*(\d+L?\s*(,\s*\d+L?\s*)*,?\s*)?)")))
+    bad(what, fmt::format("shape ({}) is not a tuple of non-negative integers", dims));
   std::regex num(R"(\d+)");
-  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it)
+  for (auto it = std::sregex_iterator(dims.begin(), dims.end(), num); it != std::sregex_iterator(); ++it) {
+    if (it->str().size() > 15) bad(what, fmt::format("shape ({}) has a dim too large", dims));
     shape.push_back(std::stoll(it->str()));
+  }
   Tensor t(type->dtype, shape);
   size_t payload = size - off - header_len;
   if (payload != t.nbytes())

@@ -67,6 +67,10 @@ std::string summarize(const Tensor& t);
 json info_json(const TensorInfo& t);
 json tensor_json(const std::string& name, const Tensor& t);
 
+/// A CLI11 check that refuses an empty path (exit 2, "invalid option",
+/// naming the option) before anything tries to open or write it.
+const CLI::Validator& non_empty_path();
+
 /// True when the file is named *.kiln or starts with the .kiln magic.
 bool is_artifact(const std::string& path);
 

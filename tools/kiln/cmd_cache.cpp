@@ -301,8 +301,8 @@ void explain_cmd(const CacheArgs& a, bool as_json) {
                   d["entry"].get<std::string>().c_str(), d["request"].get<std::string>().c_str());
     if (n.contains("options")) {
       auto& od = n["options"]["diff"];
-      std::printf("    options only in the entry: %s; only in this request: %s\n", od["entry_only"].dump().c_str(),
-                  od["request_only"].dump().c_str());
+      std::printf("    options only in the entry: %s; only in this request: %s\n", od["entry_only"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
+                  od["request_only"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
     }
   }
 }
@@ -340,7 +340,7 @@ void add_cache(CLI::App& app, Common& common) {
       "Why does MODEL miss the cache? Shows the key it needs and the nearest existing entries with the fields in "
       "which each differs (and, for options, which ones).",
       explain_cmd);
-  ex_cmd->add_option("model", ex_args->model, "ONNX model (.onnx)")->required();
+  ex_cmd->add_option("model", ex_args->model, "ONNX model (.onnx)")->required()->check(non_empty_path());
   ex_cmd->add_option("--target", ex_args->target, "cpu, ref or cuda[:N], as given to kiln run")->capture_default_str();
   ex_cmd->add_option("--shape", ex_args->shapes, "NAME=DxDx..., as given to kiln run (repeatable)");
   add_precision_flags(ex_cmd, ex_args->precision);

@@ -18,8 +18,11 @@ void add_compile(CLI::App& app, Common& common) {
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
   sub->add_option("model", args->model, "ONNX model file (.onnx); external data files are read from its directory")
-      ->required();
-  sub->add_option("-o,--output", args->out, "Artifact to write; written atomically (never a partial file)")->required();
+      ->required()
+      ->check(non_empty_path());
+  sub->add_option("-o,--output", args->out, "Artifact to write; written atomically (never a partial file)")
+      ->required()
+      ->check(non_empty_path());
   sub->add_option("--target", args->target, "cpu (default), ref (the reference oracle) or cuda[:N] (NVIDIA GPU N; only in a kiln built with CUDA)")->capture_default_str();
   add_precision_flags(sub, args->precision);
   sub->add_option("--shape", args->shapes,

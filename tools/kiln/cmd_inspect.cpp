@@ -64,9 +64,9 @@ void inspect_model(const std::string& path, bool as_json) {
   }
   std::printf("%s: ONNX model, default-domain opset %d\n", path.c_str(), m.opset);
   std::printf("inputs:\n");
-  for (auto& i : ins) std::printf("  %s\n", i.dump().c_str());
+  for (auto& i : ins) std::printf("  %s\n", i.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   std::printf("outputs:\n");
-  for (auto& o : outs) std::printf("  %s\n", o.dump().c_str());
+  for (auto& o : outs) std::printf("  %s\n", o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   std::printf("graph: %zu nodes, %d weights (%.2f MiB)\n", nodes, weights, weight_bytes / 1048576.0);
   std::string hist;
   for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);
@@ -193,17 +193,17 @@ void inspect(const std::string& path, bool as_json) {
   std::printf("%s: kiln artifact, %.2f MiB\n", path.c_str(), size / 1048576.0);
   for (auto& [k, v] : cp.compat.fields()) std::printf("  %-17s %s\n", (k + ":").c_str(), v.c_str());
   std::printf("inputs:\n");
-  for (auto& i : ins) std::printf("  %s\n", i.dump().c_str());
+  for (auto& i : ins) std::printf("  %s\n", i.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   std::printf("outputs:\n");
-  for (auto& o : outs) std::printf("  %s\n", o.dump().c_str());
+  for (auto& o : outs) std::printf("  %s\n", o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   std::printf("program: %zu nodes, %d constants (%.2f MiB), arena %.2f MiB\n", nodes, consts, const_bytes / 1048576.0,
               cp.plan.arena_bytes / 1048576.0);
   if (!kernels.is_null())
     std::printf("kernels: %s cubin(s) for %s, %s bytes of cubin and %s of PTX over %s program(s); every Kernel node's "
                 "cubin digest matches\n",
-                kernels["cubins"].dump().c_str(), kernels["arch"].get<std::string>().c_str(),
-                kernels["cubin_bytes"].dump().c_str(), kernels["ptx_bytes"].dump().c_str(),
-                kernels["programs"].dump().c_str());
+                kernels["cubins"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(), kernels["arch"].get<std::string>().c_str(),
+                kernels["cubin_bytes"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(), kernels["ptx_bytes"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
+                kernels["programs"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   if (stored || at_load)
     std::printf("library algorithms (cuBLASLt / cuDNN): %d stored%s\n", stored,
                 at_load ? fmt::format(", {} chosen by the libraries' heuristics at the first load (cross-compiled)",
@@ -218,8 +218,8 @@ void inspect(const std::string& path, bool as_json) {
   } else {
     std::printf("buckets: %zu program(s), constants stored once (%.2f MiB)\n", programs.size(),
                 stored_bytes / 1048576.0);
-    for (auto& d : dims) std::printf("  dim %s\n", d.dump().c_str());
-    for (auto& p : programs) std::printf("  program %s\n", p.dump().c_str());
+    for (auto& d : dims) std::printf("  dim %s\n", d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    for (auto& p : programs) std::printf("  program %s\n", p.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
   }
   std::string hist;
   for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);
@@ -260,7 +260,7 @@ void add_inspect(CLI::App& app, Common& common) {
       "Show what an artifact was built from and for (validates every checksum; cuda: checks each program's cubin "
       "against its nodes), or, for an ONNX model, its inputs "
       "and outputs (symbolic dims to fix with --shape / --dim), opset, operators and weights.");
-  sub->add_option("artifact", *path, "Compiled artifact (.kiln) or ONNX model (.onnx)")->required();
+  sub->add_option("artifact", *path, "Compiled artifact (.kiln) or ONNX model (.onnx)")->required()->check(non_empty_path());
   sub->add_flag("--json", common.json, "Print one JSON object on stdout");
   sub->callback([path, &common] { inspect(*path, common.json); });
 }
@@ -273,7 +273,7 @@ void add_check(CLI::App& app, Common& common) {
       "Can this artifact run here? Reads only the header and compatibility block. Exit 0 if it can (with notes, "
       "e.g. when an artifact for an older GPU architecture will run through its PTX), 3 and the reason (field, "
       "artifact value, value here) if not, 7 if the header or the block is damaged.");
-  sub->add_option("artifact", *path, "Compiled artifact (.kiln)")->required();
+  sub->add_option("artifact", *path, "Compiled artifact (.kiln)")->required()->check(non_empty_path());
   sub->add_option("--target", *target, "Target it must run on (default: the artifact's own)");
   sub->add_flag("--json", common.json, "Print one JSON object on stdout");
   sub->callback([path, target, &common] { check(*path, *target, common.json); });

@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <sstream>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -266,8 +267,25 @@ std::string run_child(const std::vector<std::string>& argv) {
   close(fds[0]);
   int status = 0;
   waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0)
-    fail(ErrorCode::internal, "kiln perf: the loading child process failed (status {}); its output: {}", status, out);
+  if (!WIFEXITED(status))
+    fail(ErrorCode::internal, "kiln perf: the loading child process was killed by signal {}; its output: {}",
+         WIFSIGNALED(status) ? WTERMSIG(status) : -1, out);
+  if (const int code = WEXITSTATUS(status); code != 0) {
+    // The child exits with kiln's own codes (an unreadable input is 6, a bad
+    // option 2, ...): the same code and its message, not "internal".
+    std::string msg;
+    try {
+      std::string line, last;
+      for (std::istringstream lines(out); std::getline(lines, line);)
+        if (!line.empty()) last = line;
+      json j = json::parse(last);
+      if (j.contains("error")) msg = j["error"].value("message", "");
+    } catch (const std::exception&) {
+    }
+    const ErrorCode ec = code >= 2 && code <= 8 ? static_cast<ErrorCode>(code) : ErrorCode::internal;
+    fail(ec, "kiln perf: the loading child process failed (exit {}): {}", code,
+         msg.empty() ? (out.empty() ? std::string("its error is printed above") : out) : msg);
+  }
   return out;
 }
 
@@ -353,12 +371,12 @@ void add_perf(CLI::App& app, Common& common) {
       "perf",
       "Measure a model: compile time, load time in a fresh process, first-run and steady-state latency (median, "
       "p90), throughput at the input's batch, peak memory of the loading process.");
-  sub->add_option("model", a->model, "ONNX model (.onnx)")->required();
+  sub->add_option("model", a->model, "ONNX model (.onnx)")->required()->check(non_empty_path());
   sub->add_option("--target", a->target, "cpu (default), ref (the reference oracle) or cuda[:N] (NVIDIA GPU N; only in a kiln built with CUDA)")->capture_default_str();
   add_precision_flags(sub, a->precision);
-  sub->add_option("--threads", a->threads, "Threads per run (0 = all cores)")->capture_default_str();
-  sub->add_option("--runs", a->runs, "Timed runs after warm-up")->capture_default_str()->check(CLI::PositiveNumber);
-  sub->add_option("--warmup", a->warmup, "Untimed runs after the first")->capture_default_str();
+  sub->add_option("--threads", a->threads, "Threads per run (0 = all cores)")->capture_default_str()->check(CLI::Range(0, 4096));
+  sub->add_option("--runs", a->runs, "Timed runs after warm-up")->capture_default_str()->check(CLI::Range(1, 100000000));
+  sub->add_option("--warmup", a->warmup, "Untimed runs after the first")->capture_default_str()->check(CLI::Range(0, 100000000));
   sub->add_option("--shape", a->shapes, "Fix an input's shape, NAME=DxDx... (repeatable); dim 0 of the first input is the batch")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);

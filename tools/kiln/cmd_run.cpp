@@ -210,7 +210,7 @@ void add_run(CLI::App& app, Common& common) {
       "run",
       "Run a model. An .onnx goes through the compiled-program cache (compiled on the first run, loaded on later "
       "ones); a .kiln artifact is loaded and never recompiled.");
-  sub->add_option("model", a->model, "ONNX model (.onnx) or compiled artifact (.kiln)")->required();
+  sub->add_option("model", a->model, "ONNX model (.onnx) or compiled artifact (.kiln)")->required()->check(non_empty_path());
   sub->add_option("--target", a->target, "cpu, ref or cuda[:N]; default cpu for .onnx, the artifact's own target for .kiln");
   add_precision_flags(sub, a->precision);
   sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable)")

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <set>
 
@@ -88,6 +89,12 @@ void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt) {
   }
 }
 
+const CLI::Validator& non_empty_path() {
+  static const CLI::Validator v(
+      [](std::string& s) { return s.empty() ? std::string("the path is empty") : std::string(); }, "PATH");
+  return v;
+}
+
 std::vector<std::string> safe_names(const std::vector<std::string>& names) {
   std::vector<std::string> out;
   std::set<std::string> used;
@@ -95,6 +102,11 @@ std::vector<std::string> safe_names(const std::vector<std::string>& names) {
     std::string s;
     for (char c : n) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-') ? c : '_';
     if (s.empty() || s[0] == '.') s = "_" + s;
+    // File names may hold 255 bytes ("<name>.npy" and the atomic write's
+    // ".<name>.npy.tmp-<pid>-<hex>" among them): a long name keeps its first
+    // 180 characters and gets 16 hex digits of its hash, so no output is
+    // refused after others were written.
+    if (s.size() > 200) s = s.substr(0, 180) + "-" + fmt::format("{:016x}", std::hash<std::string>{}(n));
     std::string base = s;
     for (int k = 2; used.count(s); ++k) s = base + "_" + std::to_string(k);
     used.insert(s);
@@ -156,6 +168,8 @@ bool is_artifact(const std::string& path) {
   return f.gcount() == 4 && std::string(magic, 4) == "KILN";
 }
 
-void print_json(const json& j) { std::cout << j.dump() << std::endl; }
+// Names in a model need not be valid UTF-8: such bytes become U+FFFD rather
+// than nlohmann::json throwing type_error while printing.
+void print_json(const json& j) { std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl; }
 
 }  // namespace kiln::cli

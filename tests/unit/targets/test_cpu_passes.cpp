@@ -7,6 +7,7 @@
 #include "../onnx/model_builder.h"
 #include "../passes/graph_pass_util.h"
 #include "cpu_test_models.h"
+#include "kiln/session.h"
 #include "passes/passes.h"
 #include "targets/cpu/compile/lowering.h"
 #include "targets/cpu/run/dnnl_util.h"
@@ -49,6 +50,28 @@ TEST(CpuPasses, LowerOpsMakesKilnCpuNodes) {
   EXPECT_EQ(count(m, "Eltwise"), 1);
   EXPECT_EQ(count(m, "Binary"), 1);
   EXPECT_EQ(count(m, "Conv", ""), 0);
+}
+
+TEST(CpuPasses, EmptyTensorsStayOnTheReferenceKernels) {
+  // A [0,8] x B [8,4] + bias: oneDNN's matmul planning divided by M = 0
+  // (SIGFPE while compiling); the node stays ONNX, and the program runs.
+  ModelBuilder b(17);
+  b.input("a", 1, {0, 8});
+  b.initializer("w", {8, 4}, ramp(32, 0.1f));
+  b.initializer("c", {4}, ramp(4, 0.5f));
+  b.node("MatMul", {"a", "w"}, {"h"});
+  b.node("Add", {"h", "c"}, {"y"});
+  b.output("y", 1, {0, 4});
+  ir::Model m = import_inferred(b);
+  EXPECT_EQ(lower_ops(m), 0);
+  EXPECT_EQ(op_types(m), (std::vector<std::string>{"MatMul", "Add"}));
+  TempDir dir;
+  b.save(dir / "empty.onnx");
+  SessionOptions o;
+  o.target = Target::cpu();
+  o.use_cache = false;
+  auto y = Session(dir / "empty.onnx", o).run({{"a", Tensor(DType::f32, {0, 8})}}).at("y");
+  EXPECT_EQ(y.shape(), (std::vector<int64_t>{0, 4}));
 }
 
 TEST(CpuPasses, FusePostOpsAbsorbsReluAndResidual) {
