@@ -163,3 +163,15 @@ def test_an_additive_float_mask_is_not_padded(kiln, tmp_path):
     p = np.exp(s - s.max(-1, keepdims=True))
     want = (p / p.sum(-1, keepdims=True)) @ feeds["V"]
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("seed", ["-1", ""])
+def test_a_negative_or_empty_seed_is_an_invalid_option(kiln, demo_onnx, seed):
+    res = kiln("run", demo_onnx, "--random-inputs", "--no-cache", "--seed", seed)
+    assert res.rc == 2, res.describe()
+
+
+def test_perf_on_an_artifact_says_it_wants_the_model(kiln, demo_onnx, tmp_path):
+    art = tmp_path / "demo.kiln"
+    assert kiln("compile", demo_onnx, "-o", art).rc == 0
+    assert_error(kiln("perf", art), 2, "demo.kiln", "ONNX model")

@@ -304,6 +304,11 @@ void print_profile(const json& p) {
 
 void perf_main(const PerfArgs& a, bool as_json) {
   if (a.child) return child_main(a);
+  if (is_artifact(a.model))
+    fail(ErrorCode::invalid_option,
+         "kiln perf measures the compile too, so it takes the ONNX model, not the artifact '{}' (time a compiled "
+         "artifact with `kiln run {} --json`)",
+         a.model, a.model);
   SessionOptions opt;
   opt.target = Target::parse(a.target);
   apply_precision(a.precision, opt);
@@ -383,7 +388,7 @@ void add_perf(CLI::App& app, Common& common) {
   sub->add_option("--input", a->inputs, "Input tensor NAME=FILE.npy (repeatable; others are random)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str()->check(CLI::NonNegativeNumber);
   add_codegen_options(sub, a->codegen);
   sub->add_option("--keep", a->keep, "Write the artifact here and keep it (default: a temporary file)");
   sub->add_flag("--profile", a->profile,

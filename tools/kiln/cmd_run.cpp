@@ -221,7 +221,7 @@ void add_run(CLI::App& app, Common& common) {
       ->each([a](const std::string&) { a->output_dir_given = true; });
   sub->add_flag("--random-inputs", a->random_inputs,
                 "Fill inputs not given with --input with random data (floats in [0,1), integers in [0,9])");
-  sub->add_option("--seed", a->seed, "Seed for --random-inputs")->capture_default_str();
+  sub->add_option("--seed", a->seed, "Seed for --random-inputs")->capture_default_str()->check(CLI::NonNegativeNumber);
   sub->add_option("--shape", a->shapes, "Fix an input's shape when compiling, NAME=DxDx... (repeatable)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
