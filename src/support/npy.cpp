@@ -42,8 +42,15 @@ Tensor parse_npy(const uint8_t* data, size_t size, const std::string& what) {
   if (off + header_len > size) bad(what, "truncated header");
   std::string header(reinterpret_cast<const char*>(data + off), header_len);
   std::smatch m;
-  if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([<>|=])([a-z]\d+)')")))
+  if (!std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([<>|=])([a-z]\d+)')"))) {
+    // Say which dtype it is when there is one: strings, objects and records
+    // are valid .npy files, just not tensors kiln takes.
+    if (std::regex_search(header, m, std::regex(R"('descr'\s*:\s*'([^']*)')")))
+      bad(what, fmt::format("dtype '{}' is not supported (numeric and bool arrays only)", m[1].str()));
+    if (std::regex_search(header, std::regex(R"('descr'\s*:\s*\[)")))
+      bad(what, "structured (record) arrays are not supported (numeric and bool arrays only)");
     bad(what, "header has no 'descr'");
+  }
   std::string order = m[1], code = m[2];
   if (order == ">") bad(what, "big-endian data is not supported (use '<' byte order)");
   const NpyType* type = nullptr;

@@ -175,3 +175,13 @@ def test_perf_on_an_artifact_says_it_wants_the_model(kiln, demo_onnx, tmp_path):
     art = tmp_path / "demo.kiln"
     assert kiln("compile", demo_onnx, "-o", art).rc == 0
     assert_error(kiln("perf", art), 2, "demo.kiln", "ONNX model")
+
+
+@pytest.mark.parametrize("array", [np.array(["ab", "c"]), np.zeros(2, dtype=[("a", "<f4"), ("b", "<i4")])])
+def test_npy_of_strings_or_records_names_its_dtype(kiln, tmp_path, array):
+    model = tmp_path / "relu.onnx"
+    _relu_model(model)
+    bad = tmp_path / "bad.npy"
+    np.save(bad, array)
+    msg = assert_error(kiln("run", model, "--input", f"x={bad}", "--no-cache"), 6, "bad.npy")
+    assert "not supported" in msg, msg

@@ -333,7 +333,7 @@ void add_cache(CLI::App& app, Common& common) {
                                "Evict least recently used entries down to --max-size (damaged entries moved aside go "
                                "first); remove temporary and lock files left by killed processes.",
                                gc);
-  gc_cmd->add_option("--max-size", gc_args->max_size, "Size cap: 2GiB, 500MB, 1.5G or bytes")->capture_default_str();
+  gc_cmd->add_option("--max-size", gc_args->max_size, "Size cap: 2GiB, 500MB, 1.5G or bytes; 0 = no cap")->capture_default_str();
   add("clear", "Remove every entry (a compile in progress in another process is left alone).", clear);
   auto [ex_cmd, ex_args] = add(
       "explain",
