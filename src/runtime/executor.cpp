@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <set>
+#include <string_view>
 #include <thread>
 
 #include "runtime/program.h"
@@ -235,7 +236,15 @@ class Program::Run {
     }
     ops::KernelContext ctx(n, std::move(ins), alloc,
                            [this](const ir::Graph& g, const std::vector<Tensor>& in) { return subgraph(g, in); });
-    p_.kernels_.at(&n)(ctx);
+    try {
+      p_.kernels_.at(&n)(ctx);
+    } catch (const Error& e) {
+      // Errors raised below the kernel (a tensor too large to allocate, ...)
+      // do not know the node: name it, unless the message already does.
+      const std::string label = n.label();
+      if (std::string_view(e.what()).find(label) != std::string_view::npos) throw;
+      throw Error(e.code(), label + ": " + e.what());
+    }
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       if (n.outputs[k] == ir::kNoValue) continue;
       if (!ctx.outputs()[k].defined())
