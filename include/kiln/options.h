@@ -76,15 +76,22 @@ enum class MismatchPolicy {
 ///                     last one is the range's end when it is not a power of two)
 ///  - "1..512:16,64,128,512"  range with explicit bucket sizes (ascending,
 ///                     inside the range; the range's end is added if missing)
-///  - any of these + "/pad=none" (or "/pad=auto", the default): see Pad
+///  - any of these + "/pad=none", "/pad=sequence" (or "/pad=auto", the
+///    default): see Pad
 struct DimSpec {
   /// Where padding up to a bucket is allowed.
-  ///  - auto_: batch when the dim is axis 0 of every input and output that
-  ///    has it (rows independent); sequence when it is a later axis and the
-  ///    model takes an input named "*mask*" having the dim (the runtime
-  ///    extends the mask with zeros); otherwise none.
+  ///  - auto_: batch padding when kiln's shape inference shows the rows
+  ///    independent (the dim is axis 0 of every tensor having it, every
+  ///    operator on it is row-wise and leaves axis 0 alone, every output has
+  ///    it at axis 0); otherwise none.
   ///  - none: never pad; a request must match a bucket's size exactly.
-  enum class Pad { auto_, none };
+  ///  - sequence: the user's assertion that zero-padding the dim is masked
+  ///    out: the model must take an integer or bool input named "*mask*"
+  ///    having the dim (the runtime extends it with zeros), and that mask
+  ///    must gate every operation that mixes positions (attention, pooling,
+  ///    convolutions over the sequence, recurrences...). Else
+  ///    Error(invalid_option) at compile time.
+  enum class Pad { auto_, none, sequence };
   int64_t min = 1;               ///< smallest size served (>= 1)
   int64_t max = 1;               ///< largest size served (== sizes.back())
   std::vector<int64_t> sizes;    ///< bucket sizes, strictly ascending, each in [min, max]
@@ -93,7 +100,7 @@ struct DimSpec {
   /// Parses the text forms above. Throws Error(invalid_option) naming
   /// `option` (e.g. "dims 'seq'") and what is wrong.
   static DimSpec parse(const std::string& text, const std::string& option = "dim");
-  /// Canonical text ("1..512:1,2,4,...", "/pad=none" appended when set); part of the cache key.
+  /// Canonical text ("1..512:1,2,4,...", "/pad=none" or "/pad=sequence" appended when set); part of the cache key.
   std::string str() const;
   /// Throws Error(invalid_option) naming `option` for an empty or unordered
   /// bucket list, a size < 1, or min/max not matching the sizes.

@@ -103,7 +103,10 @@ DimSpec DimSpec::parse(const std::string& text, const std::string& option) {
   if (auto semi = body.find("/pad="); semi != std::string::npos) {
     std::string mode = body.substr(semi + 5);
     if (mode == "none") d.pad = Pad::none;
-    else if (mode != "auto") fail(ErrorCode::invalid_option, "{}: unknown pad mode '{}' in '{}' (expected auto or none)", option, mode, text);
+    else if (mode == "sequence") d.pad = Pad::sequence;
+    else if (mode != "auto")
+      fail(ErrorCode::invalid_option, "{}: unknown pad mode '{}' in '{}' (expected auto, none or sequence)", option,
+           mode, text);
     body = body.substr(0, semi);
   }
   if (body.empty())
@@ -136,6 +139,7 @@ DimSpec DimSpec::parse(const std::string& text, const std::string& option) {
 std::string DimSpec::str() const {
   std::string s = fmt::format("{}..{}:{}", min, max, fmt::join(sizes, ","));
   if (pad == Pad::none) s += "/pad=none";
+  if (pad == Pad::sequence) s += "/pad=sequence";
   return s;
 }
 

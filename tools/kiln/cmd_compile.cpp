@@ -32,8 +32,10 @@ void add_compile(CLI::App& app, Common& common) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--dim", args->dims,
                   "Shape buckets for a symbolic dim, NAME=SPEC (repeatable): a list 1,2,4,8, a range 1..512 "
-                  "(power-of-two buckets) or a range with buckets 1..512:16,64,128,512; append /pad=none to forbid "
-                  "padding. One program per bucket combination, constants stored once")
+                  "(power-of-two buckets) or a range with buckets 1..512:16,64,128,512. Batch rows are padded up to a "
+                  "bucket only where the graph provably keeps them apart; append /pad=none to forbid padding, or "
+                  "/pad=sequence to pad a sequence dim masked by an integer *mask* input. One program per bucket "
+                  "combination, constants stored once")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   add_codegen_options(sub, args->codegen);

@@ -292,7 +292,7 @@ TEST_F(Buckets, SequencePaddingExtendsTheMaskWithZeros) {
   exact_opt.use_cache = false;
   Session exact(model, exact_opt);
   opt.dims["B"] = DimSpec::parse("1..4");
-  opt.dims["S"] = DimSpec::parse("1..8");
+  opt.dims["S"] = DimSpec::parse("1..8/pad=sequence");  // sequence padding only when asked for
   Session s(model, opt);
   std::map<std::string, Tensor> in{{"x", ramp({2, 5, 4})}, {"attention_mask", ones_i64({2, 5})}};
   auto got = s.run(in);
@@ -305,6 +305,49 @@ TEST_F(Buckets, SequencePaddingExtendsTheMaskWithZeros) {
   ASSERT_EQ(bs.dims.size(), 2u);
   EXPECT_EQ(bs.dims[0].pad, artifact::PadMode::batch);
   EXPECT_EQ(bs.dims[1].pad, artifact::PadMode::sequence);
+}
+
+TEST_F(Buckets, AutoModeNeverPadsASequence) {
+  // Without /pad=sequence the masked sequence dim is not padded: a request
+  // between buckets gets a program of its exact size.
+  attention_model().save(model);
+  opt.dims["S"] = DimSpec::parse("1..8");
+  Session s(model, opt);
+  s.run({{"x", ramp({1, 5, 4})}, {"attention_mask", ones_i64({1, 5})}});
+  EXPECT_EQ(s.buckets().programs, (std::vector<std::vector<int64_t>>{{5}}));
+}
+
+TEST_F(Buckets, SequencePaddingWithoutAnIntegerMaskIsRefused) {
+  attention_model(/*mask=*/false).save(model);
+  opt.dims["S"] = DimSpec::parse("1..8/pad=sequence");
+  try {
+    Session s(model, opt);
+    FAIL() << "no mask input, yet /pad=sequence was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_option);
+    EXPECT_NE(std::string(e.what()).find("/pad=sequence needs an integer or bool input named *mask*"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST_F(Buckets, RowsThatInteractAreNotPadded) {
+  // y = Softmax(x, axis 0) mixes the rows: padding N=3 to 4 with a zero row
+  // would change every result, so the auto mode must not pad N.
+  ModelBuilder b(17);
+  b.input("x", 1, {-1, 3}, "N");
+  ModelBuilder::attr_int(b.node("Softmax", {"x"}, {"y"}), "axis", 0);
+  b.output("y", 1, {-1, 3});
+  b.save(model);
+  opt.dims["N"] = DimSpec::parse("1..8");
+  Session s(model, opt);
+  SessionOptions exact_opt = opt;
+  exact_opt.dims.clear();
+  exact_opt.use_cache = false;
+  Session exact(model, exact_opt);
+  auto got = s.run({{"x", ramp({3, 3})}});
+  EXPECT_EQ(s.buckets().programs, (std::vector<std::vector<int64_t>>{{3}}));
+  expect_near(got.at("y"), exact.run({{"x", ramp({3, 3})}}).at("y"), 1e-6f);
 }
 
 TEST_F(Buckets, WithoutAMaskTheSequenceMustMatchABucket) {
