@@ -182,7 +182,17 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
       // Batch padding only where the graph provably keeps rows apart;
       // sequence padding only when asked for (/pad=sequence): no check can
       // show that a mask gates every operation that mixes positions.
-      if (batch_rows_independent(m, name)) d.pad = artifact::PadMode::batch;
+      // The runtime pads and slices by the interface's axes (declared or
+      // inferred output shapes): every input having the dim and every output
+      // must carry it at axis 0 there too (an output declared with another
+      // symbol would come back unsliced).
+      bool interface_leads = true;
+      for (auto& io : set.inputs)
+        for (size_t a = 0; a < io.axes.size(); ++a)
+          if (io.axes[a] == name && a != 0) interface_leads = false;
+      for (auto& io : set.outputs)
+        if (io.axes.empty() || io.axes[0] != name) interface_leads = false;
+      if (interface_leads && batch_rows_independent(m, name)) d.pad = artifact::PadMode::batch;
     } else if (spec.pad == DimSpec::Pad::sequence && outputs_declared) {
       // Sequence (asked for): positions past the request's length are
       // excluded by a zero attention mask, so padding them cannot change
