@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "ir/graph.h"
+#include "support/file.h"
 #include "ir/memory_plan.h"
 
 namespace kiln::artifact {
@@ -113,7 +114,9 @@ struct CompiledProgram {
 std::vector<uint8_t> serialize(const CompiledProgram& p);
 
 /// serialize() + atomic_write(): the file appears whole or not at all. Throws Error(io).
-void write_file(const std::filesystem::path& path, const CompiledProgram& p);
+/// `links`: Links::follow for a path the user named (`kiln compile -o`),
+/// Links::replace for kiln's own files (cache entries).
+void write_file(const std::filesystem::path& path, const CompiledProgram& p, Links links = Links::replace);
 
 /// Reads the header and compatibility block only (no section is read or
 /// checksummed but the compat block's own). Throws Error(corrupt_artifact)

@@ -91,9 +91,9 @@ std::vector<uint8_t> serialize(const CompiledProgram& p) {
   return out;
 }
 
-void write_file(const std::filesystem::path& path, const CompiledProgram& p) {
+void write_file(const std::filesystem::path& path, const CompiledProgram& p, Links links) {
   std::vector<uint8_t> bytes = serialize(p);
-  atomic_write(path, bytes.data(), bytes.size());
+  atomic_write(path, bytes.data(), bytes.size(), links);
 }
 
 }  // namespace kiln::artifact

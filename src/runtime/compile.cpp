@@ -235,7 +235,7 @@ CompileResult compile(const std::filesystem::path& onnx_path, const std::filesys
     r.programs = static_cast<int>(all.size());
   }
   Stopwatch sw;
-  artifact::write_file(out, cp);
+  artifact::write_file(out, cp, Links::follow);  // the user's -o
   r.write_ms = sw.ms();
   std::error_code ec;
   r.artifact_bytes = std::filesystem::file_size(out, ec);

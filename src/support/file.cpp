@@ -45,17 +45,17 @@ std::vector<uint8_t> read_file(const fs::path& p) {
 }
 
 namespace {
-/// Where atomic_write puts `dest`'s bytes: through a symbolic link to its
-/// target (the link stays a link), and only over a regular file or nothing:
-/// a rename over a device, FIFO or directory entry would replace it (as
-/// `-o /dev/full` once replaced that device node).
-fs::path write_target(const fs::path& dest) {
+/// Where atomic_write puts `dest`'s bytes: through symbolic links to their
+/// target when `links` is follow, and only over a regular file, a link being
+/// replaced, or nothing: a rename over a device, FIFO or directory entry
+/// would replace it (as `-o /dev/full` once replaced that device node).
+fs::path write_target(const fs::path& dest, Links links) {
   if (dest.empty()) fail(ErrorCode::io, "cannot write a file at an empty path");
   fs::path target = dest;
   struct stat st{};
   // Follow the link chain by hand: weakly_canonical leaves a link to a file
   // that does not exist yet unresolved.
-  for (int hops = 0; ::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
+  for (int hops = 0; links == Links::follow && ::lstat(target.c_str(), &st) == 0 && S_ISLNK(st.st_mode); ++hops) {
     std::error_code ec;
     fs::path to = fs::read_symlink(target, ec);
     if (ec || hops == 40)
@@ -63,15 +63,15 @@ fs::path write_target(const fs::path& dest) {
            ec ? ": " + ec.message() : std::string(" (a loop?)"));
     target = to.is_absolute() ? to : target.parent_path() / to;
   }
-  if (::stat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode))
+  if (::lstat(target.c_str(), &st) == 0 && !S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode))
     fail(ErrorCode::io, "cannot write '{}': it exists and is not a regular file (a directory, device, FIFO or socket)",
          dest.string());
   return target;
 }
 }  // namespace
 
-void atomic_write(const fs::path& requested, const void* data, size_t size) {
-  const fs::path dest = write_target(requested);
+void atomic_write(const fs::path& requested, const void* data, size_t size, Links links) {
+  const fs::path dest = write_target(requested, links);
   fs::path dir = dest.has_parent_path() ? dest.parent_path() : fs::path(".");
   std::random_device rd;
   fs::path tmp = dir / fmt::format(".{}.tmp-{}-{:08x}", dest.filename().string(), ::getpid(), rd());

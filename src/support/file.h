@@ -17,7 +17,15 @@ std::vector<uint8_t> read_file(const std::filesystem::path& p);
 /// of the directory. A reader sees the old file or the whole new one, never a
 /// part; on any error the temporary file is removed and Error(io) is thrown
 /// (a full disk included), leaving `dest` untouched.
-void atomic_write(const std::filesystem::path& dest, const void* data, size_t size);
+/// What atomic_write does with a symbolic link at `dest`.
+///  - replace: the rename replaces the link itself (kiln's own files, e.g.
+///    cache entries: a planted link must not redirect the write elsewhere);
+///  - follow: the bytes go to the link's target and the link stays (a path
+///    the user named, e.g. `-o` or an output file).
+/// Either way a device, FIFO, socket or directory at the destination is
+/// refused with Error(io), never replaced; an empty path is Error(io).
+enum class Links { replace, follow };
+void atomic_write(const std::filesystem::path& dest, const void* data, size_t size, Links links = Links::replace);
 
 /// A read-only mmap of a whole file. The mapping lives as long as the
 /// shared_ptr; tensors that view constants hold a copy of it.

@@ -111,7 +111,7 @@ void write_npy(const std::filesystem::path& p, const Tensor& in) {
   out.push_back(static_cast<char>(header.size() >> 8));
   out += header;
   out.append(static_cast<const char*>(t.raw()), t.nbytes());
-  atomic_write(p, out.data(), out.size());
+  atomic_write(p, out.data(), out.size(), Links::follow);  // outputs go where the user points
 }
 
 }  // namespace kiln

@@ -185,3 +185,17 @@ def test_npy_of_strings_or_records_names_its_dtype(kiln, tmp_path, array):
     np.save(bad, array)
     msg = assert_error(kiln("run", model, "--input", f"x={bad}", "--no-cache"), 6, "bad.npy")
     assert "not supported" in msg, msg
+
+
+def test_a_symlink_planted_as_a_cache_entry_never_redirects_a_write(kiln, demo_onnx, tmp_path):
+    cache = tmp_path / "cache"
+    first = kiln("run", demo_onnx, "--random-inputs", "--cache-dir", cache, "--json")
+    assert first.rc == 0, first.describe()
+    entry = first.json()["artifact"]
+    victim = tmp_path / "victim.txt"
+    victim.write_text("not kiln's")
+    os.unlink(entry)
+    os.symlink(victim, entry)
+    res = kiln("run", demo_onnx, "--random-inputs", "--cache-dir", cache, "--json")
+    assert res.rc == 0, res.describe()
+    assert victim.read_text() == "not kiln's", "the cache wrote through a planted link"
