@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "ir/graph.h"
-#include "support/file.h"
 #include "ir/memory_plan.h"
+#include "support/file.h"
 
 namespace kiln::artifact {
 

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 #include "passes/passes.h"
@@ -68,13 +69,9 @@ bool row_wise_op(const std::string& op) {
 /// operator whose axis / axes / perm attributes and axes inputs leave axis 0
 /// alone, no subgraph or Shape reads it, and every graph output has it at
 /// axis 0. Decided from kiln's own shape inference, not the declared names.
-bool batch_rows_independent(const ir::Model& m, const std::string& sym) {
-  ir::Model probe = m;
-  try {
-    passes::infer_and_fold(probe, /*max_fold_bytes=*/0);
-  } catch (const Error&) {
-    return false;
-  }
+bool batch_rows_independent(const std::optional<ir::Model>& inferred, const std::string& sym) {
+  if (!inferred) return false;  // shape inference failed: nothing is shown
+  const ir::Model& probe = *inferred;
   // -1: the value lacks the dim; 0: has it at axis 0 only; 1: anything else.
   auto where = [&](ir::ValueId v) {
     if (v == ir::kNoValue) return -1;
@@ -130,34 +127,42 @@ bool batch_rows_independent(const ir::Model& m, const std::string& sym) {
 
 }  // namespace
 
+namespace {
+
 /// The graph outputs with the shapes shape inference gives them where the
 /// model declares none or leaves a dim anonymous (exporters often do): the
 /// padding decision below needs to see which axis carries each symbol.
-std::vector<ir::Value> output_values(const ir::Model& m) {
+std::vector<ir::Value> output_values(const ir::Model& m, const std::optional<ir::Model>& inferred) {
   std::vector<ir::Value> out;
-  bool need = false;
   for (auto id : m.main.outputs) {
     out.push_back(m.value(id));
-    need |= has_anonymous_dim(out.back());
-  }
-  if (!need) return out;
-  ir::Model probe = m;
-  try {
-    passes::infer_and_fold(probe, /*max_fold_bytes=*/0);
-  } catch (const Error&) {
-    return out;  // the compile reports the reason; the declared shapes decide here
-  }
-  for (size_t i = 0; i < out.size(); ++i) {
-    const ir::Value& v = probe.value(m.main.outputs[i]);
-    if (has_anonymous_dim(out[i]) && !has_anonymous_dim(v)) out[i].shape = v.shape;
+    // Without inference (it failed) the compile reports the reason; the declared shapes decide here.
+    if (inferred && has_anonymous_dim(out.back()) && !has_anonymous_dim(inferred->value(id)))
+      out.back().shape = inferred->value(id).shape;
   }
   return out;
 }
 
+/// m with every value's dtype and shape inferred (symbolic dims kept, no
+/// constant folded), once for all the padding decisions; nullopt when
+/// inference fails.
+std::optional<ir::Model> inferred_model(const ir::Model& m) {
+  ir::Model probe = m;
+  try {
+    passes::infer_and_fold(probe, /*max_fold_bytes=*/0);
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return probe;
+}
+
+}  // namespace
+
 artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string, DimSpec>& dims) {
   artifact::BucketSet set;
   if (dims.empty()) return set;
-  const std::vector<ir::Value> outputs = output_values(m);
+  const std::optional<ir::Model> inferred = inferred_model(m);
+  const std::vector<ir::Value> outputs = output_values(m, inferred);
   for (auto id : m.main.inputs) set.inputs.push_back(io_symbols(m.value(id), dims));
   for (auto& v : outputs) set.outputs.push_back(io_symbols(v, dims));
   std::set<std::string> input_symbols;
@@ -192,7 +197,7 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
           if (io.axes[a] == name && a != 0) interface_leads = false;
       for (auto& io : set.outputs)
         if (io.axes.empty() || io.axes[0] != name) interface_leads = false;
-      if (interface_leads && batch_rows_independent(m, name)) d.pad = artifact::PadMode::batch;
+      if (interface_leads && batch_rows_independent(inferred, name)) d.pad = artifact::PadMode::batch;
     } else if (spec.pad == DimSpec::Pad::sequence && outputs_declared) {
       // Sequence (asked for): positions past the request's length are
       // excluded by a zero attention mask, so padding them cannot change

@@ -199,3 +199,32 @@ def test_a_symlink_planted_as_a_cache_entry_never_redirects_a_write(kiln, demo_o
     res = kiln("run", demo_onnx, "--random-inputs", "--cache-dir", cache, "--json")
     assert res.rc == 0, res.describe()
     assert victim.read_text() == "not kiln's", "the cache wrote through a planted link"
+
+
+def test_an_output_path_that_is_a_symlink_loop_is_an_io_error(kiln, demo_onnx, tmp_path):
+    loop = tmp_path / "loop.kiln"
+    loop.symlink_to(loop)
+    assert_error(kiln("compile", demo_onnx, "-o", loop), 8, "loop.kiln", "cannot resolve the symbolic link")
+    assert loop.is_symlink()
+
+
+@pytest.mark.parametrize("cmd", ["check", "inspect"])
+def test_a_fifo_given_as_an_artifact_is_refused_not_waited_on(kiln, tmp_path, cmd):
+    fifo = tmp_path / "pipe.kiln"
+    os.mkfifo(fifo)
+    assert_error(kiln(cmd, fifo), 8, "pipe.kiln", "not a regular file")
+
+
+def test_an_error_below_a_kernel_names_the_node(kiln, tmp_path):
+    """Range's output size comes from an input: 2^52 elements is too large to
+    allocate, an error raised by the tensor, which does not know the node."""
+    g = helper.make_graph([helper.make_node("Range", ["s", "n", "d"], ["y"], name="my_range")], "g",
+                          [helper.make_tensor_value_info("n", TensorProto.INT64, [])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, ["L"])],
+                          initializer=[helper.make_tensor("s", TensorProto.INT64, [], [0]),
+                                       helper.make_tensor("d", TensorProto.INT64, [], [1])])
+    model = tmp_path / "range.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    n = tmp_path / "n.npy"
+    np.save(n, np.array(2 ** 52, np.int64))
+    assert_error(kiln("run", model, "--input", f"n={n}", "--no-cache"), 6, "my_range", "too large")

@@ -620,17 +620,23 @@ TEST(CudaConvGraphAttrs, RoundTripAndRefusals) {
   EXPECT_FALSE(is_graph_conv(legacy));
 }
 
-TEST(CudaNodeChecks, ConvolutionOperandsMustHaveTheSpecsSizes) {
-  using namespace targets::cuda;
-  ir::Model m;
-  ConvSpec s;
-  s.dtype = DType::f16;
+/// A 3x3, pad 1, stride 1 convolution from [1,8,6,6] to [1,16,6,6].
+targets::cuda::ConvSpec conv3x3_spec() {
+  targets::cuda::ConvSpec s;
   s.x = {1, 8, 6, 6};
   s.w = {16, 8, 3, 3};
   s.y = {1, 16, 6, 6};
   s.pads = {1, 1};
   s.strides = {1, 1};
   s.dilations = {1, 1};
+  return s;
+}
+
+TEST(CudaNodeChecks, ConvolutionOperandsMustHaveTheSpecsSizes) {
+  using namespace targets::cuda;
+  ir::Model m;
+  ConvSpec s = conv3x3_spec();
+  s.dtype = DType::f16;
   ir::Node n;
   n.op_type = "Conv";
   n.name = "conv3";
@@ -692,13 +698,7 @@ TEST(CudaNodeChecks, LaunchConfigurationsOutsideWhatTheGeneratorWritesAreRefused
 TEST(CudaNodeChecks, GraphConvolutionOfAnotherKindIsTheNodesFault) {
   // Refused before any cuDNN call (so on a machine without a GPU too).
   using namespace targets::cuda;
-  ConvSpec s;
-  s.x = {1, 8, 6, 6};
-  s.w = {16, 8, 3, 3};
-  s.y = {1, 16, 6, 6};
-  s.pads = {1, 1};
-  s.strides = {1, 1};
-  s.dilations = {1, 1};
+  ConvSpec s = conv3x3_spec();
   GraphEngine e;
   e.engine = 3;
   e.workspace = 1024;

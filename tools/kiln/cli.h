@@ -67,6 +67,14 @@ std::string summarize(const Tensor& t);
 json info_json(const TensorInfo& t);
 json tensor_json(const std::string& name, const Tensor& t);
 
+/// `j` as one line of JSON text. Names come from models and need not be
+/// valid UTF-8: such bytes become U+FFFD instead of dump() throwing
+/// type_error (which aborted `kiln inspect --json`).
+template <class Json>
+std::string json_text(const Json& j) {
+  return j.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
 /// A CLI11 check that refuses an empty path (exit 2, "invalid option",
 /// naming the option) before anything tries to open or write it.
 const CLI::Validator& non_empty_path();

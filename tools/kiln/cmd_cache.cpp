@@ -301,8 +301,8 @@ void explain_cmd(const CacheArgs& a, bool as_json) {
                   d["entry"].get<std::string>().c_str(), d["request"].get<std::string>().c_str());
     if (n.contains("options")) {
       auto& od = n["options"]["diff"];
-      std::printf("    options only in the entry: %s; only in this request: %s\n", od["entry_only"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
-                  od["request_only"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+      std::printf("    options only in the entry: %s; only in this request: %s\n", json_text(od["entry_only"]).c_str(),
+                  json_text(od["request_only"]).c_str());
     }
   }
 }

@@ -64,9 +64,9 @@ void inspect_model(const std::string& path, bool as_json) {
   }
   std::printf("%s: ONNX model, default-domain opset %d\n", path.c_str(), m.opset);
   std::printf("inputs:\n");
-  for (auto& i : ins) std::printf("  %s\n", i.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  for (auto& i : ins) std::printf("  %s\n", json_text(i).c_str());
   std::printf("outputs:\n");
-  for (auto& o : outs) std::printf("  %s\n", o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  for (auto& o : outs) std::printf("  %s\n", json_text(o).c_str());
   std::printf("graph: %zu nodes, %d weights (%.2f MiB)\n", nodes, weights, weight_bytes / 1048576.0);
   std::string hist;
   for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);
@@ -193,17 +193,17 @@ void inspect(const std::string& path, bool as_json) {
   std::printf("%s: kiln artifact, %.2f MiB\n", path.c_str(), size / 1048576.0);
   for (auto& [k, v] : cp.compat.fields()) std::printf("  %-17s %s\n", (k + ":").c_str(), v.c_str());
   std::printf("inputs:\n");
-  for (auto& i : ins) std::printf("  %s\n", i.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  for (auto& i : ins) std::printf("  %s\n", json_text(i).c_str());
   std::printf("outputs:\n");
-  for (auto& o : outs) std::printf("  %s\n", o.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+  for (auto& o : outs) std::printf("  %s\n", json_text(o).c_str());
   std::printf("program: %zu nodes, %d constants (%.2f MiB), arena %.2f MiB\n", nodes, consts, const_bytes / 1048576.0,
               cp.plan.arena_bytes / 1048576.0);
   if (!kernels.is_null())
     std::printf("kernels: %s cubin(s) for %s, %s bytes of cubin and %s of PTX over %s program(s); every Kernel node's "
                 "cubin digest matches\n",
-                kernels["cubins"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(), kernels["arch"].get<std::string>().c_str(),
-                kernels["cubin_bytes"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(), kernels["ptx_bytes"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str(),
-                kernels["programs"].dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+                json_text(kernels["cubins"]).c_str(), kernels["arch"].get<std::string>().c_str(),
+                json_text(kernels["cubin_bytes"]).c_str(), json_text(kernels["ptx_bytes"]).c_str(),
+                json_text(kernels["programs"]).c_str());
   if (stored || at_load)
     std::printf("library algorithms (cuBLASLt / cuDNN): %d stored%s\n", stored,
                 at_load ? fmt::format(", {} chosen by the libraries' heuristics at the first load (cross-compiled)",
@@ -218,8 +218,8 @@ void inspect(const std::string& path, bool as_json) {
   } else {
     std::printf("buckets: %zu program(s), constants stored once (%.2f MiB)\n", programs.size(),
                 stored_bytes / 1048576.0);
-    for (auto& d : dims) std::printf("  dim %s\n", d.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
-    for (auto& p : programs) std::printf("  program %s\n", p.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace).c_str());
+    for (auto& d : dims) std::printf("  dim %s\n", json_text(d).c_str());
+    for (auto& p : programs) std::printf("  program %s\n", json_text(p).c_str());
   }
   std::string hist;
   for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);

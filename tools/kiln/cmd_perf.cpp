@@ -17,10 +17,10 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <sstream>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <sstream>
 #include <fstream>
 #include <random>
 

@@ -168,8 +168,6 @@ bool is_artifact(const std::string& path) {
   return f.gcount() == 4 && std::string(magic, 4) == "KILN";
 }
 
-// Names in a model need not be valid UTF-8: such bytes become U+FFFD rather
-// than nlohmann::json throwing type_error while printing.
-void print_json(const json& j) { std::cout << j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << std::endl; }
+void print_json(const json& j) { std::cout << json_text(j) << std::endl; }
 
 }  // namespace kiln::cli
