@@ -11,7 +11,10 @@ APT_PACKAGES=(
   libprotobuf-dev protobuf-compiler libonnx-dev
   libflatbuffers-dev flatbuffers-compiler libxxhash-dev libzstd-dev
   libcli11-dev nlohmann-json3-dev libfmt-dev libspdlog-dev
-  libgtest-dev libgmock-dev libbenchmark-dev libdnnl-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  # libdnnl-dev's CMake config calls find_package(OpenCL); Debian lists the
+  # OpenCL headers/loader only as a recommendation, which --no-install-recommends skips.
+  libdnnl-dev ocl-icd-opencl-dev opencl-c-headers
   python3 python3-venv python3-pip python3-numpy python3-torch python3-torchvision
   unzip
   clang libclang-rt-14-dev libomp-dev

@@ -18,7 +18,8 @@ int main(int argc, char** argv) {
   CLI::App app{
       "kiln " KILN_VERSION_STRING
       " - ahead-of-time compiler and runtime for ONNX models.\n"
-      "Compiles a model once for a target (cpu, ref), saves a self-describing .kiln artifact,\n"
+      "Compiles a model once for a target (cpu: x86-64 with oneDNN; cuda: NVIDIA GPUs, in a build\n"
+      "that found the CUDA toolkit; ref: the reference kernels), saves a self-describing .kiln artifact,\n"
       "and loads it in milliseconds on every later start; an artifact that no longer matches\n"
       "the model, options, machine or kiln version is recompiled or refused with the reason.\n\n"
       "Exit codes: 0 ok, 1 internal error, 2 invalid option, 3 incompatible artifact,\n"
