@@ -3,6 +3,11 @@
 # kiln into build/. Extra arguments go to `cmake --build` (e.g. --target kiln).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# ccache hashes LANG / LC_* by default (they change the language of compiler
+# messages, not the objects): without this a build under another locale (CI's
+# fresh root runs under env -i, no LANG) misses every object the machine's own
+# build cached.
+export CCACHE_SLOPPINESS=${CCACHE_SLOPPINESS:-locale}
 if [ ! -f build/build.ninja ]; then
   cmake --preset default >/dev/null
 fi

@@ -153,6 +153,37 @@ struct SessionOptions {
   /// Requests outside every bucket: compile that exact shape (and cache it) or error.
   OutOfBucket out_of_bucket = OutOfBucket::compile;
 
+  /// Shape specialization ("specialize, then go dynamic"). On (default): a
+  /// symbolic input dim (dim_param, -1 or missing) that neither input_shapes
+  /// nor dims fixes is specialized to the sizes of the inputs actually given:
+  /// the first run() compiles a program for them (as fast as with
+  /// input_shapes) and adds it to the cache entry; another size compiles
+  /// another program. From a dim's third distinct size on, a dim whose
+  /// padding is provably safe (batch rows kept apart) is rounded up to the
+  /// next power of two (a bucket) instead. Off: one program with the dims
+  /// left symbolic (nodes with dynamic shapes run on reference kernels).
+  /// Off is part of the cache key.
+  bool specialize_shapes = true;
+  /// Value specialization. On (default): a scalar integer or bool input
+  /// (shape [] or [1]) from which an If condition, a Loop count or a shape /
+  /// axes / count input is computed (a sample rate, a flag) is specialized
+  /// on the value given: If on it folds to the taken branch (the other is
+  /// never compiled), shape arithmetic on it folds; another value is another
+  /// program (a guard). Off is part of the cache key.
+  bool specialize_values = true;
+  /// Ahead-of-time compiles (kiln::compile, `kiln compile --value NAME=V`):
+  /// the values to compile a program for, per value-guard input (see
+  /// specialize_values); several values store several programs in one
+  /// artifact. A Session takes the values from its requests and ignores this.
+  std::map<std::string, std::vector<int64_t>> values;
+  /// Most specialized programs one Session keeps ready (least recently used
+  /// dropped first; a dropped one is loaded from the cache entry again when
+  /// needed). 0: no bound.
+  int max_loaded_programs = 16;
+  /// Most programs one cache entry keeps (the oldest added dropped first
+  /// when a new specialization is added). 0: no bound. Not part of the key.
+  int max_cached_programs = 64;
+
   /// What to do when the cache entry for this model and options is damaged
   /// or does not match this machine: recompile (moves a damaged entry aside
   /// to "<key>.kiln.bad" and replaces it) or error.

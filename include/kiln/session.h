@@ -41,6 +41,15 @@ struct BucketStats {
   double compile_ms = 0;                       ///< wall-clock milliseconds those compiles took
 };
 
+/// A main-graph node of a compiled program that runs on kiln's reference
+/// kernels (plain loops) instead of the target's own, and why.
+struct ReferenceNode {
+  std::string node;    ///< the node's name, or "op_type #index"
+  std::string op;      ///< ONNX op_type
+  std::string reason;  ///< e.g. "dynamic shape: 'x' is [batch,3,H,W]", "no cpu kernel for TopK"
+  bool fixable = false;  ///< the user can change it (dynamic shapes: give shapes or keep specialization on)
+};
+
 class ProgramSet;  // opaque; defined in src/runtime
 
 /// Wall time of one main-graph node during a profiled run (milliseconds).
@@ -131,6 +140,10 @@ class Session {
   const SessionStats& stats() const { return stats_; }
   /// The bucketed dims and the programs held now (changes as run() compiles buckets).
   BucketStats buckets() const;
+  /// The main-graph nodes of the program the latest run() used (before any
+  /// run: the first program held; empty when none is compiled yet) that run
+  /// on reference kernels, with the reason (never a silent slow path).
+  std::vector<ReferenceNode> reference_nodes() const;
 
  private:
   Session() = default;

@@ -15,10 +15,13 @@
 
 namespace kiln::artifact {
 
-/// Current artifact format version (2: shape buckets, several programs
-/// sharing one constants section). Readers also read version 1 (one program,
-/// no bucket section) and refuse any other.
-constexpr uint32_t kFormatVersion = 2;
+/// Current artifact format version (3: specialized dims and value guards in
+/// the bucket table, BucketDim::kind; 2: shape buckets, several programs
+/// sharing one constants section). Readers also read versions 1 and 2 (so
+/// that `kiln inspect` can show them), but an artifact of another version
+/// than this one never runs: check_runnable reports its format_version, so
+/// the cache recompiles it and an explicit one is refused naming the version.
+constexpr uint32_t kFormatVersion = 3;
 /// Oldest format version read_file / read_compat still accept.
 constexpr uint32_t kOldestFormatVersion = 1;
 
@@ -53,13 +56,26 @@ enum class PadMode : uint8_t {
 /// "none", "batch", "sequence".
 const char* pad_mode_name(PadMode m);
 
+/// What a BucketDim's per-program size is (stored as a u8, format v3).
+enum class DimKind : uint8_t {
+  declared = 0,     ///< a symbolic dim with user-declared buckets (SessionOptions::dims)
+  specialized = 1,  ///< a symbolic dim nobody fixed: one program per size seen (no declared
+                    ///< sizes; min 0, max 0); with a provably safe pad, sizes from the third
+                    ///< distinct one on are rounded up to powers of two (runtime, ProgramSet)
+  value = 2,        ///< the value of a scalar integer/bool input that shapes or control flow
+                    ///< depend on (symbol = the input's name): one program per value, a guard
+};
+/// "declared", "specialized", "value".
+const char* dim_kind_name(DimKind k);
+
 /// One bucketed symbolic dim: the bucket sizes it was declared with.
 struct BucketDim {
-  std::string symbol;           ///< the dim_param name ("batch")
+  std::string symbol;           ///< the dim_param name ("batch"); for DimKind::value the input's name
   int64_t min = 1;              ///< smallest size served by padding into the first bucket
   int64_t max = 1;              ///< largest bucket size (== sizes.back())
-  std::vector<int64_t> sizes;   ///< declared bucket sizes, strictly ascending, >= 1
+  std::vector<int64_t> sizes;   ///< declared bucket sizes, strictly ascending, >= 1 (empty unless declared)
   PadMode pad = PadMode::none;
+  DimKind kind = DimKind::declared;
 };
 
 /// Which symbol each axis of a graph input or output carries in the model

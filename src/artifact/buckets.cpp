@@ -1,4 +1,4 @@
-// Section 'buckets' (format version 2): BucketSet + program slots <->
+// Section 'buckets' (format version 2; kinds since 3): BucketSet + program slots <->
 // FlatBuffers `BucketTable` (docs/file-format.md, "Section 'buckets'"). The
 // writer and the reader enforce the same rules, so the writer never produces
 // a file its reader refuses.
@@ -21,6 +21,15 @@ const char* pad_mode_name(PadMode m) {
   return "unknown";
 }
 
+const char* dim_kind_name(DimKind k) {
+  switch (k) {
+    case DimKind::declared: return "declared";
+    case DimKind::specialized: return "specialized";
+    case DimKind::value: return "value";
+  }
+  return "unknown";
+}
+
 namespace detail {
 
 namespace {
@@ -32,6 +41,15 @@ std::string buckets_problem(const BucketSet& set, const std::vector<ProgramSlot>
   for (auto& d : set.dims) {
     if (d.symbol.empty()) return "a bucketed dim has no name";
     if (!names.insert(d.symbol).second) return fmt::format("dim '{}' is listed twice", d.symbol);
+    if (static_cast<uint8_t>(d.kind) > 2) return fmt::format("dim '{}': unknown kind {}", d.symbol, static_cast<int>(d.kind));
+    if (d.kind != DimKind::declared) {
+      // Specialized dims and value guards declare no sizes: each program's own size is its guard.
+      if (!d.sizes.empty() || d.min != 0 || d.max != 0)
+        return fmt::format("dim '{}' is {} but declares bucket sizes", d.symbol, dim_kind_name(d.kind));
+      if (d.kind == DimKind::value && d.pad != PadMode::none)
+        return fmt::format("value guard '{}' has a pad mode", d.symbol);
+      continue;
+    }
     if (d.sizes.empty() || d.sizes.size() > 64) return fmt::format("dim '{}' has {} bucket sizes", d.symbol, d.sizes.size());
     for (size_t i = 0; i < d.sizes.size(); ++i)
       if (d.sizes[i] < 1 || (i && d.sizes[i] <= d.sizes[i - 1]))
@@ -54,8 +72,12 @@ std::string buckets_problem(const BucketSet& set, const std::vector<ProgramSlot>
     const ProgramSlot& s = slots[i];
     if (s.sizes.size() != set.dims.size())
       return fmt::format("program {} has {} sizes for {} dims", i, s.sizes.size(), set.dims.size());
-    for (auto v : s.sizes)
-      if (v < 1) return fmt::format("program {} has size {}", i, v);
+    for (size_t k = 0; k < s.sizes.size(); ++k) {
+      // A value guard may be any integer; a specialized dim may be empty (0).
+      const DimKind kind = set.dims[k].kind;
+      if (kind == DimKind::declared ? s.sizes[k] < 1 : kind == DimKind::specialized ? s.sizes[k] < 0 : false)
+        return fmt::format("program {} has size {} for dim '{}'", i, s.sizes[k], set.dims[k].symbol);
+    }
     if (!seen.insert(s.sizes).second) return fmt::format("program {} repeats the sizes of an earlier one", i);
     // Programs tile their sections in order, so no byte of either section
     // belongs to no program.
@@ -86,7 +108,8 @@ std::vector<uint8_t> encode_buckets(const BucketSet& set, const std::vector<Prog
   for (auto& d : set.dims) {
     auto sym = b.CreateString(d.symbol);
     auto sizes = b.CreateVector(d.sizes);
-    dims.push_back(fb::CreateBucketDim(b, sym, d.min, d.max, sizes, static_cast<uint8_t>(d.pad)));
+    dims.push_back(
+        fb::CreateBucketDim(b, sym, d.min, d.max, sizes, static_cast<uint8_t>(d.pad), static_cast<uint8_t>(d.kind)));
   }
   auto io = [&](const std::vector<IoSymbols>& v) {
     std::vector<flatbuffers::Offset<fb::IoSymbols>> out;
@@ -139,6 +162,8 @@ void decode_buckets(const uint8_t* p, size_t n, uint64_t program_bytes, uint64_t
       bd.sizes = longs(d->sizes());
       if (d->pad() > 2) corrupt(what, region, fmt::format("dim '{}': unknown pad mode {}", bd.symbol, d->pad()));
       bd.pad = static_cast<PadMode>(d->pad());
+      if (d->kind() > 2) corrupt(what, region, fmt::format("dim '{}': unknown kind {}", bd.symbol, d->kind()));
+      bd.kind = static_cast<DimKind>(d->kind());
       set.dims.push_back(std::move(bd));
     }
   }

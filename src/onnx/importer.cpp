@@ -80,7 +80,13 @@ class Importer : public ParseContext {
     return ir::kNoValue;
   }
 
-  void apply_type(ir::Value& v, const onnx::TypeProto& tp, const std::string& where) {
+  /// `input_name`: set for a main-graph input, whose unknown dims (a dim_value
+  /// of -1, as Paddle exports write it, or a dim with neither value nor
+  /// param) get the symbol "<input>:<axis>" so that shapes can be bound and
+  /// specialized per dim (and `--dim` can name them). Elsewhere -1 and
+  /// missing dims stay anonymous (unknown, empty symbol).
+  void apply_type(ir::Value& v, const onnx::TypeProto& tp, const std::string& where,
+                  const std::string* input_name = nullptr) {
     if (tp.value_case() == onnx::TypeProto::VALUE_NOT_SET) return;  // untyped: left to inference
     if (!tp.has_tensor_type()) {
       fail(ErrorCode::unsupported, "{}: {} has a non-tensor type (sequence, map, optional or sparse), which kiln does not support",
@@ -91,7 +97,10 @@ class Importer : public ParseContext {
     if (tt.has_shape()) {
       ir::Shape s;
       for (auto& d : tt.shape().dim()) {
-        if (d.has_dim_value()) {
+        const bool unknown = d.has_dim_value() ? d.dim_value() == -1 : d.dim_param().empty();
+        if (unknown) {
+          s.push_back(ir::Dim::sym(input_name ? fmt::format("{}:{}", *input_name, s.size()) : std::string()));
+        } else if (d.has_dim_value()) {
           if (d.dim_value() < 0)
             fail(ErrorCode::invalid_model, "{}: {} has a negative dimension {}", what_, where, d.dim_value());
           s.push_back(ir::Dim::known(d.dim_value()));
@@ -122,7 +131,7 @@ class Importer : public ParseContext {
     for (auto& in : g.input()) {
       if (scopes_.back().count(in.name())) continue;  // overridable initializer: kept constant
       ir::Value v;
-      apply_type(v, in.type(), fmt::format("graph input '{}'", in.name()));
+      apply_type(v, in.type(), fmt::format("graph input '{}'", in.name()), is_main ? &in.name() : nullptr);
       if (is_main && v.dtype == DType::undefined)
         fail(ErrorCode::invalid_model, "{}: graph input '{}' has no element type", what_, in.name());
       out.inputs.push_back(define(in.name(), std::move(v)));

@@ -2,6 +2,7 @@
 
 #include <set>
 
+#include "passes/graph_edit.h"
 #include "passes/passes.h"
 #include "support/error.h"
 
@@ -54,13 +55,46 @@ void bind_symbols(ir::Model& m, const std::map<std::string, int64_t>& sizes) {
     if (!present.count(sym))
       fail(ErrorCode::invalid_option, "dims: the model's inputs have no symbolic dim named '{}' (they have: {})", sym,
            present.empty() ? std::string("none; every input dim is fixed") : fmt::format("{}", fmt::join(present, ", ")));
-    if (size < 1) fail(ErrorCode::invalid_option, "dims: size {} for '{}' is below 1", size, sym);
+    if (size < 0) fail(ErrorCode::invalid_option, "dims: size {} for '{}' is negative", size, sym);
   }
   for (auto id : m.main.inputs)
     if (auto& sh = m.value(id).shape)
       for (auto& d : *sh)
         if (!d.is_static())
           if (auto it = sizes.find(d.symbol); it != sizes.end() && !d.symbol.empty()) d = ir::Dim::known(it->second);
+}
+
+void bind_input_values(ir::Model& m, const std::map<std::string, int64_t>& values) {
+  for (auto& [name, value] : values) {
+    ir::ValueId id = ir::kNoValue;
+    for (auto in : m.main.inputs)
+      if (m.value(in).name == name) id = in;
+    if (id == ir::kNoValue) fail(ErrorCode::invalid_option, "values: the model has no input named '{}'", name);
+    const ir::Value& in = m.value(id);
+    const bool scalar = in.shape && (in.shape->empty() || (in.shape->size() == 1 && (*in.shape)[0].value == 1));
+    if (!scalar) fail(ErrorCode::invalid_option, "values: input '{}' does not hold one value", name);
+    std::vector<int64_t> dims = in.shape->empty() ? std::vector<int64_t>{} : std::vector<int64_t>{1};
+    Tensor t(in.dtype, dims);
+    switch (in.dtype) {
+      case DType::i64: *t.data<int64_t>() = value; break;
+      case DType::i32: *t.data<int32_t>() = static_cast<int32_t>(value); break;
+      case DType::i16: *t.data<int16_t>() = static_cast<int16_t>(value); break;
+      case DType::i8: *t.data<int8_t>() = static_cast<int8_t>(value); break;
+      case DType::u8: *t.data<uint8_t>() = static_cast<uint8_t>(value); break;
+      case DType::u16: *t.data<uint16_t>() = static_cast<uint16_t>(value); break;
+      case DType::u32: *t.data<uint32_t>() = static_cast<uint32_t>(value); break;
+      case DType::boolean: *static_cast<uint8_t*>(t.raw()) = value != 0; break;
+      default: fail(ErrorCode::invalid_option, "values: input '{}' is {}, not an integer or bool", name, dtype_name(in.dtype));
+    }
+    ir::Value c;
+    c.name = name + "/value";
+    c.dtype = in.dtype;
+    c.shape = ir::static_shape(dims);
+    c.constant = std::move(t);
+    ir::ValueId cid = m.add_value(std::move(c));
+    // Graph outputs that pass the input through keep reading it (the request's own value).
+    replace_uses(m.main, id, cid, /*outputs=*/false);
+  }
 }
 
 }  // namespace kiln::passes

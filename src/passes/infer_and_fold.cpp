@@ -1,5 +1,8 @@
 // Shape inference + constant propagation (see passes.h).
 #include "ops/registry.h"
+#include <memory>
+#include <variant>
+
 #include "passes/passes.h"
 #include "support/error.h"
 #include "support/log.h"
@@ -38,12 +41,72 @@ class Folder {
   void graph(ir::Graph& g) {
     std::vector<ir::Node> kept;
     kept.reserve(g.nodes.size());
-    for (auto& n : g.nodes)
-      if (!node(n)) kept.push_back(std::move(n));
+    for (auto& n : g.nodes) emit(std::move(n), kept);
     g.nodes = std::move(kept);
   }
 
  private:
+  /// Infers (and folds) one node into `kept`; an If with a constant
+  /// condition becomes the nodes of the branch it takes.
+  void emit(ir::Node n, std::vector<ir::Node>& kept) {
+    bool cond = false;
+    if (constant_if(n, cond)) {
+      ++stats.inlined_ifs;
+      const char* taken = cond ? "then_branch" : "else_branch";
+      auto body = std::get<std::shared_ptr<ir::Graph>>(n.attrs.at(taken));
+      // The branch's nodes read outer values by id: copied out as they are
+      // (copied, not moved: a copied ir::Model shares its subgraphs).
+      for (const auto& bn : body->nodes) emit(bn, kept);
+      for (size_t i = 0; i < n.outputs.size(); ++i) {
+        if (n.outputs[i] == ir::kNoValue) continue;
+        if (i >= body->outputs.size())
+          fail(ErrorCode::invalid_model, "{}: branch '{}' has {} outputs, the If has {}", n.label(), taken,
+               body->outputs.size(), n.outputs.size());
+        ir::Node id;
+        id.op_type = "Identity";
+        id.name = n.name.empty() ? std::string() : n.name + "/" + taken + "/out" + std::to_string(i);
+        id.opset = n.opset;
+        id.inputs = {body->outputs[i]};
+        id.outputs = {n.outputs[i]};
+        emit(std::move(id), kept);
+      }
+      return;
+    }
+    if (!node(n)) kept.push_back(std::move(n));
+  }
+
+  /// Infers an If branch. A branch whose inference fails for these shapes
+  /// (e.g. the 8 kHz branch of a model fed 16 kHz-sized input) is one the
+  /// run will not take with them: it keeps its nodes as they were, its
+  /// values what inference gave before the failure, and runs on reference
+  /// kernels if ever taken, where the run raises the error.
+  void branch(const ir::Node& n, const std::string& attr, ir::Graph& g) {
+    std::vector<ir::Node> before = g.nodes;
+    try {
+      graph(g);
+    } catch (const Error& e) {
+      g.nodes = std::move(before);
+      log().debug("{}: {} is not inferred for these shapes ({}); left to the run", n.label(), attr, e.what());
+    }
+  }
+
+  /// An ONNX If whose condition is a constant (e.g. after value specialization).
+  bool constant_if(const ir::Node& n, bool& cond) const {
+    if (n.op_type != "If" || !n.domain.empty() || n.inputs.empty() || n.inputs[0] == ir::kNoValue) return false;
+    if (!n.has("then_branch") || !n.has("else_branch")) return false;
+    const ir::Value& c = m_.value(n.inputs[0]);
+    if (!c.constant || !c.constant->defined() || c.constant->numel() != 1) return false;
+    const Tensor& t = *c.constant;
+    switch (t.dtype()) {
+      case DType::boolean:
+      case DType::u8: cond = *static_cast<const uint8_t*>(t.raw()) != 0; return true;
+      case DType::i64: cond = *t.data<int64_t>() != 0; return true;
+      case DType::i32: cond = *t.data<int32_t>() != 0; return true;
+      case DType::f32: cond = *t.data<float>() != 0; return true;
+      default: return false;
+    }
+  }
+
   // Returns true when the node was folded away.
   bool node(ir::Node& n) {
     type_body_inputs(n);
@@ -51,7 +114,10 @@ class Folder {
     for (auto& [k, a] : n.attrs)
       if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) {
         has_subgraph = true;
-        graph(**sg);
+        if (n.op_type == "If" && n.domain.empty())
+          branch(n, k, **sg);
+        else
+          graph(**sg);
       }
     std::vector<ops::InType> ins;
     bool all_const = true;

@@ -23,17 +23,29 @@ void bind_input_shapes(ir::Model& m, const std::map<std::string, std::vector<int
 /// (listing the symbols the inputs do have).
 void bind_symbols(ir::Model& m, const std::map<std::string, int64_t>& sizes);
 
+/// Value specialization: every reader of the main-graph input named in
+/// `values` (main graph and subgraphs) reads a constant of the input's dtype
+/// and shape holding that value instead; the input stays in the interface
+/// (unread), so a request still passes it and the runtime checks it against
+/// the program's guard. Throws Error(invalid_option) naming "values" for an
+/// input that is not there or does not hold one integer / bool value.
+void bind_input_values(ir::Model& m, const std::map<std::string, int64_t>& values);
+
 struct FoldStats {
   int folded_nodes = 0;   ///< nodes evaluated at compile time and removed
   int inferred = 0;       ///< values whose type was inferred
+  int inlined_ifs = 0;    ///< If nodes with a constant condition replaced by their taken branch
 };
 
 /// Shape inference with constant propagation, in topological order: every
 /// node's output dtype/shape from src/ops inference (merged with value_info
 /// hints), and every node whose inputs are all constants (or a Shape/Size of a
 /// static shape) evaluated by its reference kernel and replaced by constants,
-/// as long as each folded output is at most `max_fold_bytes`. Subgraphs are
-/// inferred too (not folded). Throws the inference error of the first node
+/// as long as each folded output is at most `max_fold_bytes`. An If whose
+/// condition is a constant is replaced by the nodes of the branch it takes
+/// (and Identity nodes for its outputs) before anything of the other branch
+/// is inferred, so a branch that cannot run for these shapes never raises.
+/// Other subgraphs are inferred too (not folded). Throws the inference error of the first node
 /// that fails (invalid_model / unsupported, naming the node).
 FoldStats infer_and_fold(ir::Model& m, uint64_t max_fold_bytes = 64ull << 20);
 

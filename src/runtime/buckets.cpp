@@ -71,9 +71,41 @@ std::vector<int64_t> resized(const artifact::BucketSet& set, const artifact::IoS
 
 }  // namespace
 
+namespace {
+
+/// The value of a scalar integer / bool input (one element), for a value guard.
+int64_t guard_value(const std::string& name, const Tensor& t) {
+  if (t.numel() != 1)
+    fail(ErrorCode::invalid_input, "input '{}' has shape [{}]; the model reads it as one value (a scalar)", name,
+         fmt::join(t.shape(), ","));
+  switch (t.dtype()) {
+    case DType::i64: return *t.data<int64_t>();
+    case DType::i32: return *t.data<int32_t>();
+    case DType::i16: return *t.data<int16_t>();
+    case DType::i8: return *t.data<int8_t>();
+    case DType::u8: return *t.data<uint8_t>();
+    case DType::u16: return *t.data<uint16_t>();
+    case DType::u32: return *t.data<uint32_t>();
+    case DType::boolean: return *static_cast<const uint8_t*>(t.raw()) ? 1 : 0;
+    default:
+      fail(ErrorCode::invalid_input, "input '{}' is {}; the model reads it as an integer or bool value", name,
+           dtype_name(t.dtype()));
+  }
+}
+
+}  // namespace
+
 std::vector<int64_t> request_sizes(const artifact::BucketSet& set, const std::map<std::string, Tensor>& inputs) {
   std::vector<int64_t> sizes(set.dims.size(), -1);
   std::vector<std::string> from(set.dims.size());
+  std::vector<bool> given(set.dims.size(), false);
+  for (size_t k = 0; k < set.dims.size(); ++k)
+    if (set.dims[k].kind == artifact::DimKind::value) {
+      auto it = inputs.find(set.dims[k].symbol);
+      if (it == inputs.end()) fail(ErrorCode::invalid_input, "missing input '{}'", set.dims[k].symbol);
+      sizes[k] = guard_value(set.dims[k].symbol, it->second);
+      given[k] = true;
+    }
   for (auto& io : set.inputs) {
     auto it = inputs.find(io.name);
     if (it == inputs.end()) continue;
@@ -85,18 +117,19 @@ std::vector<int64_t> request_sizes(const artifact::BucketSet& set, const std::ma
       if (d < 0) continue;
       auto k = static_cast<size_t>(d);
       int64_t v = t.dim(static_cast<int64_t>(a));
-      if (v < 1)
+      if (v < (set.dims[k].kind == artifact::DimKind::specialized ? 0 : 1))
         fail(ErrorCode::invalid_input, "input '{}' dim {} ('{}') is {}; a bucketed dim must be at least 1", io.name, a,
              io.axes[a], v);
-      if (sizes[k] >= 0 && sizes[k] != v)
+      if (given[k] && sizes[k] != v)
         fail(ErrorCode::invalid_input, "input '{}' dim {} ('{}') is {} but '{}' is {} in input '{}'", io.name, a,
              io.axes[a], v, io.axes[a], sizes[k], from[k]);
       sizes[k] = v;
+      given[k] = true;
       from[k] = io.name;
     }
   }
   for (size_t k = 0; k < sizes.size(); ++k)
-    if (sizes[k] < 0)
+    if (!given[k])
       fail(ErrorCode::invalid_input, "no input gives the size of bucketed dim '{}'", set.dims[k].symbol);
   return sizes;
 }
@@ -107,6 +140,9 @@ Choice choose(const artifact::BucketSet& set, const std::vector<int64_t>& reques
   for (size_t k = 0; k < set.dims.size(); ++k) {
     const artifact::BucketDim& d = set.dims[k];
     int64_t r = request[k];
+    // Specialized dims and value guards: a program of exactly the request
+    // (ProgramSet may round a specialized dim up once it has seen enough sizes).
+    if (d.kind != artifact::DimKind::declared) continue;
     if (std::find(d.sizes.begin(), d.sizes.end(), r) != d.sizes.end()) continue;  // exact bucket
     std::string buckets = fmt::format("{}", fmt::join(d.sizes, ","));
     if (d.pad == artifact::PadMode::none) {
@@ -129,6 +165,11 @@ bool serves(const artifact::BucketSet& set, const std::vector<int64_t>& program,
   for (size_t k = 0; k < set.dims.size(); ++k) {
     const artifact::BucketDim& d = set.dims[k];
     if (program[k] == request[k]) continue;
+    if (d.kind == artifact::DimKind::value) return false;
+    if (d.kind == artifact::DimKind::specialized) {
+      if (d.pad != artifact::PadMode::batch || request[k] > program[k] || request[k] < 1) return false;
+      continue;
+    }
     bool declared = std::find(d.sizes.begin(), d.sizes.end(), program[k]) != d.sizes.end();
     if (d.pad == artifact::PadMode::none || !declared || request[k] > program[k] || request[k] < d.min) return false;
   }

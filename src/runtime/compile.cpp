@@ -31,6 +31,9 @@ std::string options_text(const SessionOptions& opt) {
   for (auto& [name, dims] : opt.input_shapes) s += fmt::format(";shape:{}={}", name, fmt::join(dims, "x"));
   // The bucket set (not the programs compiled so far) is what the key covers.
   for (auto& [name, spec] : opt.dims) s += fmt::format(";dim:{}={}", name, spec.str());
+  // Appended only when off, so that keys of the default stay put.
+  if (!opt.specialize_shapes) s += ";no-shape-specialization";
+  if (!opt.specialize_values) s += ";no-value-specialization";
   return s;
 }
 
@@ -105,7 +108,7 @@ Imported import_bound(const std::filesystem::path& onnx_path, const SessionOptio
   Imported im;
   im.model = onnx_import::import_file(onnx_path);
   passes::bind_input_shapes(im.model, opt.input_shapes);
-  im.set = plan_buckets(im.model, opt.dims);
+  im.set = plan_buckets(im.model, opt.dims, opt.specialize_shapes, opt.specialize_values);
   im.signature = signature(im.model);
   return im;
 }
@@ -132,10 +135,18 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   int imported = static_cast<int>(cp.model.main.nodes.size());
   if (sizes.size() != im.set.dims.size())
     fail(ErrorCode::internal, "compile_program: {} bucket sizes for {} bucketed dims", sizes.size(), im.set.dims.size());
-  std::map<std::string, int64_t> bound;
-  for (size_t k = 0; k < sizes.size(); ++k) bound[im.set.dims[k].symbol] = sizes[k];
+  std::map<std::string, int64_t> bound, values;
+  bool declared = false;
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    const artifact::BucketDim& d = im.set.dims[k];
+    (d.kind == artifact::DimKind::value ? values : bound)[d.symbol] = sizes[k];
+    declared |= d.kind == artifact::DimKind::declared;
+  }
   passes::bind_symbols(cp.model, bound);
-  auto stats = targets::run_pipeline(cp, opt, !im.set.empty(), layout_reference);
+  passes::bind_input_values(cp.model, values);
+  // Declared buckets share weight layouts (no Winograd on cpu); specialized
+  // programs get the best layout for their sizes and share what fits.
+  auto stats = targets::run_pipeline(cp, opt, declared, layout_reference);
 
   cp.compat = request;
   // A bucketed artifact serves many shapes: its signature keeps the symbols.
@@ -205,23 +216,71 @@ void share_constants(ir::Model& m, const ConstantIndex& index) {
 
 }  // namespace
 
+/// Every program an ahead-of-time compile makes: each declared bucket size
+/// times each value given (opt.values) for each value guard.
+std::vector<std::vector<int64_t>> aot_programs(const artifact::BucketSet& set, const SessionOptions& opt) {
+  std::vector<std::vector<int64_t>> out{{}};
+  for (auto& d : set.dims) {
+    std::vector<int64_t> options = d.sizes;
+    if (d.kind == artifact::DimKind::value) {
+      auto it = opt.values.find(d.symbol);
+      if (it == opt.values.end() || it->second.empty())
+        fail(ErrorCode::invalid_option,
+             "values: input '{}' holds one integer that the model's control flow or shapes depend on; give the "
+             "value(s) to compile for with --value {}=N (repeat for several programs), or turn value specialization "
+             "off (--no-value-specialization)",
+             d.symbol, d.symbol);
+      options = it->second;
+    } else if (d.kind == artifact::DimKind::specialized) {
+      fail(ErrorCode::internal, "an ahead-of-time compile has specialized dim '{}'", d.symbol);
+    }
+    std::vector<std::vector<int64_t>> next;
+    for (auto& prefix : out)
+      for (auto v : options) {
+        next.push_back(prefix);
+        next.back().push_back(v);
+      }
+    out = std::move(next);
+    if (out.size() > artifact::detail::kMaxPrograms)
+      fail(ErrorCode::invalid_option, "dims: more than {} programs; use fewer buckets or values",
+           artifact::detail::kMaxPrograms);
+  }
+  return out;
+}
+
 CompileResult compile(const std::filesystem::path& onnx_path, const std::filesystem::path& out, const SessionOptions& opt) {
   opt.validate();
+  // Ahead of time there are no requests to specialize to: symbolic dims are
+  // fixed by input_shapes / dims or stay symbolic; value guards take opt.values.
+  SessionOptions aot = opt;
+  aot.specialize_shapes = false;
+  for (auto& [name, vals] : opt.values)
+    if (vals.empty()) fail(ErrorCode::invalid_option, "values: no value given for input '{}'", name);
   CompileResult r;
-  auto request = request_compat(cache::digest_model(onnx_path).digest, opt, build_facts(opt));
+  auto request = request_compat(cache::digest_model(onnx_path).digest, aot, build_facts(aot));
   std::string key = cache::derive_key(cache::key_fields(request));
   artifact::CompiledProgram cp;
-  if (opt.dims.empty()) {
-    cp = compile_program(onnx_path, opt, request, key, &r);
+  BucketSkeleton sk = bucket_skeleton(onnx_path, aot);
+  for (auto& [name, vals] : opt.values) {
+    bool guard = false;
+    for (auto& d : sk.set.dims) guard |= d.kind == artifact::DimKind::value && d.symbol == name;
+    if (!guard)
+      fail(ErrorCode::invalid_option,
+           "values: input '{}' is not a value-guard input of this model (one integer or bool that an If, a Loop or a "
+           "shape depends on){}",
+           name, aot.specialize_values ? "" : "; value specialization is off");
+  }
+  if (sk.set.empty()) {
+    cp = compile_program(onnx_path, aot, request, key, &r);
   } else {
-    // Ahead of time: every bucket, one program each, constants shared.
-    auto all = all_buckets(bucket_skeleton(onnx_path, opt).set);
+    // Ahead of time: every bucket / value, one program each, constants shared.
+    auto all = aot_programs(sk.set, opt);
     ConstantIndex shared;
     double ms = 0;
     for (size_t i = 0; i < all.size(); ++i) {
       CompileResult one;
       // Later buckets pack their weights like the first (stored once).
-      auto p = compile_program(onnx_path, opt, request, key, i ? &one : &r, all[i], i ? &cp.model : nullptr);
+      auto p = compile_program(onnx_path, aot, request, key, i ? &one : &r, all[i], i ? &cp.model : nullptr);
       ms += i ? one.compile_ms : r.compile_ms;
       if (i == 0) {
         cp = std::move(p);

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <set>
 
 #include "runtime/buckets.h"
+#include "runtime/reference_nodes.h"
 #include "support/error.h"
 #include "support/hash.h"
 #include "support/log.h"
@@ -34,8 +36,13 @@ int64_t volume(const std::vector<int64_t>& sizes) {
 
 }  // namespace
 
-ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device)
-    : compat_(cp.compat), set_(std::move(cp.buckets)), grow_(std::move(grow)), policy_(policy), device_(device) {
+ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device, int max_loaded)
+    : compat_(cp.compat),
+      set_(std::move(cp.buckets)),
+      grow_(std::move(grow)),
+      policy_(policy),
+      device_(device),
+      max_loaded_(max_loaded) {
   // Target-defined sections belong to the artifact; every program gets them.
   kernels_ = std::move(cp.kernels);
   tuning_ = std::move(cp.tuning);
@@ -48,12 +55,13 @@ ProgramSet::ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket poli
 }
 
 ProgramSet::ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
-                       std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device)
+                       std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device, int max_loaded)
     : compat_(std::move(compat)),
       set_(std::move(set)),
       grow_(std::move(grow)),
       policy_(policy),
       device_(device),
+      max_loaded_(max_loaded),
       inputs_(std::move(inputs)),
       outputs_(std::move(outputs)) {
   if (set_.empty()) fail(ErrorCode::internal, "a program set without programs must be bucketed");
@@ -115,13 +123,59 @@ const std::shared_ptr<const Program>& ProgramSet::built(const Entry& e) const {
   return e.program;
 }
 
+static int64_t next_power_of_two(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+void ProgramSet::round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {
+  for (size_t k = 0; k < set_.dims.size(); ++k) {
+    const artifact::BucketDim& d = set_.dims[k];
+    if (d.kind != artifact::DimKind::specialized || d.pad != artifact::PadMode::batch || request[k] < 1) continue;
+    std::set<int64_t> seen;
+    for (auto& e : programs_) seen.insert(e.sizes[k]);
+    // Exact while the dim has shown at most two sizes; from the third on, a
+    // bucket: the smallest program held between the request and the next
+    // power of two, else that power of two (compiled, then reused).
+    if (seen.count(request[k]) || seen.size() < 2) continue;
+    const int64_t cap = next_power_of_two(request[k]);
+    auto it = seen.lower_bound(request[k]);
+    sizes[k] = it != seen.end() && *it <= cap ? *it : cap;
+  }
+}
+
+void ProgramSet::unload_least_recent() const {
+  if (max_loaded_ <= 0) return;
+  size_t loaded = 0;
+  for (auto& e : programs_) loaded += e.program != nullptr;
+  while (loaded > static_cast<size_t>(max_loaded_)) {
+    Entry* oldest = nullptr;
+    for (auto& e : programs_)
+      if (e.program && e.program != last_ && (!oldest || e.last_use < oldest->last_use)) oldest = &e;
+    if (!oldest) return;
+    // Back to its compiled form (IR + shared constants): bound kernels and
+    // arenas are released; a later request builds it again without compiling.
+    oldest->pending = std::make_shared<artifact::CompiledProgram>(oldest->program->compiled());
+    oldest->program.reset();
+    --loaded;
+    log().info("unloaded the least recently used program ({}) to stay within max_loaded_programs {}",
+               buckets::sizes_str(set_, oldest->sizes), max_loaded_);
+  }
+}
+
 std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {
   buckets::Choice c = buckets::choose(set_, request);
   std::lock_guard<std::mutex> lock(mu_);
+  round_specialized(request, c.sizes);
+  ++uses_;
   for (auto& e : programs_)
     if (e.sizes == c.sizes) {
       sizes = e.sizes;
-      return built(e);
+      e.last_use = uses_;
+      auto& p = built(e);
+      unload_least_recent();
+      return p;
     }
   std::string req = buckets::sizes_str(set_, request);
   if (!c.inside && policy_ == OutOfBucket::error)
@@ -140,7 +194,10 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
                compiled ? "compiled" : "loaded", sw.ms());
     add(c.sizes, std::move(v.model), std::move(v.plan), /*share=*/true);
     sizes = c.sizes;
-    return built(programs_.back());
+    programs_.back().last_use = uses_;
+    auto p = built(programs_.back());
+    unload_least_recent();
+    return p;
   }
   // No compiler (an explicit artifact): the smallest program that can take
   // the request padded, else an error naming what the artifact holds.
@@ -159,8 +216,24 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
 
 void ProgramSet::run_device(const std::map<std::string, DeviceTensor>& inputs,
                             const std::map<std::string, DeviceTensor>& outputs) const {
+  // Device tensors carry no shapes: only a set with one program of
+  // specialized dims (no buckets to choose or pad, no value guards) can run them.
+  bool single = false;
+  if (!set_.empty()) {
+    std::lock_guard<std::mutex> lock(mu_);
+    single = programs_.size() == 1;
+    for (auto& d : set_.dims) single &= d.kind == artifact::DimKind::specialized;
+    if (single) {
+      built(programs_.front())->run_device(inputs, outputs);
+      return;
+    }
+  }
   if (!set_.empty())
-    fail(ErrorCode::invalid_option, "run_device: a bucketed session picks and pads per request; use run()");
+    fail(ErrorCode::invalid_option,
+         "run_device: this session holds {} programs for its buckets / specialized shapes / value guards and picks one "
+         "per request from the input shapes, which device tensors do not carry; use run(), or fix the shapes "
+         "(input_shapes) so that one program serves",
+         programs_.size());
   programs_.front().program->run_device(inputs, outputs);
 }
 
@@ -181,6 +254,13 @@ std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor
   auto out = p->run(buckets::pad_inputs(set_, inputs, sizes), threads, profile);
   buckets::slice_outputs(set_, out, request);
   return out;
+}
+
+std::vector<ReferenceNode> ProgramSet::reference_nodes() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (last_) return kiln::reference_nodes(last_->compiled().model, compat_.target);
+  if (programs_.empty()) return {};
+  return kiln::reference_nodes(programs_.front().model(), compat_.target);
 }
 
 BucketStats ProgramSet::stats() const {

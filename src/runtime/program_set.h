@@ -39,12 +39,13 @@ class ProgramSet {
   /// Builds a Program for each program of `cp`. `grow` may be empty (an
   /// explicit artifact: a missing bucket is then an error).
   /// `device`: the device index device targets load on (Target::device).
-  ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device = 0);
+  /// `max_loaded`: most programs kept built at once (SessionOptions::max_loaded_programs; 0: no bound).
+  ProgramSet(artifact::CompiledProgram cp, Grow grow, OutOfBucket policy, int device = 0, int max_loaded = 0);
   /// A bucketed set with no program yet (a cache miss: each bucket is
   /// compiled when a run first needs it). `inputs`/`outputs` describe the
   /// model's graph inputs and outputs (bucketed dims symbolic).
   ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
-             std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device = 0);
+             std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device = 0, int max_loaded = 0);
 
   /// See Session::run; `profile` (may be null) times the nodes of the program that ran.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
@@ -54,6 +55,8 @@ class ProgramSet {
                   const std::map<std::string, DeviceTensor>& outputs) const;
   std::vector<TensorInfo> inputs() const { return inputs_; }
   std::vector<TensorInfo> outputs() const { return outputs_; }
+  /// See Session::reference_nodes.
+  std::vector<ReferenceNode> reference_nodes() const;
   /// See Session::buckets.
   BucketStats stats() const;
   const artifact::BucketSet& bucket_set() const { return set_; }
@@ -64,7 +67,8 @@ class ProgramSet {
     /// Built on first use (see built()); the first program of a set is built
     /// at once, so a load still checks that this machine can bind kernels.
     mutable std::shared_ptr<const Program> program;
-    mutable std::shared_ptr<artifact::CompiledProgram> pending;  ///< until built
+    mutable std::shared_ptr<artifact::CompiledProgram> pending;  ///< until built (or after being unloaded)
+    mutable uint64_t last_use = 0;  ///< ProgramSet::uses_ at its latest pick (least recently used unloads first)
     const ir::Model& model() const { return program ? program->compiled().model : pending->model; }
   };
   /// Adds a program. With `share`, each of its constants is first replaced by
@@ -79,6 +83,12 @@ class ProgramSet {
   /// construction time).
   const std::shared_ptr<const Program>& built(const Entry& e) const;
   std::shared_ptr<const Program> pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const;
+  /// Specialized dims whose padding is safe: from a dim's third distinct
+  /// size on, `sizes` (the request's) is rounded up to a program held or the
+  /// next power of two (mu_ held).
+  void round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const;
+  /// Unbuilds the least recently used programs beyond max_loaded_ (mu_ held).
+  void unload_least_recent() const;
 
   artifact::CompatInfo compat_;
   std::vector<uint8_t> kernels_, tuning_;
@@ -87,7 +97,9 @@ class ProgramSet {
   Grow grow_;
   OutOfBucket policy_;
   int device_ = 0;
+  int max_loaded_ = 0;
   std::vector<TensorInfo> inputs_, outputs_;
+  mutable uint64_t uses_ = 0;
   mutable std::mutex mu_;
   mutable std::vector<Entry> programs_;
   mutable std::multimap<uint64_t, Tensor> constants_;  ///< XXH3-64 of the bytes -> a constant held

@@ -87,7 +87,8 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
     if (compat.cache_key != key)
       why += (why.empty() ? "" : "; ") + fmt::format("cache_key: the entry says '{}'", compat.cache_key);
     if (!why.empty()) return refuse(V::mismatch, ErrorCode::incompatible_artifact, why);
-    r.program = std::make_shared<const ProgramSet>(artifact::read_file(path), grow, opt.out_of_bucket, opt.target.device);
+    r.program = std::make_shared<const ProgramSet>(artifact::read_file(path), grow, opt.out_of_bucket, opt.target.device,
+                                                 opt.max_loaded_programs);
     r.verdict = V::hit;
     return r;
   } catch (const Error& e) {
@@ -105,36 +106,37 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
 /// when a run first needs it (so compiles == buckets used).
 std::shared_ptr<const ProgramSet> lazy_set(const fs::path& onnx, const SessionOptions& opt,
                                            const artifact::CompatInfo& request, ProgramSet::Grow grow,
-                                           SessionStats& st) {
+                                           SessionStats& st, BucketSkeleton sk) {
   Stopwatch sw;
-  BucketSkeleton sk = bucket_skeleton(onnx, opt);
   artifact::CompatInfo compat = request;
   compat.input_signature = sk.signature;
   auto p = std::make_shared<const ProgramSet>(std::move(compat), std::move(sk.set), std::move(sk.inputs),
                                               std::move(sk.outputs), std::move(grow), opt.out_of_bucket,
-                                              opt.target.device);
+                                              opt.target.device, opt.max_loaded_programs);
   st.load_ms = sw.ms();
   return p;
 }
 
 /// Compiles without the cache (no cache, or a directory kiln may not use).
+ProgramSet::Grow memory_grow(const fs::path& onnx, const SessionOptions& opt, const artifact::CompatInfo& request) {
+  return [onnx, opt, request](const std::vector<int64_t>& sizes, const ir::Model* reference, bool& compiled) {
+    auto cp = compile_program(onnx, opt, request, "", nullptr, sizes, reference);
+    compiled = true;
+    return artifact::ProgramVariant{sizes, std::move(cp.model), std::move(cp.plan)};
+  };
+}
+
 std::shared_ptr<const ProgramSet> compile_in_memory(const fs::path& onnx, const SessionOptions& opt,
                                                     const artifact::CompatInfo& request, SessionStats& st) {
   st.cache = SessionStats::Cache::none;
-  if (!opt.dims.empty()) {
-    ProgramSet::Grow grow = [onnx, opt, request](const std::vector<int64_t>& sizes, const ir::Model* reference,
-                                                 bool& compiled) {
-      auto cp = compile_program(onnx, opt, request, "", nullptr, sizes, reference);
-      compiled = true;
-      return artifact::ProgramVariant{sizes, std::move(cp.model), std::move(cp.plan)};
-    };
-    return lazy_set(onnx, opt, request, std::move(grow), st);
-  }
+  if (BucketSkeleton sk = bucket_skeleton(onnx, opt); !sk.set.empty())
+    return lazy_set(onnx, opt, request, memory_grow(onnx, opt, request), st, std::move(sk));
   CompileResult rep;
   auto cp = compile_program(onnx, opt, request, "", &rep);
   st.compile_ms = rep.compile_ms;
   Stopwatch sw;
-  auto p = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
+  auto p = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device,
+                                                 opt.max_loaded_programs);
   st.load_ms = sw.ms();
   return p;
 }
@@ -189,6 +191,14 @@ ProgramSet::Grow cache_grow(fs::path onnx, SessionOptions opt, artifact::CompatI
           compiled = false;
           return std::move(v);
         }
+    // Bound the entry: the oldest added programs go first (the first program
+    // stays: it fixes the weight layouts the others reuse).
+    if (entry && opt.max_cached_programs > 0)
+      while (!entry->more.empty() && entry->more.size() + 2 > static_cast<size_t>(opt.max_cached_programs)) {
+        log().info("cache entry holds {} programs (max_cached_programs {}): dropping the oldest added one ({})",
+                   entry->more.size() + 1, opt.max_cached_programs, fmt::join(entry->more.front().sizes, "x"));
+        entry->more.erase(entry->more.begin());
+      }
     // The entry's first program fixes the weight layouts (constants stored once).
     artifact::CompiledProgram cp =
         compile_program(onnx, opt, request, key, nullptr, sizes, entry ? &entry->model : reference);
@@ -259,18 +269,10 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
   if (log().should_log(spdlog::level::debug))
     log().debug("model digest and cache key ready {:.0f} ms after the process started", ms_since_process_start());
   std::string key = cache::derive_key(cache::key_fields(request));
-  ProgramSet::Grow grow;
-  if (!opt.dims.empty()) {
-    if (writable)
-      grow = cache_grow(onnx_path, opt, request, c.dir(), key, md.files);
-    else
-      grow = [onnx_path, opt, request](const std::vector<int64_t>& sizes, const ir::Model* reference,
-                                       bool& compiled) {
-        auto cp = compile_program(onnx_path, opt, request, "", nullptr, sizes, reference);
-        compiled = true;
-        return artifact::ProgramVariant{sizes, std::move(cp.model), std::move(cp.plan)};
-      };
-  }
+  // Used only by a set with buckets, specialized dims or value guards (a
+  // program the entry lacks is compiled when a run first needs it).
+  ProgramSet::Grow grow = writable ? cache_grow(onnx_path, opt, request, c.dir(), key, md.files)
+                                   : memory_grow(onnx_path, opt, request);
   auto hit = [&](Lookup& l, const Stopwatch& sw) {
     st.cache = SessionStats::Cache::hit;
     st.load_ms = sw.ms();
@@ -316,14 +318,17 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
     notes.add(rebuild_note(found, c.entry_path(key), moved));
   }
 
-  if (!opt.dims.empty()) {
-    // Bucketed: nothing is compiled now; each bucket is compiled (and added
-    // to the entry) when a run first needs it.
+  if (BucketSkeleton sk = bucket_skeleton(onnx_path, opt); !sk.set.empty()) {
+    // Bucketed or specialized: nothing is compiled now; each program is
+    // compiled (and added to the entry) when a run first needs it.
     lock.release();
-    auto p = lazy_set(onnx_path, opt, request, grow, st);
-    notes.add(fmt::format("bucketed ({}): no bucket is cached yet; each bucket is compiled when a run first needs it "
-                          "and added to '{}'",
-                          describe(p->bucket_set()), c.entry_path(key).string()));
+    bool declared = false;
+    for (auto& d : sk.set.dims) declared |= d.kind == artifact::DimKind::declared;
+    auto p = lazy_set(onnx_path, opt, request, grow, st, std::move(sk));
+    notes.add(fmt::format("{} ({}): no program is cached yet; each is compiled when a run first needs it and added "
+                          "to '{}'",
+                          declared ? "bucketed" : "specialized to the shapes and values given", describe(p->bucket_set()),
+                          c.entry_path(key).string()));
     st.cache = SessionStats::Cache::miss;
     st.artifact_path = c.entry_path(key).string();
     return p;
@@ -359,7 +364,8 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
                             cache::format_size(bytes), cache::format_size(opt.cache_max_bytes)));
   }
   Stopwatch sw3;
-  auto program = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
+  auto program = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device,
+                                                 opt.max_loaded_programs);
   st.load_ms = sw3.ms();
   return program;
 }

@@ -25,7 +25,8 @@ std::shared_ptr<const ProgramSet> load_program(const std::filesystem::path& path
   }
   artifact::CompiledProgram cp = artifact::read_file(path);
   const double read_ms = sw.ms();
-  auto programs = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device);
+  auto programs = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device,
+                                                 opt.max_loaded_programs);
   if (log().should_log(spdlog::level::debug))
     log().debug("load '{}': compat block {:.2f} ms, read + verify {:.2f} ms, kernels bound {:.2f} ms (ready {:.0f} ms "
                 "after the process started)",
@@ -66,6 +67,8 @@ void Session::run_device(const std::map<std::string, DeviceTensor>& inputs,
 
 std::vector<TensorInfo> Session::inputs() const { return program_->inputs(); }
 BucketStats Session::buckets() const { return program_->stats(); }
+
+std::vector<ReferenceNode> Session::reference_nodes() const { return program_->reference_nodes(); }
 std::vector<TensorInfo> Session::outputs() const { return program_->outputs(); }
 
 }  // namespace kiln

@@ -200,6 +200,10 @@ void SessionOptions::validate() const {
   if (cache_dir && cache_dir->empty())
     fail(ErrorCode::invalid_option, "cache_dir: the cache directory path is empty (leave it unset for the default {})",
          default_cache_dir().string());
+  if (max_loaded_programs < 0)
+    fail(ErrorCode::invalid_option, "max_loaded_programs: must be >= 0 (0: no bound), got {}", max_loaded_programs);
+  if (max_cached_programs < 0)
+    fail(ErrorCode::invalid_option, "max_cached_programs: must be >= 0 (0: no bound), got {}", max_cached_programs);
   if (!(cache_lock_timeout_s >= 0))
     fail(ErrorCode::invalid_option, "cache_lock_timeout_s: must be >= 0 seconds, got {}", cache_lock_timeout_s);
   if (threads < 0) fail(ErrorCode::invalid_option, "threads: must be >= 0 (0 = all cores), got {}", threads);

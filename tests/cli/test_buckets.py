@@ -49,7 +49,7 @@ def test_compile_with_buckets_and_inspect_lists_them(kiln, batch_onnx, tmp_path)
     res = kiln("inspect", out, "--json")
     assert res.rc == 0, res.describe()
     b = res.json()["buckets"]
-    assert b["dims"] == [{"name": "N", "min": 1, "max": 8, "sizes": [1, 2, 4, 8], "pad": "batch"}], res.describe()
+    assert b["dims"] == [{"name": "N", "kind": "declared", "min": 1, "max": 8, "sizes": [1, 2, 4, 8], "pad": "batch"}], res.describe()
     assert [p["sizes"] for p in b["programs"]] == [{"N": 1}, {"N": 2}, {"N": 4}, {"N": 8}], res.describe()
     assert all(p["kind"] == "bucket" for p in b["programs"]), res.describe()
     assert res.json()["compat"]["input_signature"] == "x:float32[N,4]", res.describe()

@@ -47,6 +47,19 @@ void add_precision_flags(CLI::App* sub, PrecisionArgs& a);
 /// target checks come with SessionOptions::validate).
 void apply_precision(const PrecisionArgs& a, SessionOptions& opt);
 
+/// Shape / value specialization switches (SessionOptions::specialize_shapes,
+/// specialize_values) shared by run, perf and compile.
+struct SpecializeArgs {
+  bool no_shapes = false;  ///< --no-shape-specialization
+  bool no_values = false;  ///< --no-value-specialization
+};
+/// Adds the flags to `sub`; `shapes` false leaves --no-shape-specialization out (compile).
+void add_specialize_flags(CLI::App* sub, SpecializeArgs& a, bool shapes = true);
+void apply_specialize(const SpecializeArgs& a, SessionOptions& opt);
+
+/// Reference-kernel nodes as a JSON array of {"node","op","reason"}.
+json reference_json(const std::vector<ReferenceNode>& nodes);
+
 /// Parses "NAME=DxDxD" (a rank-0 shape is "NAME=") into opt.input_shapes.
 /// Throws Error(invalid_option) naming the flag and the text.
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt);

@@ -1,10 +1,13 @@
 // kiln compile MODEL.onnx -o OUT.kiln
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 
 #include "cli.h"
 #include "kiln/compile.h"
+#include "support/error.h"
 
 namespace kiln::cli {
 
@@ -14,6 +17,8 @@ void add_compile(CLI::App& app, Common& common) {
     std::vector<std::string> shapes, dims;
     CodegenArgs codegen;
     PrecisionArgs precision;
+    SpecializeArgs specialize;
+    std::vector<std::string> values;
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
@@ -38,6 +43,13 @@ void add_compile(CLI::App& app, Common& common) {
                   "combination, constants stored once")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  sub->add_option("--value", args->values,
+                  "NAME=V: compile a program for value V of a scalar integer input that the model's control flow or "
+                  "shapes depend on (e.g. sr=16000); repeat with other values to store several programs, each "
+                  "guarded by its value (a run with a value the artifact lacks is exit 6 naming it)")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_specialize_flags(sub, args->specialize, /*shapes=*/false);
   add_codegen_options(sub, args->codegen);
   sub->add_flag("--json", common.json, "Print one JSON object with the facts on stdout");
   sub->callback([args, &common] {
@@ -47,6 +59,24 @@ void add_compile(CLI::App& app, Common& common) {
     parse_shapes(args->shapes, opt);
     parse_dims(args->dims, opt);
     apply_codegen(args->codegen, opt);
+    apply_specialize(args->specialize, opt);
+    for (auto& spec : args->values) {
+      auto eq = spec.find('=');
+      if (eq == std::string::npos || eq == 0)
+        fail(ErrorCode::invalid_option, "--value '{}': expected NAME=V (e.g. sr=16000)", spec);
+      std::string text = spec.substr(eq + 1);
+      try {
+        size_t used = 0;
+        long long v = std::stoll(text, &used);
+        if (used != text.size()) throw std::invalid_argument(text);
+        auto& list = opt.values[spec.substr(0, eq)];
+        if (std::find(list.begin(), list.end(), v) != list.end())
+          fail(ErrorCode::invalid_option, "--value '{}': given twice", spec);
+        list.push_back(v);
+      } catch (const std::logic_error&) {
+        fail(ErrorCode::invalid_option, "--value '{}': '{}' is not an integer", spec, text);
+      }
+    }
     opt.validate();  // a bad option is reported before "compiling ..." is printed
     if (!common.json) std::fprintf(stderr, "kiln: compiling '%s' for %s...\n", args->model.c_str(), opt.target.name().c_str());
     CompileResult r = compile(args->model, args->out, opt);

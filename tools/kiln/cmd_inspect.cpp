@@ -9,6 +9,7 @@
 
 #include "artifact/artifact.h"
 #include "cli.h"
+#include "runtime/reference_nodes.h"
 #include "onnx/importer.h"
 #include "runtime/program.h"
 #include "support/error.h"
@@ -143,20 +144,26 @@ void inspect(const std::string& path, bool as_json) {
   auto program_json = [&](const std::vector<int64_t>& sizes, const ir::Model& m, const ir::MemoryPlan& plan) {
     json sz = json::object();
     for (size_t k = 0; k < sizes.size() && k < cp.buckets.dims.size(); ++k) sz[cp.buckets.dims[k].symbol] = sizes[k];
-    bool declared = true;
+    bool declared = true, specialized = false;
     for (size_t k = 0; k < sizes.size() && k < cp.buckets.dims.size(); ++k) {
-      auto& ds = cp.buckets.dims[k].sizes;
-      declared &= std::find(ds.begin(), ds.end(), sizes[k]) != ds.end();
+      auto& d = cp.buckets.dims[k];
+      if (d.kind != artifact::DimKind::declared) {
+        specialized = true;
+        continue;
+      }
+      declared &= std::find(d.sizes.begin(), d.sizes.end(), sizes[k]) != d.sizes.end();
     }
-    programs.push_back({{"sizes", sz}, {"kind", declared ? "bucket" : "exact"}, {"nodes", m.main.nodes.size()},
-                        {"arena_bytes", plan.arena_bytes}});
+    const char* kind = !declared ? "exact" : specialized ? "specialized" : "bucket";
+    auto ref = reference_nodes(m, cp.compat.target);
+    programs.push_back({{"sizes", sz}, {"kind", kind}, {"nodes", m.main.nodes.size()},
+                        {"arena_bytes", plan.arena_bytes}, {"reference_nodes", reference_json(ref)}});
   };
   program_json(cp.sizes, cp.model, cp.plan);
   for (auto& v : cp.more) program_json(v.sizes, v.model, v.plan);
   json dims = json::array();
   for (auto& d : cp.buckets.dims)
-    dims.push_back({{"name", d.symbol}, {"min", d.min}, {"max", d.max}, {"sizes", d.sizes},
-                    {"pad", artifact::pad_mode_name(d.pad)}});
+    dims.push_back({{"name", d.symbol}, {"kind", artifact::dim_kind_name(d.kind)}, {"min", d.min}, {"max", d.max},
+                    {"sizes", d.sizes}, {"pad", artifact::pad_mode_name(d.pad)}});
   buckets = {{"dims", dims}, {"programs", programs}};
   json ins = json::array(), outs = json::array();
   for (auto id : cp.model.main.inputs) ins.push_back(info_json(tensor_info(cp.model.value(id))));
@@ -185,7 +192,9 @@ void inspect(const std::string& path, bool as_json) {
     print_json({{"artifact", path}, {"file_bytes", size}, {"compat", compat_json(cp.compat)}, {"inputs", ins},
                 {"outputs", outs}, {"nodes", nodes}, {"operators", ops}, {"constants", consts},
                 {"constant_bytes", const_bytes}, {"constants_stored_bytes", stored_bytes},
-                {"arena_bytes", cp.plan.arena_bytes}, {"buckets", buckets}, {"library_algorithms", library},
+                {"arena_bytes", cp.plan.arena_bytes}, {"buckets", buckets},
+                {"reference_nodes", reference_json(reference_nodes(cp.model, cp.compat.target))},
+                {"library_algorithms", library},
                 {"kernels", kernels},
                 {"metadata", json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false)}});
     return;
@@ -215,11 +224,23 @@ void inspect(const std::string& path, bool as_json) {
                 graph_convs, fused, serialized);
   if (cp.buckets.empty()) {
     std::printf("buckets: none (one program)\n");
+    auto ref = reference_nodes(cp.model, cp.compat.target);
+    if (!ref.empty()) {
+      std::printf("nodes on reference kernels: %zu\n", ref.size());
+      for (auto& r : ref) std::printf("  %s '%s': %s\n", r.op.c_str(), r.node.c_str(), r.reason.c_str());
+    }
   } else {
     std::printf("buckets: %zu program(s), constants stored once (%.2f MiB)\n", programs.size(),
                 stored_bytes / 1048576.0);
     for (auto& d : dims) std::printf("  dim %s\n", json_text(d).c_str());
-    for (auto& p : programs) std::printf("  program %s\n", json_text(p).c_str());
+    for (auto& p : programs) {
+      json brief = p;
+      brief.erase("reference_nodes");
+      std::printf("  program %s\n", json_text(brief).c_str());
+      for (auto& r : p["reference_nodes"])
+        std::printf("    on reference kernels: %s '%s': %s\n", r["op"].get<std::string>().c_str(),
+                    r["node"].get<std::string>().c_str(), r["reason"].get<std::string>().c_str());
+    }
   }
   std::string hist;
   for (auto& [op, n] : ops) hist += fmt::format("{}{} x{}", hist.empty() ? "" : ", ", op, n);

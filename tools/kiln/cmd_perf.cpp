@@ -23,9 +23,14 @@
 #include <sstream>
 #include <fstream>
 #include <random>
+#include <set>
+
+#include <fmt/ranges.h>
 
 #include "cli.h"
 #include "kiln/compile.h"
+#include "runtime/compile.h"
+#include "runtime/reference_nodes.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/npy.h"
@@ -51,7 +56,61 @@ struct PerfArgs {
   bool profile = false;
   CodegenArgs codegen;
   PrecisionArgs precision;
+  SpecializeArgs specialize;
 };
+
+/// Shape and value specialization for perf's ahead-of-time compile, as a
+/// Session does it on its first run: every input with symbolic dims that
+/// --shape leaves open takes the shape of its --input file (else 1 per
+/// symbolic dim, as the random inputs use), and every value-guard input
+/// (runtime/bucket_plan.h) the value of its --input file.
+void specialize_to_inputs(const PerfArgs& a, SessionOptions& opt, std::vector<std::string>& notes) {
+  if (!opt.specialize_shapes && !opt.specialize_values) return;
+  std::map<std::string, Tensor> given;
+  for (auto& spec : a.inputs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0) fail(ErrorCode::invalid_option, "--input '{}': expected NAME=FILE.npy", spec);
+    given[spec.substr(0, eq)] = read_npy(spec.substr(eq + 1));
+  }
+  SessionOptions probe = opt;
+  probe.specialize_shapes = false;
+  BucketSkeleton sk = bucket_skeleton(a.model, probe);
+  std::set<std::string> guards;
+  for (auto& d : sk.set.dims)
+    if (d.kind == artifact::DimKind::value) guards.insert(d.symbol);
+  for (auto& info : sk.inputs) {
+    auto it = given.find(info.name);
+    if (guards.count(info.name) && opt.specialize_values) {
+      if (it == given.end())
+        fail(ErrorCode::invalid_option,
+             "input '{}' holds one integer that the model's control flow or shapes depend on: give it with --input "
+             "{}=FILE.npy (kiln perf compiles for that value)",
+             info.name, info.name);
+      int64_t v = 0;
+      switch (it->second.dtype()) {
+        case DType::i64: v = *it->second.data<int64_t>(); break;
+        case DType::i32: v = *it->second.data<int32_t>(); break;
+        case DType::boolean: v = *static_cast<const uint8_t*>(it->second.raw()) != 0; break;
+        default: fail(ErrorCode::invalid_input, "input '{}' is {}, expected an integer", info.name, dtype_name(it->second.dtype()));
+      }
+      opt.values[info.name] = {v};
+      continue;
+    }
+    if (!opt.specialize_shapes || opt.input_shapes.count(info.name)) continue;
+    bool symbolic = false;
+    for (auto d : info.dims) symbolic |= d < 0;
+    if (!symbolic) continue;
+    if (it != given.end()) {
+      opt.input_shapes[info.name] = it->second.shape();
+    } else {
+      std::vector<int64_t> shape;
+      for (auto d : info.dims) shape.push_back(d >= 0 ? d : 1);
+      opt.input_shapes[info.name] = shape;
+      notes.push_back(fmt::format("input '{}' has symbolic dims and no --input: compiled and timed with 1 for each",
+                                  info.name));
+    }
+  }
+}
 
 /// Mean per-node times over `runs` profiled runs, grouped by operator
 /// (JSON: by_op sorted by time, top_nodes the 15 slowest nodes).
@@ -225,6 +284,9 @@ void child_main(const PerfArgs& a) {
                            : std::getenv("GOMP_SPINCOUNT") ? "GOMP_SPINCOUNT=" + std::string(std::getenv("GOMP_SPINCOUNT"))
                                                            : std::string("libgomp default")}};
   for (auto& [k, v] : dev.items()) out[k] = v;
+  const std::vector<ReferenceNode> ref = s.reference_nodes();
+  out["reference_nodes"] = reference_json(ref);
+  if (std::string n = reference_nodes_note(ref); !n.empty()) out["reference_note"] = n;
   print_json(out);
 }
 
@@ -314,6 +376,9 @@ void perf_main(const PerfArgs& a, bool as_json) {
   apply_precision(a.precision, opt);
   parse_shapes(a.shapes, opt);
   apply_codegen(a.codegen, opt);
+  apply_specialize(a.specialize, opt);
+  std::vector<std::string> notes;
+  specialize_to_inputs(a, opt, notes);
   namespace fs = std::filesystem;
   fs::path art = a.keep.empty() ? fs::temp_directory_path() / fmt::format("kiln-perf-{}.kiln", getpid()) : fs::path(a.keep);
   CompileResult cr = compile(a.model, art, opt);
@@ -343,7 +408,14 @@ void perf_main(const PerfArgs& a, bool as_json) {
   for (auto& [k, v] : c.items())
     if ((k != "profile" && k != "reload_error") || !v.is_null()) r[k] = v;
   r["child_process_ms"] = proc_ms;
+  r["notes"] = notes;
+  std::string shapes;
+  for (auto& [name, dims] : opt.input_shapes) shapes += fmt::format("{}{}={}", shapes.empty() ? "" : " ", name, fmt::join(dims, "x"));
+  r["compiled_shapes"] = shapes;
   if (as_json) return print_json(r);
+  for (auto& n : notes) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
+  if (c.contains("reference_note") && c["reference_note"].is_string())
+    std::fprintf(stderr, "kiln: note: %s\n", c["reference_note"].get<std::string>().c_str());
   std::printf("%s on %s, %d thread(s)\n", a.model.c_str(), opt.target.name().c_str(), r["threads"].get<int>());
   std::printf("  compile        %10.1f ms (artifact %.1f MiB, written in %.1f ms)\n", cr.compile_ms,
               cr.artifact_bytes / 1048576.0, cr.write_ms);
@@ -390,6 +462,7 @@ void add_perf(CLI::App& app, Common& common) {
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   sub->add_option("--seed", a->seed, "Seed of the random inputs")->capture_default_str()->check(CLI::NonNegativeNumber);
   add_codegen_options(sub, a->codegen);
+  add_specialize_flags(sub, a->specialize);
   sub->add_option("--keep", a->keep, "Write the artifact here and keep it (default: a temporary file)");
   sub->add_flag("--profile", a->profile,
                 "After the timed runs, as many profiled runs: time per operator (kiln.cpu::* are oneDNN primitives, "

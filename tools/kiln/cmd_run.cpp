@@ -8,6 +8,7 @@
 
 #include "artifact/artifact.h"
 #include "cli.h"
+#include "runtime/reference_nodes.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "support/npy.h"
@@ -25,6 +26,7 @@ struct Args {
   uint64_t seed = 0;
   int threads = 0;
   PrecisionArgs precision;
+  SpecializeArgs specialize;
 };
 
 Tensor random_tensor(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>& notes) {
@@ -118,6 +120,7 @@ void run_command(const Args& a, bool as_json) {
   parse_shapes(a.shapes, opt);
   parse_dims(a.dims, opt);
   apply_codegen(a.codegen, opt);
+  apply_specialize(a.specialize, opt);
   if (a.out_of_bucket == "error") opt.out_of_bucket = OutOfBucket::error;
   opt.threads = a.threads;
   if (a.output_dir_given && a.output_dir.empty())
@@ -148,10 +151,18 @@ void run_command(const Args& a, bool as_json) {
   std::vector<std::string> notes = s.stats().notes, input_notes;
   auto inputs = gather_inputs(a, s, input_notes);
   notes.insert(notes.end(), input_notes.begin(), input_notes.end());
+  const BucketStats before = s.buckets();
   Stopwatch sw;
   auto outputs = s.run(inputs);
   double run_ms = sw.ms();
   const double since_start_ms = ms_since_process_start();
+  // A specialized or bucketed session compiles inside run() when it first
+  // sees a shape or value: that time is compile time, not run time.
+  const BucketStats after = s.buckets();
+  const int compiled_now = after.compiled_by_run - before.compiled_by_run;
+  const double compiled_ms = after.compile_ms - before.compile_ms;
+  const std::vector<ReferenceNode> ref_nodes = s.reference_nodes();
+  if (std::string n = reference_nodes_note(ref_nodes); !n.empty()) notes.push_back(n);
 
   std::vector<std::string> names;
   for (auto& o : s.outputs()) names.push_back(o.name);
@@ -178,23 +189,30 @@ void run_command(const Args& a, bool as_json) {
     json ins = json::array();
     for (auto& [n, t] : inputs) ins.push_back(tensor_json(n, t));
     print_json({{"model", a.model}, {"target", opt.target.name()}, {"cache", cache}, {"compile_ms", st.compile_ms},
-                {"load_ms", st.load_ms}, {"run_ms", run_ms}, {"since_process_start_ms", since_start_ms},
+                {"load_ms", st.load_ms}, {"run_ms", run_ms - compiled_ms}, {"since_process_start_ms", since_start_ms},
                 {"artifact", st.artifact_path.empty() ? json(nullptr) : json(st.artifact_path)}, {"notes", notes},
-                {"inputs", ins}, {"outputs", outs}, {"buckets", buckets_json(s.buckets())}});
+                {"inputs", ins}, {"outputs", outs}, {"buckets", buckets_json(after)},
+                {"compiled_by_run", compiled_now}, {"run_compile_ms", compiled_ms},
+                {"reference_nodes", reference_json(ref_nodes)}});
     exit_now_if_cuda(opt);
     return;
   }
   for (auto& n : input_notes) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
-  if (st.cache == SessionStats::Cache::hit)
+  if (std::string n = reference_nodes_note(ref_nodes); !n.empty()) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
+  if (st.cache == SessionStats::Cache::hit && compiled_now == 0)
     std::printf("cache: hit, loaded %s in %.1f ms (no compilation)\n", st.artifact_path.c_str(), st.load_ms);
+  else if (st.cache == SessionStats::Cache::hit)
+    std::printf("cache: hit, loaded %s in %.1f ms; it had no program for this request's shapes/values: compiled "
+                "%d in %.1f ms and added it to the entry\n",
+                st.artifact_path.c_str(), st.load_ms, compiled_now, compiled_ms);
   else if (st.cache == SessionStats::Cache::miss)
-    std::printf("cache: miss, compiled in %.1f ms and saved %s; ready in %.1f ms more\n", st.compile_ms,
+    std::printf("cache: miss, compiled in %.1f ms and saved %s; ready in %.1f ms more\n", st.compile_ms + compiled_ms,
                 st.artifact_path.c_str(), st.load_ms);
   else if (artifact_file)
     std::printf("loaded %s in %.1f ms (no compilation)\n", a.model.c_str(), st.load_ms);
   else
-    std::printf("cache: none, compiled in memory in %.1f ms\n", st.compile_ms);
-  std::printf("run: %.1f ms (first result %.0f ms after the process started)\n", run_ms, since_start_ms);
+    std::printf("cache: none, compiled in memory in %.1f ms\n", st.compile_ms + compiled_ms);
+  std::printf("run: %.1f ms (first result %.0f ms after the process started)\n", run_ms - compiled_ms, since_start_ms);
   for (size_t i = 0; i < names.size(); ++i) {
     std::printf("  %s: %s\n", names[i].c_str(), summarize(outputs.at(names[i])).c_str());
     if (!a.output_dir.empty()) std::printf("    -> %s\n", outs[i]["file"].get<std::string>().c_str());
@@ -230,6 +248,7 @@ void add_run(CLI::App& app, Common& common) {
                   "each bucket is compiled when first used and added to the cache entry")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
+  add_specialize_flags(sub, a->specialize);
   sub->add_option("--out-of-bucket", a->out_of_bucket,
                   "A shape outside every bucket: compile (default; compiled for that exact shape and cached) or "
                   "error (exit 6)")

@@ -77,6 +77,30 @@ void apply_codegen(const CodegenArgs& a, SessionOptions& opt) {
   opt.arch = a.arch;
 }
 
+void add_specialize_flags(CLI::App* sub, SpecializeArgs& a, bool shapes) {
+  if (shapes)
+    sub->add_flag("--no-shape-specialization", a.no_shapes,
+                  "Keep symbolic input dims symbolic: one program for every shape, whose nodes with dynamic shapes run "
+                  "on reference kernels (slow). Default: a symbolic dim not fixed by --shape / --dim is specialized to "
+                  "the shapes of the inputs given (one program per shape seen, cached; from a dim's third size on, "
+                  "rounded up to a power of two where padding the batch is provably safe)");
+  sub->add_flag("--no-value-specialization", a.no_values,
+                "Do not specialize on the value of scalar integer inputs that control flow or shapes depend on (a "
+                "sample rate, a flag). Default: one program per value seen, with the If it steers folded to the "
+                "branch taken");
+}
+
+void apply_specialize(const SpecializeArgs& a, SessionOptions& opt) {
+  opt.specialize_shapes = !a.no_shapes;
+  opt.specialize_values = !a.no_values;
+}
+
+json reference_json(const std::vector<ReferenceNode>& nodes) {
+  json out = json::array();
+  for (auto& r : nodes) out.push_back({{"node", r.node}, {"op", r.op}, {"reason", r.reason}});
+  return out;
+}
+
 void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt) {
   for (auto& spec : specs) {
     auto eq = spec.find('=');

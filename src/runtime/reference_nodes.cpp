@@ -1,0 +1,100 @@
+#include "runtime/reference_nodes.h"
+
+#include <fmt/format.h>
+
+#include <set>
+
+namespace kiln {
+
+namespace {
+
+/// Operators whose reference "kernel" costs nothing worth a note: views and
+/// metadata (the executor aliases or reads shapes only).
+bool free_op(const std::string& op) {
+  static const std::set<std::string> ops = {"Identity", "Reshape",  "Flatten", "Squeeze", "Unsqueeze",
+                                            "Shape",    "Constant", "Size",    "Dropout"};
+  return ops.count(op) > 0;
+}
+
+bool elementwise_op(const std::string& op) {
+  static const std::set<std::string> ops = {
+      "Add",  "Sub",  "Mul",     "Div",   "Max",         "Min",     "Relu",    "Sigmoid", "Tanh",    "Exp",
+      "Log",  "Sqrt", "Abs",     "Neg",   "Clip",        "Elu",     "Erf",     "Gelu",    "HardSigmoid",
+      "HardSwish", "LeakyRelu", "Mish", "Softplus", "Pow", "Round", "Floor", "Ceil", "Reciprocal", "Swish"};
+  return ops.count(op) > 0;
+}
+
+/// The first input or output of n whose shape is not static, or -1.
+ir::ValueId dynamic_value(const ir::Model& m, const ir::Node& n) {
+  auto dynamic = [&](ir::ValueId v) {
+    if (v == ir::kNoValue) return false;
+    const ir::Value& val = m.value(v);
+    return !val.shape || !ir::is_static(*val.shape);
+  };
+  for (auto v : n.inputs)
+    if (dynamic(v)) return v;
+  for (auto v : n.outputs)
+    if (dynamic(v)) return v;
+  return ir::kNoValue;
+}
+
+bool has_empty(const ir::Model& m, const ir::Node& n) {
+  auto empty = [&](ir::ValueId v) {
+    if (v == ir::kNoValue || !m.value(v).shape) return false;
+    for (auto& d : *m.value(v).shape)
+      if (d.is_static() && d.value == 0) return true;
+    return false;
+  };
+  for (auto v : n.inputs)
+    if (empty(v)) return true;
+  for (auto v : n.outputs)
+    if (empty(v)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string& target) {
+  std::vector<ReferenceNode> out;
+  if (target == "ref") return out;
+  for (size_t i = 0; i < m.main.nodes.size(); ++i) {
+    const ir::Node& n = m.main.nodes[i];
+    // Target kernels live in the target's own domain (kiln.cpu, kiln.cuda).
+    if (!(n.domain.empty() || n.domain == "ai.onnx") || free_op(n.op_type)) continue;
+    ReferenceNode r;
+    r.node = n.name.empty() ? fmt::format("{} #{}", n.op_type, i) : n.name;
+    r.op = n.op_type;
+    if (ir::ValueId v = dynamic_value(m, n); v != ir::kNoValue) {
+      r.reason = fmt::format("dynamic shape: '{}' is {}", m.value(v).name, ir::shape_str(m.value(v).shape));
+      r.fixable = true;
+    } else if (has_empty(m, n)) {
+      r.reason = "empty tensor (a 0-sized dim)";
+    } else if (elementwise_op(n.op_type) && !n.outputs.empty() && n.outputs[0] != ir::kNoValue) {
+      int64_t elems = 1;
+      for (auto& d : *m.value(n.outputs[0]).shape) elems *= d.value;
+      r.reason = elems < 16384 ? fmt::format("small element-wise ({} elements): the reference kernel beats a "
+                                             "library call",
+                                             elems)
+                               : fmt::format("no {} kernel for {} with these operands", target, n.op_type);
+    } else {
+      r.reason = fmt::format("no {} kernel for {}", target, n.op_type);
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string reference_nodes_note(const std::vector<ReferenceNode>& nodes) {
+  std::string list;
+  int count = 0;
+  for (auto& r : nodes)
+    if (r.fixable) {
+      if (++count <= 4) list += fmt::format("{}{} '{}'", list.empty() ? "" : ", ", r.op, r.node);
+    }
+  if (!count) return {};
+  return fmt::format("{} node(s) run on reference kernels because their shapes are dynamic ({}{}): fix the input "
+                     "shapes (--shape / input_shapes) or keep shape specialization on; `kiln inspect` lists them",
+                     count, list, count > 4 ? ", ..." : "");
+}
+
+}  // namespace kiln

@@ -1,0 +1,235 @@
+"""Shape and value specialization (issue "models as their owners export them").
+
+A model with symbolic dims runs at the speed of a fixed-shape compile with no
+flags: the first run of a shape compiles a program for it, later processes
+find it in the cache entry, another shape adds another program. -1 and missing
+dims are anonymous symbolic dims. A scalar integer input that steers an If is
+specialized on its value, so the branch that cannot run for the given shapes
+is never compiled. Every comparison is against ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from clihelp import assert_error
+
+onnx = pytest.importorskip("onnx")
+ort = pytest.importorskip("onnxruntime")
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+
+
+def _save(model, path: Path) -> Path:
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))
+    return path
+
+
+def _conv_model(path: Path, dims) -> Path:
+    """x[N,3,H,W] -> Conv 3x3 (8 ch) -> Relu -> GlobalAveragePool -> Flatten -> Gemm -> y[N,5].
+    `dims` gives x's declared dims: ints, names, -1 or None (no value, no param)."""
+    rng = np.random.RandomState(0)
+    w = numpy_helper.from_array(rng.randn(8, 3, 3, 3).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.randn(8).astype(np.float32), "b")
+    g = numpy_helper.from_array(rng.randn(5, 8).astype(np.float32), "g")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, None)
+    shape = x.type.tensor_type.shape
+    for d in dims:
+        dim = shape.dim.add()
+        if isinstance(d, int) and d >= 0:
+            dim.dim_value = d
+        elif isinstance(d, int):
+            dim.dim_value = d  # -1, as Paddle writes it
+        elif isinstance(d, str):
+            dim.dim_param = d
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("GlobalAveragePool", ["r"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "g"], ["y"], transB=1),
+    ]
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [dims[0] if isinstance(dims[0], str) else None, 5])
+    graph = helper.make_graph(nodes, "conv", [x], [y], [w, b, g])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _branch_model(path: Path) -> Path:
+    """A runtime scalar chooses between branches valid for different input sizes
+    (like a VAD whose `sr` 16000 / 8000 selects a branch expecting 512 / 256 samples):
+    x[1,n] float, sr int64 scalar; y[1,2] = sr == 16000 ? mean(reshape(x,[1,2,256]), -1)
+                                                : 3 * mean(reshape(x,[1,2,128]), -1)."""
+    def branch(name, chunk, scale):
+        shape = numpy_helper.from_array(np.array([1, 2, chunk], np.int64), f"{name}_shape")
+        nodes = [helper.make_node("Reshape", ["x", f"{name}_shape"], [f"{name}_r"]),
+                 helper.make_node("ReduceMean", [f"{name}_r"], [f"{name}_m"], axes=[2], keepdims=0)]
+        out = f"{name}_m"
+        if scale != 1:
+            k = numpy_helper.from_array(np.array(scale, np.float32), f"{name}_k")
+            nodes.append(helper.make_node("Mul", [out, f"{name}_k"], [f"{name}_s"]))
+            out = f"{name}_s"
+            inits = [shape, k]
+        else:
+            inits = [shape]
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [1, 2])],
+                                 inits)
+
+    rate = numpy_helper.from_array(np.array(16000, np.int64), "rate")
+    nodes = [helper.make_node("Equal", ["sr", "rate"], ["is16k"]),
+             helper.make_node("If", ["is16k"], ["y"], then_branch=branch("then", 256, 1),
+                              else_branch=branch("else", 128, 3))]
+    graph = helper.make_graph(
+        nodes, "vad_like",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, "n"]),
+         helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], [rate])
+    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _ort(model: Path, feeds: dict) -> list:
+    return ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(None, feeds)
+
+
+def _close(kiln_out: np.ndarray, ref: np.ndarray) -> None:
+    assert kiln_out.shape == ref.shape and kiln_out.size > 0
+    assert np.all(np.abs(kiln_out - ref) <= 1e-4 + 1e-3 * np.abs(ref)), np.abs(kiln_out - ref).max()
+
+
+def _run(kiln, model, tmp_path, feeds: dict, *extra, tag="o"):
+    args = ["run", model]
+    for name, arr in feeds.items():
+        f = tmp_path / f"{tag}_{name}.npy"
+        np.save(f, arr)
+        args += ["--input", f"{name}={f}"]
+    out = tmp_path / f"{tag}_out"
+    res = kiln(*args, "--output-dir", out, "--json", *extra)
+    assert res.rc == 0, res.describe()
+    return res.json(), out
+
+
+def test_symbolic_batch_is_specialized_cached_and_matches_ort(kiln, tmp_path):
+    model = _conv_model(tmp_path / "conv.onnx", ["N", 3, "H", "W"])
+    cache = tmp_path / "cache"
+    sizes = [(2, 16, 16), (2, 16, 16), (5, 12, 20)]
+    for i, (n, h, w) in enumerate(sizes):
+        x = np.random.RandomState(i).rand(n, 3, h, w).astype(np.float32)
+        j, out = _run(kiln, model, tmp_path, {"x": x}, "--cache-dir", cache, tag=f"r{i}")
+        _close(np.load(out / "y.npy"), _ort(model, {"x": x})[0])
+        # Specialized programs run on the cpu target's kernels, never silently on reference ones.
+        assert j["reference_nodes"] == [], j["reference_nodes"]
+        if i == 0:
+            assert j["cache"] == "miss" and j["compiled_by_run"] == 1
+        elif i == 1:
+            assert j["cache"] == "hit" and j["compiled_by_run"] == 0, "the same shape compiled again"
+        else:
+            assert j["cache"] == "hit" and j["compiled_by_run"] == 1, "a new shape must add a program"
+    entries = list(cache.glob("*.kiln"))
+    assert len(entries) == 1
+    ins = kiln("inspect", entries[0], "--json").json()
+    kinds = {d["name"]: d["kind"] for d in ins["buckets"]["dims"]}
+    assert kinds == {"N": "specialized", "H": "specialized", "W": "specialized"}
+    held = sorted(tuple(p["sizes"][k] for k in ("N", "H", "W")) for p in ins["buckets"]["programs"])
+    assert held == [(2, 16, 16), (5, 12, 20)]
+
+
+def test_explicit_artifact_names_the_shapes_it_holds(kiln, tmp_path):
+    model = _conv_model(tmp_path / "conv.onnx", ["N", 3, 16, 16])
+    cache = tmp_path / "cache"
+    x2 = np.random.RandomState(0).rand(2, 3, 16, 16).astype(np.float32)
+    _run(kiln, model, tmp_path, {"x": x2}, "--cache-dir", cache)
+    art = next(cache.glob("*.kiln"))
+    np.save(tmp_path / "x3.npy", np.random.RandomState(1).rand(3, 3, 16, 16).astype(np.float32))
+    res = kiln("run", art, "--input", f"x={tmp_path / 'x3.npy'}")
+    assert_error(res, 6, "N=3", "N=2")
+
+
+@pytest.mark.parametrize("dim", [-1, None], ids=["minus_one", "missing"])
+def test_minus_one_and_missing_dims_are_anonymous_symbols(kiln, tmp_path, dim):
+    model = _conv_model(tmp_path / "conv.onnx", [dim, 3, 8, 8])
+    ins = kiln("inspect", model, "--json")
+    assert ins.rc == 0, ins.describe()
+    x = np.random.RandomState(3).rand(4, 3, 8, 8).astype(np.float32)
+    j, out = _run(kiln, model, tmp_path, {"x": x}, "--no-cache")
+    _close(np.load(out / "y.npy"), _ort(model, {"x": x})[0])
+    assert j["reference_nodes"] == []
+    # --shape fixes an anonymous dim like a named one.
+    j, out = _run(kiln, model, tmp_path, {"x": x}, "--no-cache", "--shape", "x=4x3x8x8", tag="s")
+    _close(np.load(out / "y.npy"), _ort(model, {"x": x})[0])
+
+
+def test_no_shape_specialization_lists_the_reference_nodes_and_says_so(kiln, tmp_path):
+    model = _conv_model(tmp_path / "conv.onnx", ["N", 3, 8, 8])
+    x = np.random.RandomState(4).rand(2, 3, 8, 8).astype(np.float32)
+    f = tmp_path / "x.npy"
+    np.save(f, x)
+    res = kiln("run", model, "--input", f"x={f}", "--no-cache", "--no-shape-specialization")
+    assert res.rc == 0, res.describe()
+    assert "run on reference kernels because their shapes are dynamic" in res.stderr, res.describe()
+    j = kiln("run", model, "--input", f"x={f}", "--no-cache", "--no-shape-specialization", "--json").json()
+    reasons = {r["op"]: r["reason"] for r in j["reference_nodes"]}
+    assert "Conv" in reasons and reasons["Conv"].startswith("dynamic shape"), reasons
+
+
+@pytest.mark.parametrize("sr,n,scale", [(16000, 512, 1.0), (8000, 256, 3.0)])
+def test_scalar_that_steers_an_if_is_specialized_per_value(kiln, tmp_path, sr, n, scale):
+    model = _branch_model(tmp_path / "vad.onnx")
+    x = np.random.RandomState(n).rand(1, n).astype(np.float32)
+    feeds = {"x": x, "sr": np.array(sr, np.int64)}
+    ref = _ort(model, feeds)[0]
+    assert np.allclose(ref, scale * x.reshape(1, 2, -1).mean(-1), atol=1e-6)  # the branch taken is the one meant
+    cache = tmp_path / "cache"
+    j, out = _run(kiln, model, tmp_path, feeds, "--cache-dir", cache)
+    _close(np.load(out / "y.npy"), ref)
+    ins = kiln("inspect", next(cache.glob("*.kiln")), "--json").json()
+    kinds = {d["name"]: d["kind"] for d in ins["buckets"]["dims"]}
+    assert kinds == {"n": "specialized", "sr": "value"}
+    # Fixed shapes used to fail here: the branch that cannot run was shape-checked.
+    j, out = _run(kiln, model, tmp_path, feeds, "--no-cache", "--shape", f"x=1x{n}", tag="shape")
+    _close(np.load(out / "y.npy"), ref)
+
+
+def test_ahead_of_time_compile_stores_one_program_per_value(kiln, tmp_path):
+    model = _branch_model(tmp_path / "vad.onnx")
+    art = tmp_path / "vad.kiln"
+    res = kiln("compile", model, "-o", art, "--shape", "x=1x512", "--value", "sr=16000", "--json")
+    assert res.rc == 0, res.describe()
+    x = np.random.RandomState(7).rand(1, 512).astype(np.float32)
+    feeds = {"x": x, "sr": np.array(16000, np.int64)}
+    j, out = _run(kiln, art, tmp_path, feeds)
+    _close(np.load(out / "y.npy"), _ort(model, feeds)[0])
+    # A value the artifact holds no program for: exit 6 naming the input and the values held.
+    f = tmp_path / "sr8k.npy"
+    np.save(f, np.array(8000, np.int64))
+    np.save(tmp_path / "x.npy", x)
+    res = kiln("run", art, "--input", f"x={tmp_path / 'x.npy'}", "--input", f"sr={f}")
+    assert_error(res, 6, "sr=8000", "sr=16000")
+    # Without --value the compile names the input to give.
+    assert_error(kiln("compile", model, "-o", tmp_path / "b.kiln", "--shape", "x=1x512"), 2, "sr", "--value")
+
+
+def test_both_values_in_one_session_give_two_programs(kiln, tmp_path):
+    model = _branch_model(tmp_path / "vad.onnx")
+    cache = tmp_path / "cache"
+    for sr, n in [(16000, 512), (8000, 256)]:
+        x = np.random.RandomState(n).rand(1, n).astype(np.float32)
+        feeds = {"x": x, "sr": np.array(sr, np.int64)}
+        j, out = _run(kiln, model, tmp_path, feeds, "--cache-dir", cache, tag=f"sr{sr}")
+        _close(np.load(out / "y.npy"), _ort(model, feeds)[0])
+    ins = kiln("inspect", next(cache.glob("*.kiln")), "--json").json()
+    held = sorted((p["sizes"]["n"], p["sizes"]["sr"]) for p in ins["buckets"]["programs"])
+    assert held == [(256, 8000), (512, 16000)]
+
+
+def test_perf_with_inputs_only_compiles_their_shapes(kiln, tmp_path):
+    model = _conv_model(tmp_path / "conv.onnx", ["N", 3, 32, 32])
+    x = np.random.RandomState(5).rand(3, 3, 32, 32).astype(np.float32)
+    f = tmp_path / "x.npy"
+    np.save(f, x)
+    j = kiln("perf", model, "--input", f"x={f}", "--runs", "3", "--warmup", "1", "--json").json()
+    assert j["compiled_shapes"] == "x=3x3x32x32"
+    assert j["reference_nodes"] == []
+    assert j["batch"] == 3
