@@ -146,7 +146,22 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   passes::bind_input_values(cp.model, values);
   // Declared buckets share weight layouts (no Winograd on cpu); specialized
   // programs get the best layout for their sizes and share what fits.
-  auto stats = targets::run_pipeline(cp, opt, declared, layout_reference);
+  targets::PipelineStats stats;
+  try {
+    stats = targets::run_pipeline(cp, opt, declared, layout_reference);
+  } catch (const Error& e) {
+    // With a value guard bound, a model that cannot be compiled is a request
+    // (that value with these shapes) the model cannot run: name the value.
+    if (values.empty() || e.code() != ErrorCode::invalid_model) throw;
+    std::string given;
+    for (auto& [name, v] : values) given += fmt::format("{}input '{}' = {}", given.empty() ? "" : ", ", name, v);
+    std::string shapes;
+    for (auto id : cp.model.main.inputs)
+      shapes += fmt::format("{}{}{}", shapes.empty() ? "" : ", ", cp.model.value(id).name,
+                            ir::shape_str(cp.model.value(id).shape));
+    fail(ErrorCode::invalid_input, "{} selects a computation that cannot run for the inputs' shapes ({}): {}", given,
+         shapes, e.what());
+  }
 
   cp.compat = request;
   // A bucketed artifact serves many shapes: its signature keeps the symbols.

@@ -233,3 +233,29 @@ def test_perf_with_inputs_only_compiles_their_shapes(kiln, tmp_path):
     assert j["compiled_shapes"] == "x=3x3x32x32"
     assert j["reference_nodes"] == []
     assert j["batch"] == 3
+
+
+def test_a_value_whose_branch_cannot_run_for_the_shapes_is_an_input_error(kiln, tmp_path):
+    """sr = 8000 takes the branch that reshapes x into [1,2,128]: x of 512 samples cannot (ORT fails too)."""
+    model = _branch_model(tmp_path / "vad.onnx")
+    res = kiln("compile", model, "-o", tmp_path / "bad.kiln", "--shape", "x=1x512", "--value", "sr=8000")
+    assert_error(res, 6, "input 'sr' = 8000", "Reshape")
+    assert not (tmp_path / "bad.kiln").exists()
+    np.save(tmp_path / "x.npy", np.zeros((1, 512), np.float32))
+    np.save(tmp_path / "sr.npy", np.array(8000, np.int64))
+    res = kiln("run", model, "--input", f"x={tmp_path / 'x.npy'}", "--input", f"sr={tmp_path / 'sr.npy'}", "--no-cache")
+    assert_error(res, 6, "input 'sr' = 8000", "Reshape")
+
+
+def test_the_value_specialized_model_cross_compiles_for_cuda(kiln, tmp_path):
+    model = _branch_model(tmp_path / "vad.onnx")
+    out = tmp_path / "vad_sm90.kiln"
+    res = kiln("compile", model, "-o", out, "--target", "cuda", "--arch", "sm_90", "--tuning", "heuristic",
+               "--shape", "x=1x256", "--value", "sr=8000", "--json")
+    if res.rc == 5 and "without CUDA" in res.stderr:
+        pytest.skip("SKIPPED: this kiln was built without CUDA support (no toolkit at build time)")
+    assert res.rc == 0, res.describe()
+    ins = kiln("inspect", out, "--json").json()
+    assert ins["compat"]["target"] == "cuda"
+    assert [p["sizes"] for p in ins["buckets"]["programs"]] == [{"sr": 8000}]
+    assert "If" not in ins["operators"]  # folded to the branch taken
