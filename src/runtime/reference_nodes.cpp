@@ -57,6 +57,15 @@ bool has_empty(const ir::Model& m, const ir::Node& n) {
 std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string& target) {
   std::vector<ReferenceNode> out;
   if (target == "ref") return out;
+  // Symbols of the program's inputs: a dynamic dim carrying one is open
+  // because nobody fixed the input's shape (fixable); any other unknown dim
+  // comes from tensor values (NonZero, TopK with a tensor K, a Loop's scan
+  // outputs, ...): data-dependent, planned at run time.
+  std::set<std::string> input_symbols;
+  for (auto id : m.main.inputs)
+    if (auto& sh = m.value(id).shape)
+      for (auto& d : *sh)
+        if (!d.is_static() && !d.symbol.empty()) input_symbols.insert(d.symbol);
   for (size_t i = 0; i < m.main.nodes.size(); ++i) {
     const ir::Node& n = m.main.nodes[i];
     // Target kernels live in the target's own domain (kiln.cpu, kiln.cuda).
@@ -65,8 +74,14 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
     r.node = n.name.empty() ? fmt::format("{} #{}", n.op_type, i) : n.name;
     r.op = n.op_type;
     if (ir::ValueId v = dynamic_value(m, n); v != ir::kNoValue) {
-      r.reason = fmt::format("dynamic shape: '{}' is {}", m.value(v).name, ir::shape_str(m.value(v).shape));
-      r.fixable = true;
+      const ir::Value& val = m.value(v);
+      bool from_inputs = false;
+      if (val.shape)
+        for (auto& d : *val.shape) from_inputs |= !d.is_static() && input_symbols.count(d.symbol) > 0;
+      r.fixable = from_inputs;
+      r.reason = from_inputs ? fmt::format("dynamic shape: '{}' is {}", val.name, ir::shape_str(val.shape))
+                             : fmt::format("data-dependent shape: '{}' is {} (its size comes from tensor values)",
+                                           val.name, ir::shape_str(val.shape));
     } else if (has_empty(m, n)) {
       r.reason = "empty tensor (a 0-sized dim)";
     } else if (elementwise_op(n.op_type) && !n.outputs.empty() && n.outputs[0] != ir::kNoValue) {

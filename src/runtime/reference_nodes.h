@@ -13,7 +13,9 @@ namespace kiln {
 /// The main-graph nodes of `m` (a program compiled for `target`: "cpu",
 /// "cuda" or "ref") that run on reference kernels, each with its reason:
 ///  - "dynamic shape: '<value>' is [..]" (fixable: give shapes, or keep
-///    shape specialization on);
+///    shape specialization on) when a dim is an input's symbol;
+///  - "data-dependent shape: ..." when the size comes from tensor values
+///    (NonZero, TopK with a tensor K, Loop scan outputs, ...);
 ///  - "empty tensor" (a 0-sized dim; oneDNN plans cannot take one);
 ///  - "small element-wise (N elements): the reference kernel beats a oneDNN call";
 ///  - "no <target> kernel for <op>" (the target has none for that operator

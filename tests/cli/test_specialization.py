@@ -194,3 +194,31 @@ def test_the_value_specialized_model_cross_compiles_for_cuda(kiln, tmp_path):
     assert ins["compat"]["target"] == "cuda"
     assert [p["sizes"] for p in ins["buckets"]["programs"]] == [{"sr": 8000}]
     assert "If" not in ins["operators"]  # folded to the branch taken
+
+
+def test_a_data_dependent_dim_is_listed_as_such(kiln, tmp_path):
+    """y = 2 * float(NonZero(x)): y's length depends on x's values, so Mul runs
+    on reference kernels; the reason says so and no "fix the shapes" note is printed."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    two = numpy_helper.from_array(np.array(2.0, np.float32), "two")
+    graph = helper.make_graph(
+        [helper.make_node("NonZero", ["x"], ["idx"]),
+         helper.make_node("Cast", ["idx"], ["f"], to=TensorProto.FLOAT),
+         helper.make_node("Mul", ["f", "two"], ["y"])],
+        "nz", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [6])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], [two])
+    model = tmp_path / "nz.onnx"
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(model))
+    x = np.array([0, 3, 0, 1, 5, 0], np.float32)
+    f = tmp_path / "x.npy"
+    np.save(f, x)
+    res = kiln("run", model, "--input", f"x={f}", "--no-cache", "--json", "--output-dir", tmp_path / "o")
+    assert res.rc == 0, res.describe()
+    np.testing.assert_array_equal(np.load(tmp_path / "o" / "y.npy"), _ort(model, {"x": x})[0])
+    reasons = {r["op"]: r["reason"] for r in res.json()["reference_nodes"]}
+    assert reasons["Mul"].startswith("data-dependent shape"), reasons
+    text = kiln("run", model, "--input", f"x={f}", "--no-cache")
+    assert "because their shapes are dynamic" not in text.stderr, text.describe()
