@@ -195,7 +195,7 @@ void run_command(const Args& a, bool as_json) {
   if (as_json) {
     json ins = json::array();
     for (auto& [n, t] : inputs) ins.push_back(tensor_json(n, t));
-    print_json({{"model", a.model}, {"target", opt.target.name()}, {"cache", cache}, {"compile_ms", st.compile_ms},
+    print_json({{"model", a.model}, {"target", opt.target.name()}, {"cache", cache}, {"compile_ms", st.compile_ms + compiled_ms},
                 {"load_ms", st.load_ms}, {"run_ms", run_ms - compiled_ms}, {"since_process_start_ms", since_start_ms},
                 {"artifact", st.artifact_path.empty() ? json(nullptr) : json(st.artifact_path)}, {"notes", notes},
                 {"inputs", ins}, {"outputs", outs}, {"buckets", buckets_json(after)},
