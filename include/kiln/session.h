@@ -35,7 +35,11 @@ struct SessionStats {
 /// The shape buckets of a Session (SessionOptions::dims) and the programs it
 /// holds now. Empty `dims`: not bucketed (one program).
 struct BucketStats {
-  std::vector<std::string> dims;               ///< bucketed dim names
+  std::vector<std::string> dims;               ///< bucketed dim names (value guards: the input's name)
+  /// Per dim, how its programs are chosen and why: "declared buckets (pad batch)",
+  /// "specialized: one program per size; from the third size, power-of-two buckets (batch padding proven safe)",
+  /// "specialized: one program per size (padding not proven safe)", "value guard: one program per value".
+  std::vector<std::string> modes;
   std::vector<std::vector<int64_t>> programs;  ///< sizes (per dim) of each program held, in the order added
   int compiled_by_run = 0;                     ///< programs run() compiled (buckets first used by this Session)
   double compile_ms = 0;                       ///< wall-clock milliseconds those compiles took

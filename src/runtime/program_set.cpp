@@ -265,7 +265,18 @@ std::vector<ReferenceNode> ProgramSet::reference_nodes() const {
 
 BucketStats ProgramSet::stats() const {
   BucketStats s;
-  for (auto& d : set_.dims) s.dims.push_back(d.symbol);
+  for (auto& d : set_.dims) {
+    s.dims.push_back(d.symbol);
+    if (d.kind == artifact::DimKind::value)
+      s.modes.push_back("value guard: one program per value");
+    else if (d.kind == artifact::DimKind::declared)
+      s.modes.push_back(fmt::format("declared buckets (pad {})", artifact::pad_mode_name(d.pad)));
+    else if (d.pad == artifact::PadMode::batch)
+      s.modes.push_back("specialized: one program per size; from the third size, power-of-two buckets (batch "
+                        "padding proven safe)");
+    else
+      s.modes.push_back("specialized: one program per size (padding not proven safe)");
+  }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& e : programs_) s.programs.push_back(e.sizes);
   s.compiled_by_run = compiles_;

@@ -93,7 +93,7 @@ json buckets_json(const BucketStats& b) {
     for (size_t k = 0; k < p.size() && k < b.dims.size(); ++k) sz[b.dims[k]] = p[k];
     programs.push_back(sz);
   }
-  return {{"dims", b.dims}, {"programs", programs}, {"compiled_by_run", b.compiled_by_run},
+  return {{"dims", b.dims}, {"modes", b.modes}, {"programs", programs}, {"compiled_by_run", b.compiled_by_run},
           {"compile_ms", b.compile_ms}};
 }
 
