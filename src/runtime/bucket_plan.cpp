@@ -1,5 +1,7 @@
 #include "runtime/bucket_plan.h"
 
+#include "runtime/batch_prover.h"
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -102,86 +104,6 @@ std::string lower(std::string s) {
   return s;
 }
 
-/// Operators that treat each index of axis 0 on its own when the batch is
-/// axis 0 of every tensor of theirs that has it, and no attribute of theirs
-/// names axis 0 (checked in batch_rows_independent).
-bool row_wise_op(const std::string& op) {
-  static const std::set<std::string> ops = {
-      "Abs", "Add", "And", "AveragePool", "BatchNormalization", "Cast", "CastLike", "Ceil", "Clip", "Concat", "Conv",
-      "ConvTranspose", "Cos", "Div", "Dropout", "Elu", "Equal", "Erf", "Exp", "Flatten", "Floor", "Gather", "Gelu",
-      "Gemm", "GlobalAveragePool", "GlobalMaxPool", "Greater", "GreaterOrEqual", "HardSigmoid", "HardSwish",
-      "Identity", "InstanceNormalization", "IsInf", "IsNaN", "LayerNormalization", "LeakyRelu", "Less",
-      "LessOrEqual", "Log", "LogSoftmax", "LpNormalization", "MatMul", "Max", "MaxPool", "Min", "Mish", "Mod", "Mul",
-      "Neg", "Not", "Or", "PRelu", "Pow", "Reciprocal", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceMax",
-      "ReduceMean", "ReduceMin", "ReduceProd", "ReduceSum", "ReduceSumSquare", "Relu", "Reshape", "Resize", "Round",
-      "Selu", "Shrink", "Sigmoid", "Sign", "Sin", "Softmax", "Softplus", "Softsign", "Split", "Sqrt", "Squeeze",
-      "Sub", "Sum", "Tanh", "ThresholdedRelu", "Transpose", "Unsqueeze", "Where", "Xor"};
-  return ops.count(op) > 0;
-}
-
-/// Whether padding rows of bucketed dim `sym` cannot change the real rows'
-/// results: in the inferred graph, every tensor having the dim has it once,
-/// at axis 0 (a Reshape that merges it away, a transpose that moves it, or
-/// a reduction over it breaks this), every node touching it is a row-wise
-/// operator whose axis / axes / perm attributes and axes inputs leave axis 0
-/// alone, no subgraph or Shape reads it, and every graph output has it at
-/// axis 0. Decided from kiln's own shape inference, not the declared names.
-bool batch_rows_independent(const std::optional<ir::Model>& inferred, const std::string& sym) {
-  if (!inferred) return false;  // shape inference failed: nothing is shown
-  const ir::Model& probe = *inferred;
-  // -1: the value lacks the dim; 0: has it at axis 0 only; 1: anything else.
-  auto where = [&](ir::ValueId v) {
-    if (v == ir::kNoValue) return -1;
-    const ir::Value& val = probe.value(v);
-    if (!val.shape) return 1;
-    int at = -1, count = 0;
-    for (size_t a = 0; a < val.shape->size(); ++a) {
-      const ir::Dim& d = (*val.shape)[a];
-      if (!d.is_static() && d.symbol.empty()) return 1;  // unknown: may be the batch
-      if (!d.is_static() && d.symbol == sym) at = static_cast<int>(a), ++count;
-    }
-    return count == 0 ? -1 : count == 1 && at == 0 ? 0 : 1;
-  };
-  auto names_axis0 = [](const std::vector<int64_t>& axes, int64_t rank) {
-    for (int64_t a : axes)
-      if (a == 0 || (rank > 0 && a + rank == 0)) return true;
-    return false;
-  };
-  for (const ir::Node& n : probe.main.nodes) {
-    bool touches = false;
-    for (auto v : n.inputs) {
-      const int w = where(v);
-      if (w == 1) return false;
-      touches |= w == 0;
-    }
-    if (!touches) continue;
-    if (!row_wise_op(n.op_type) || !(n.domain.empty() || n.domain == "ai.onnx")) return false;
-    for (auto& [k, a] : n.attrs)
-      if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a)) return false;
-    for (auto v : n.outputs)
-      if (where(v) != 0) return false;
-    const int64_t rank = static_cast<int64_t>(probe.value(n.inputs[0]).shape->size());
-    if (n.has("axis") && names_axis0({n.i("axis")}, rank)) return false;
-    if (n.has("axes") && names_axis0(n.ints("axes"), rank)) return false;
-    if (n.op_type == "Transpose" && (!n.has("perm") || n.ints("perm").empty() || n.ints("perm")[0] != 0)) return false;
-    // Axes given as an input (Reduce*-18, Squeeze/Unsqueeze-13, Split's split is sizes: fine).
-    if ((n.op_type.rfind("Reduce", 0) == 0 || n.op_type == "Squeeze" || n.op_type == "Unsqueeze") &&
-        n.inputs.size() > 1 && n.inputs[1] != ir::kNoValue) {
-      const ir::Value& ax = probe.value(n.inputs[1]);
-      if (!ax.constant || ax.constant->dtype() != DType::i64) return false;
-      std::vector<int64_t> axes(ax.constant->data<int64_t>(), ax.constant->data<int64_t>() + ax.constant->numel());
-      if (names_axis0(axes, rank)) return false;
-    }
-    // A Reduce* without axes reduces every axis, the batch's included.
-    if (n.op_type.rfind("Reduce", 0) == 0 && !n.has("axes") && (n.inputs.size() < 2 || n.inputs[1] == ir::kNoValue))
-      return false;
-    // Flatten's default axis is 1; axis 0 merges the batch away (caught by where() too).
-  }
-  for (auto id : probe.main.outputs)
-    if (where(id) != 0) return false;
-  return true;
-}
-
 }  // namespace
 
 namespace {
@@ -259,7 +181,8 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
     artifact::BucketDim d{name, 0, 0, {}, artifact::PadMode::none, artifact::DimKind::specialized};
     // Guards (value specialization) change what the graph computes, so rows
     // are only shown independent in a model without them.
-    if (outputs_declared && guards.empty() && interface_leads(name) && batch_rows_independent(inferred, name))
+    if (outputs_declared && guards.empty() && interface_leads(name) &&
+        (batch_rows_independent(inferred, name) || batch_rows_independent_bound(m, name, input_symbols)))
       d.pad = artifact::PadMode::batch;
     set.dims.push_back(std::move(d));
   }
@@ -283,7 +206,9 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
       // inferred output shapes): every input having the dim and every output
       // must carry it at axis 0 there too (an output declared with another
       // symbol would come back unsliced).
-      if (interface_leads(name) && batch_rows_independent(inferred, name)) d.pad = artifact::PadMode::batch;
+      if (interface_leads(name) &&
+          (batch_rows_independent(inferred, name) || batch_rows_independent_bound(m, name, input_symbols)))
+        d.pad = artifact::PadMode::batch;
     } else if (spec.pad == DimSpec::Pad::sequence && outputs_declared) {
       // Sequence (asked for): positions past the request's length are
       // excluded by a zero attention mask, so padding them cannot change
