@@ -413,7 +413,7 @@ def summarize_reference_nodes(nodes: list) -> dict:
 
 
 def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, keep: bool,
-              log_dir: Path) -> dict:
+              log_dir: Path, with_shapes: bool = False) -> dict:
     import numpy as np
 
     res = {"model": m.name, "family": m.family, "result": "FAIL", "max_abs_err": None, "kiln_run_ms": None,
@@ -443,10 +443,12 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
             f = in_dir / f"in{i}.npy"
             np.save(f, arr)
             cmd += ["--input", f"{name}={f}"]
+            if with_shapes:  # diagnostic only: the zoo's acceptance run has no shape flags
+                cmd += ["--shape", f"{name}={'x'.join(str(d) for d in arr.shape)}"]
         cmd += ["--output-dir", str(out_dir), "--cache-dir", str(tmp / "cache"), "--json"]
         limit = timeout or m.timeout_s
         code, out, err, secs = run_kiln(cmd, limit)
-        (log_dir / f"{m.name}.log").write_text(f"$ {' '.join(cmd)}\n# exit {code} after {secs:.1f} s\n"
+        (log_dir / f"{m.name}{'.with-shapes' if with_shapes else ''}.log").write_text(f"$ {' '.join(cmd)}\n# exit {code} after {secs:.1f} s\n"
                                                f"# stdout\n{out}\n# stderr\n{err}\n")
         if code is None:
             res["reason"] = f"timeout: kiln run did not finish within {limit:.0f} s"
@@ -521,7 +523,7 @@ def ref_ops_text(r: dict) -> str:
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| model | family | result | max abs err | kiln run ms | ORT ms | on reference kernels | reason |",
+    rows = ["| model | family | result | max abs err | kiln 1st run ms | ORT ms | on reference kernels | reason |",
             "| --- | --- | --- | --- | ---: | ---: | --- | --- |"]
     for r in results:
         reason = r["reason"].replace("|", "\\|").replace("\n", " ")
@@ -542,16 +544,17 @@ def cmd_check(args) -> int:
     log_dir = directory / "check-logs"
     log_dir.mkdir(parents=True, exist_ok=True)
     print(f"zoo: checking {len(chosen)} model(s) with {kiln} against onnxruntime {onnxruntime.__version__} "
-          f"(|kiln - ort| <= 1e-4 + 1e-3 |ort|; kiln logs in {log_dir})", flush=True)
+          f"(|kiln - ort| <= 1e-4 + 1e-3 |ort|; kiln logs in {log_dir})"
+          + ("; DIAGNOSTIC RUN: every input's shape fixed with --shape" if args.with_shapes else ""), flush=True)
     results = []
     t_all = time.perf_counter()
     for m in chosen:
         t0 = time.perf_counter()
-        r = check_one(m, directory, kiln, args.timeout, args.keep, log_dir)
+        r = check_one(m, directory, kiln, args.timeout, args.keep, log_dir, args.with_shapes)
         r["wall_s"] = round(time.perf_counter() - t0, 1)
         results.append(r)
         print(f"zoo: {m.name}: {r['result']} in {r['wall_s']:.1f} s, max abs err {fmt_err(r['max_abs_err'])}, "
-              f"kiln run {fmt_ms(r['kiln_run_ms'])} ms, ORT {fmt_ms(r['ort_ms'])} ms"
+              f"kiln first run {fmt_ms(r['kiln_run_ms'])} ms, ORT {fmt_ms(r['ort_ms'])} ms"
               + (f", on reference kernels: {ref_ops_text(r)}" if r.get("ref_ops") is not None else "")
               + (f"; {r['reason']}" if r["reason"] else ""), flush=True)
         for p in r["problems"][1:6]:
@@ -566,7 +569,9 @@ def cmd_check(args) -> int:
     if args.report:
         head = (f"# kiln model zoo check\n\n{time.strftime('%Y-%m-%d %H:%M')}; kiln `{kiln}`; onnxruntime "
                 f"{onnxruntime.__version__}; tolerance |kiln - ort| <= 1e-4 + 1e-3 |ort| (sets of rows for "
-                f"NMS outputs); `kiln run` with `--input` only (no shape flags).\n\n{summary}.\n\n")
+                f"NMS outputs); `kiln run` with `--input` only (no shape flags). kiln 1st run: `run_ms` of "
+                f"that one `kiln run` (a cold first run); ORT: a warm run in this process. On reference "
+                f"kernels: kiln's `reference_nodes`, operator x count (reason).\n\n{summary}.\n\n")
         write_atomically(args.report, (head + text + "\n").encode())
     if args.json:
         write_atomically(args.json, (json.dumps(results, indent=1) + "\n").encode())
@@ -624,6 +629,9 @@ def main(argv=None) -> int:
         p.add_argument("--report", type=Path, help="also write the table as Markdown here")
         p.add_argument("--json", type=Path, help="also write the results as JSON here")
         p.add_argument("--keep", action="store_true", help="keep each model's temporary directory")
+        p.add_argument("--with-shapes", action="store_true",
+                       help="diagnostic: also pass --shape for every input (tells a failure of the dynamic-shape "
+                            "path from one of the model itself; not the zoo's acceptance run)")
         if name == "all":
             p.add_argument("--force", action="store_true", help=argparse.SUPPRESS)
             p.add_argument("--verbose", action="store_true", help=argparse.SUPPRESS)

@@ -65,7 +65,8 @@ def compare_tensor(name: str, got: np.ndarray, ref: np.ndarray, rtol=RTOL, atol=
 def _rows(arrays: list[np.ndarray]) -> np.ndarray:
     """The group's outputs as N rows of float64 columns."""
     n = arrays[0].shape[0]
-    return np.concatenate([a.reshape(n, -1).astype(np.float64) for a in arrays], axis=1)
+    return np.concatenate([a.reshape(n, int(np.prod(a.shape[1:], dtype=np.int64))).astype(np.float64)
+                           for a in arrays], axis=1)
 
 
 def _max_matching(adj: list[list[int]], n_right: int) -> list[int]:
