@@ -514,7 +514,8 @@ def encoder(name: str, model_cls: str, config_cls: str, overrides: dict | None =
 # listing the zoo does not import transformers.
 _VOCAB = {"BertConfig": 30522, "DistilBertConfig": 30522, "AlbertConfig": 30000, "ElectraConfig": 30522,
           "MPNetConfig": 30527, "GPT2Config": 50257, "LlamaConfig": 32000, "MistralConfig": 32000,
-          "OPTConfig": 50272, "T5Config": 32128}
+          "OPTConfig": 50272, "T5Config": 32128, "GemmaConfig": 256000, "PhiConfig": 51200,
+          "GPTNeoXConfig": 50432, "FalconConfig": 65024}
 
 
 def hf_vision_encoder(model_cls: str, config_cls: str, overrides: dict, size: int) -> Callable[[Path], dict]:
@@ -625,10 +626,17 @@ def hf_decoder(model_cls: str, config_cls: str, overrides: dict, position_ids: b
         torch.manual_seed(0)
         config = _hf_config(config_cls, overrides)
         model = getattr(transformers, model_cls)(config).eval()
-        n_layers = config.num_hidden_layers
-        heads = config.num_attention_heads
-        kv_heads = getattr(config, "num_key_value_heads", None) or heads
-        head_dim = config.hidden_size // heads
+        # The cache layout from the model itself (one forward without a past): [batch, kv_heads, seq, head_dim].
+        with torch.no_grad():
+            probe = model(input_ids=torch.zeros(1, 2, dtype=torch.int64), use_cache=True, return_dict=True)
+        present0 = probe.past_key_values
+        if hasattr(present0, "to_legacy_cache"):
+            present0 = present0.to_legacy_cache()
+        n_layers = len(present0)
+        if present0[0][0].dim() != 4 or present0[0][0].shape[2] != 2:
+            raise RuntimeError(f"{model_cls}: cache layout {list(present0[0][0].shape)} is not "
+                               f"[batch, heads, sequence, head_dim]")
+        kv_heads, head_dim = int(present0[0][0].shape[1]), int(present0[0][0].shape[3])
         names_in = ["input_ids", "attention_mask"] + (["position_ids"] if position_ids else [])
 
         class Wrap(torch.nn.Module):
@@ -769,6 +777,14 @@ def _zoo() -> list[ZooModel]:
         decoder("mistral", "MistralForCausalLM", "MistralConfig", dict(_LLAMA, num_key_value_heads=2)),
         decoder("qwen2", "Qwen2ForCausalLM", "Qwen2Config", dict(_LLAMA, num_key_value_heads=2, vocab_size=151936)),
         decoder("opt", "OPTForCausalLM", "OPTConfig", {"num_hidden_layers": 4}, position_ids=False),
+        decoder("gemma", "GemmaForCausalLM", "GemmaConfig",
+                dict(_LLAMA, num_key_value_heads=1, head_dim=32)),
+        decoder("phi", "PhiForCausalLM", "PhiConfig", {"hidden_size": 256, "intermediate_size": 1024,
+                                                      "num_hidden_layers": 4, "num_attention_heads": 8}),
+        decoder("gpt_neox", "GPTNeoXForCausalLM", "GPTNeoXConfig",
+                {"hidden_size": 256, "intermediate_size": 1024, "num_hidden_layers": 4, "num_attention_heads": 8}),
+        decoder("falcon", "FalconForCausalLM", "FalconConfig",
+                {"hidden_size": 256, "num_hidden_layers": 4, "num_attention_heads": 8}),
         # models shipped inside PyPI wheels
         *[wheel(f"silero_vad_{v}", "silero-vad", "6.2.3", f"silero_vad/data/{f}", h,
                 silero_inputs(n, batch=4 if v.endswith("sequence") else 1))
