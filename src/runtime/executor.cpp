@@ -183,12 +183,15 @@ class Program::Run {
   void bind(ir::ValueId id, Tensor t) { env_[id] = std::move(t); }
   Tensor& at(ir::ValueId id) { return env_[id]; }
 
-  void main_graph(RunProfile* profile) {
+  void main_graph(RunProfile* profile, const targets::ValueObserver* observe = nullptr) {
     using clock = std::chrono::steady_clock;
     const auto& nodes = p_.cp_.model.main.nodes;
     for (size_t i = 0; i < nodes.size(); ++i) {
       const auto t0 = profile ? clock::now() : clock::time_point();
       node(nodes[i], /*planned=*/true);
+      if (observe)
+        for (auto id : nodes[i].outputs)
+          if (id != ir::kNoValue) (*observe)(i, id, env_[id]);
       for (auto id : p_.free_after_[i]) env_[id] = Tensor();
       if (profile) {
         const ir::Node& n = nodes[i];
@@ -264,6 +267,21 @@ void Program::run_device(const std::map<std::string, DeviceTensor>& inputs,
     fail(ErrorCode::invalid_option, "run_device: target {} runs on the host; pass host tensors to run()",
          cp_.compat.target);
   device_->run_device(inputs, outputs);
+}
+
+std::map<std::string, Tensor> Program::run_observed(const std::map<std::string, Tensor>& inputs, int threads,
+                                                    const targets::ValueObserver& observe) const {
+  validate_inputs(inputs);
+  if (device_) return device_->run_observed(inputs, observe);
+  omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
+  // No arena: every value gets its own buffer, so nothing the observer sees
+  // is overwritten by a later node.
+  Run r(*this, nullptr);
+  for (auto id : cp_.model.main.inputs) r.bind(id, inputs.at(cp_.model.value(id).name));
+  r.main_graph(nullptr, &observe);
+  std::map<std::string, Tensor> out;
+  for (auto id : cp_.model.main.outputs) out[cp_.model.value(id).name] = r.at(id).clone();
+  return out;
 }
 
 std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& inputs, int threads,

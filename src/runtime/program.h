@@ -38,6 +38,15 @@ class Program {
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
                                     RunProfile* profile = nullptr) const;
 
+  /// run() for `kiln verify`: calls `observe` after every main-graph node
+  /// for each output it wrote (targets::ValueObserver). Host targets run
+  /// without the arena (every value in its own buffer, none reused); device
+  /// targets run node by node and copy each output back as soon as its node
+  /// has run. Normal runs are untouched (a separate path). Throws what run()
+  /// throws and what `observe` throws.
+  std::map<std::string, Tensor> run_observed(const std::map<std::string, Tensor>& inputs, int threads,
+                                             const targets::ValueObserver& observe) const;
+
   /// See Session::run_device. Throws Error(invalid_option) for host targets.
   void run_device(const std::map<std::string, DeviceTensor>& inputs,
                   const std::map<std::string, DeviceTensor>& outputs) const;

@@ -25,6 +25,14 @@ using BoundKernel = std::function<void(ops::KernelContext&)>;
 /// inconsistent or this machine cannot build it.
 using KernelFactory = BoundKernel (*)(const ir::Node& node, const ir::Model& model);
 
+/// Called while a program runs under observation (kiln verify), after
+/// main-graph node `node` (index into the program's main-graph nodes) has
+/// run, once for each output value `value` it wrote. `t` holds that value in
+/// host memory, in the program's own dtype and shape (a cpu blocked value is
+/// its raw buffer, a cuda 16-bit value stays 16-bit); it is valid only during
+/// the call (the caller copies what it keeps).
+using ValueObserver = std::function<void(size_t node, ir::ValueId value, const Tensor& t)>;
+
 /// A whole program run on a device (the cuda target): the host executor
 /// hands it the inputs and gets the outputs; it owns device memory, loaded
 /// modules and library handles. run() is thread-safe.
@@ -36,6 +44,17 @@ class DeviceProgram {
   /// (node by node, without the CUDA graph: slower than a normal run).
   virtual std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs,
                                             RunProfile* profile = nullptr) const = 0;
+  /// Runs once node by node (outside any CUDA graph), copying each node's
+  /// outputs to the host as soon as the node has run and handing them to
+  /// `observe` (kiln verify). Slow; the results are those of run(). The
+  /// default throws Error(unsupported).
+  /// (Inline: DeviceProgram keeps no key function, so its vtable is emitted
+  /// wherever it is used, as the static libraries' link order needs.)
+  virtual std::map<std::string, Tensor> run_observed(const std::map<std::string, Tensor>& inputs,
+                                                     const ValueObserver& observe) const {
+    (void)inputs, (void)observe;
+    throw Error(ErrorCode::unsupported, "this device program cannot be run node by node with its values read back");
+  }
   /// Inputs and outputs in device memory (Session::run_device).
   virtual void run_device(const std::map<std::string, DeviceTensor>& inputs,
                           const std::map<std::string, DeviceTensor>& outputs) const = 0;

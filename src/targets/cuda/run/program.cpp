@@ -188,15 +188,25 @@ class CudaProgram final : public DeviceProgram {
       const ir::Value& v = m.value(id);
       outputs_.push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
     }
+    // What run_observed reads back after each node (kiln verify).
+    node_outputs_.resize(m.main.nodes.size());
+    for (size_t i = 0; i < m.main.nodes.size(); ++i)
+      for (auto id : m.main.nodes[i].outputs)
+        if (id != ir::kNoValue) {
+          const ir::Value& v = m.value(id);
+          node_outputs_[i].push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
+        }
 
     double kind_ms[3] = {0, 0, 0}, first_ms[3] = {-1, -1, -1};  // Kernel/Copy, Gemm, Conv
     std::vector<std::pair<double, std::string>> plan_ms[3];       // each node's plan time, for the log
     make_plans(m, kind_ms, first_ms, plan_ms);
+    node_steps_.assign(m.main.nodes.size() + 1, 0);
     for (size_t i = 0; i < m.main.nodes.size(); ++i) {
       const ir::Node& n = m.main.nodes[i];
       size_t before = steps_.size();
       Stopwatch node_sw;
       bind(m, n, i);
+      node_steps_[i + 1] = steps_.size();
       if (n.op_type != "Gemm" && n.op_type != "Conv") {
         double t = node_sw.ms();
         kind_ms[0] += t;
@@ -307,6 +317,39 @@ class CudaProgram final : public DeviceProgram {
       check(d.cuGraphLaunch(exec_, stream_), "cuGraphLaunch");
     else
       for (auto& s : steps_) s(stream_);
+    std::map<std::string, Tensor> out;
+    for (auto& o : outputs_) {
+      Tensor t(o.dtype, o.shape);
+      if (o.bytes) check(d.cuMemcpyDtoHAsync(t.raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (output)");
+      out[o.name] = t;
+    }
+    check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
+    return out;
+  }
+
+  std::map<std::string, Tensor> run_observed(const std::map<std::string, Tensor>& inputs,
+                                             const ValueObserver& observe) const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    const DriverApi& d = driver();
+    use_device(device_);
+    for (auto& in : inputs_) {
+      const Tensor& t = inputs.at(in.name);
+      if (t.nbytes() != in.bytes) fail(ErrorCode::invalid_input, "input '{}' has {} bytes, the program needs {}", in.name, t.nbytes(), in.bytes);
+      if (in.bytes) check(d.cuMemcpyHtoDAsync(addr_[in.id], t.raw(), in.bytes, stream_), "cuMemcpyHtoDAsync (input)");
+    }
+    // Node by node, outside the CUDA graph: each node's outputs are copied
+    // back before the next node runs, so an arena slot a later node reuses
+    // is read while it still holds this node's value.
+    for (size_t i = 0; i + 1 < node_steps_.size(); ++i) {
+      for (size_t k = node_steps_[i]; k < node_steps_[i + 1]; ++k) steps_[k](stream_);
+      std::vector<Tensor> got;
+      for (auto& o : node_outputs_[i]) {
+        got.emplace_back(o.dtype, o.shape);
+        if (o.bytes) check(d.cuMemcpyDtoHAsync(got.back().raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (observed value)");
+      }
+      check(d.cuStreamSynchronize(stream_), "running the cuda program node by node (cuStreamSynchronize)");
+      for (size_t k = 0; k < got.size(); ++k) observe(i, node_outputs_[i][k].id, got[k]);
+    }
     std::map<std::string, Tensor> out;
     for (auto& o : outputs_) {
       Tensor t(o.dtype, o.shape);
@@ -612,6 +655,8 @@ class CudaProgram final : public DeviceProgram {
   std::vector<std::unique_ptr<GraphConvPlan>> gconv_at_;
   std::vector<std::function<void(CUstream)>> steps_;
   std::vector<int> step_node_;          ///< node (index into node_names_) of each step
+  std::vector<size_t> node_steps_;      ///< main node i runs steps [node_steps_[i], node_steps_[i+1])
+  std::vector<std::vector<Output>> node_outputs_;  ///< each main node's outputs (run_observed)
   std::vector<NodeTime> node_names_;    ///< name and op of each node that has steps (ms 0)
   bool rechoose_ = false;  ///< running an older architecture's PTX: library algorithms chosen here
   CUgraphExec exec_ = nullptr;
