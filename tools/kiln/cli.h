@@ -104,6 +104,10 @@ void add_cache(CLI::App& app, Common& common);
 /// `kiln perf MODEL.onnx` (tools/kiln/cmd_perf.cpp): compile/load/latency/memory measurements.
 void add_perf(CLI::App& app, Common& common);
 
+/// `kiln verify MODEL.onnx` (tools/kiln/cmd_verify.cpp): the compiled program against the ref target, value by
+/// value; exit 9 when some value is outside the tolerance.
+void add_verify(CLI::App& app, Common& common);
+
 /// Prints a JSON object on stdout (one line).
 void print_json(const json& j);
 

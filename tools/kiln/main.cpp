@@ -23,7 +23,8 @@ int main(int argc, char** argv) {
       "and loads it in milliseconds on every later start; an artifact that no longer matches\n"
       "the model, options, machine or kiln version is recompiled or refused with the reason.\n\n"
       "Exit codes: 0 ok, 1 internal error, 2 invalid option, 3 incompatible artifact,\n"
-      "4 invalid model, 5 unsupported operator/dtype, 6 invalid input, 7 corrupt artifact, 8 I/O error."};
+      "4 invalid model, 5 unsupported operator/dtype, 6 invalid input, 7 corrupt artifact, 8 I/O error,\n"
+      "9 kiln verify: some value is outside the tolerance."};
   app.set_version_flag("--version", KILN_VERSION_STRING);
   app.require_subcommand(1);
   cli::Common common;
@@ -33,6 +34,7 @@ int main(int argc, char** argv) {
   cli::add_check(app, common);
   cli::add_cache(app, common);
   cli::add_perf(app, common);
+  cli::add_verify(app, common);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -48,7 +50,7 @@ int main(int argc, char** argv) {
     // stderr, and the JSON error object when --json was asked for.
     std::string msg = e.what();
     if (argc > 1 && argv[1][0] != '-' && !is_subcommand(app, argv[1]))
-      msg = std::string("unknown subcommand '") + argv[1] + "' (expected compile, run, inspect, check, cache, perf)";
+      msg = std::string("unknown subcommand '") + argv[1] + "' (expected compile, run, inspect, check, cache, perf, verify)";
     std::fprintf(stderr, "kiln: error: %s\nRun with --help for more information.\n", msg.c_str());
     for (int i = 1; i < argc; ++i)
       if (std::string(argv[i]) == "--json") {
