@@ -11,3 +11,10 @@ cd build
 # spinning on a loaded 2-core machine).
 export OMP_WAIT_POLICY=${OMP_WAIT_POLICY:-PASSIVE}
 ctest --output-on-failure -j2 --timeout 1500 "$@"
+cd ..
+# The Python package (a fresh venv, pip install ., pytest) and the installed
+# C++ SDK (examples/cpp against cmake --install): scripts/test_python.sh.
+# KILN_SKIP_PYTHON_TESTS=1 leaves them out.
+if [ "${KILN_SKIP_PYTHON_TESTS:-0}" != 1 ]; then
+  ./scripts/test_python.sh
+fi
