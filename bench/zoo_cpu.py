@@ -153,15 +153,20 @@ def write_report(rows: list[dict], meta: dict, out: Path) -> str:
         "kiln static over ONNX Runtime (below 1.0: kiln faster)",
         "- produced by `.venv/bin/python bench/zoo_cpu.py`; models and inputs: `tools/models/zoo.py` (docs/zoo.md)",
         "",
-        "| model | family | kiln dynamic ms | kiln --shape ms | dyn/static | ORT ms | static/ORT | kiln compile ms "
-        "(dyn / static) | notes |",
-        "| --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
+        "- check: the model's latest `tools/models/zoo.py check` result (kiln's outputs against ORT's); the "
+        "timings of a model that FAILs it measure a program that computes something else (the detectors' "
+        "wrongly folded NMS branch, for one)",
+        "",
+        "| model | family | check | kiln dynamic ms | kiln --shape ms | dyn/static | ORT ms | static/ORT | kiln compile "
+        "ms (dyn / static) | notes |",
+        "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | --- | --- |",
     ]
     for r in rows:
         ratio = (r["dyn_ms"] / r["static_ms"]) if r["dyn_ms"] and r["static_ms"] else None
         vs_ort = (r["static_ms"] / r["ort_ms"]) if r["static_ms"] and r["ort_ms"] else None
         notes = "; ".join(r["notes"]).replace("|", "\\|")
-        lines.append(f"| {r['model']} | {r['family']} | {fmt(r['dyn_ms'])} | {fmt(r['static_ms'])} | "
+        lines.append(f"| {r['model']} | {r['family']} | {r.get('check') or '-'} | {fmt(r['dyn_ms'])} | "
+                     f"{fmt(r['static_ms'])} | "
                      f"{fmt(ratio)} | {fmt(r['ort_ms'])} | {fmt(vs_ort)} | "
                      f"{fmt(r['dyn_compile_ms'], 0)} / {fmt(r['static_compile_ms'], 0)} | {notes} |")
     text = "\n".join(lines) + "\n"
@@ -170,6 +175,34 @@ def write_report(rows: list[dict], meta: dict, out: Path) -> str:
     tmp.write_text(text)
     os.replace(tmp, out)
     return text
+
+
+def latest_checks(directory: Path) -> dict:
+    """model -> PASS / FAIL / SKIP from the zoo's last check (DIR/check-results.json), if any."""
+    try:
+        data = json.loads((directory / "check-results.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return {name: r.get("result") for name, r in data.items() if isinstance(r, dict)}
+
+
+def render(args) -> int:
+    """Re-renders the table from earlier --json outputs (e.g. a run of the whole zoo plus one of new models)."""
+    sys.path.insert(0, str(REPO / "tools" / "models"))
+    from zoo_models import models
+
+    meta, by_name = None, {}
+    for f in args.render:
+        data = json.loads(f.read_text())
+        meta = meta or data["meta"]
+        for r in data["rows"]:
+            by_name[r["model"]] = r
+    checks = latest_checks(args.dir.resolve())
+    rows = [by_name[n] for n in models() if n in by_name]
+    for r in rows:
+        r["check"] = checks.get(r["model"], r.get("check"))
+    print(write_report(rows, meta, args.out))
+    return 0
 
 
 def main() -> int:
@@ -185,9 +218,13 @@ def main() -> int:
     ap.add_argument("--timeout", type=float, default=900, help="seconds per kiln perf / ORT process")
     ap.add_argument("--out", type=Path, default=REPO / "bench" / "results" / "zoo_cpu.md")
     ap.add_argument("--json", type=Path)
+    ap.add_argument("--render", type=Path, nargs="+", metavar="JSON",
+                    help="write the table from earlier --json files (later files win per model) and exit")
     args = ap.parse_args()
     if args.ort_worker:
         return ort_worker(args)
+    if args.render:
+        return render(args)
 
     import numpy as np
 
@@ -205,9 +242,11 @@ def main() -> int:
             "load_before": " ".join(Path("/proc/loadavg").read_text().split()[:3]), "kiln_version": kv,
             "ort_version": ort_version, "rounds": args.rounds, "runs": args.runs, "warmup": args.warmup}
     rows = []
+    checks = latest_checks(args.dir.resolve())
     for m in zoo.select(args.only):
         path = args.dir.resolve() / f"{m.name}.onnx"
-        row = {"model": m.name, "family": m.family, "dyn_ms": None, "static_ms": None, "ort_ms": None,
+        row = {"model": m.name, "family": m.family, "check": checks.get(m.name),
+               "dyn_ms": None, "static_ms": None, "ort_ms": None,
                "dyn_compile_ms": None, "static_compile_ms": None, "notes": []}
         rows.append(row)
         if not path.exists():
@@ -251,6 +290,9 @@ def main() -> int:
                        dyn_compile_ms=med(got["dyn_c"]), static_compile_ms=med(got["static_c"]))
             labels = {"dyn": "dynamic", "static": "--shape", "ort": "ORT"}
             row["notes"] += [f"{labels[k]}: {v}" for k, v in errors.items()]
+        # The table so far, after every model: a long run that is stopped keeps what it measured.
+        meta["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
+        write_report(rows, meta, args.out)
     meta["load_after"] = " ".join(Path("/proc/loadavg").read_text().split()[:3])
     text = write_report(rows, meta, args.out)
     print(text)

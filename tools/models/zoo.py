@@ -566,6 +566,18 @@ def cmd_check(args) -> int:
     print("\n" + text + "\n", flush=True)
     summary = f"{n_pass} passed, {n_fail} failed" + (f", {n_skip} skipped" if n_skip else "")
     print(f"zoo: {summary} in {time.perf_counter() - t_all:.0f} s", flush=True)
+    # The latest result per model, kept across runs (bench/zoo_cpu.py shows it beside its timings).
+    latest_path = directory / "check-results.json"
+    try:
+        latest = json.loads(latest_path.read_text())
+    except (OSError, ValueError):
+        latest = {}
+    stamp = time.strftime("%Y-%m-%d %H:%M")
+    for r in results:
+        if not args.with_shapes:
+            latest[r["model"]] = {**{k: v for k, v in r.items() if k != "tmp"}, "date": stamp, "kiln": str(kiln),
+                                  "onnxruntime": onnxruntime.__version__}
+    write_atomically(latest_path, (json.dumps(latest, indent=1) + "\n").encode())
     if args.report:
         head = (f"# kiln model zoo check\n\n{time.strftime('%Y-%m-%d %H:%M')}; kiln `{kiln}`; onnxruntime "
                 f"{onnxruntime.__version__}; tolerance |kiln - ort| <= 1e-4 + 1e-3 |ort| (sets of rows for "
