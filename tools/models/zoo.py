@@ -43,6 +43,7 @@ import json
 import os
 import platform
 import shutil
+import shlex
 import signal
 import subprocess
 import sys
@@ -446,6 +447,8 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
             if with_shapes:  # diagnostic only: the zoo's acceptance run has no shape flags
                 cmd += ["--shape", f"{name}={'x'.join(str(d) for d in arr.shape)}"]
         cmd += ["--output-dir", str(out_dir), "--cache-dir", str(tmp / "cache"), "--json"]
+        # KILN_ZOO_KILN_ARGS="--target cuda" (a GPU machine's run; scripts/device/zoo_cuda.sh) adds kiln options.
+        cmd += shlex.split(os.environ.get("KILN_ZOO_KILN_ARGS", ""))
         limit = timeout or m.timeout_s
         code, out, err, secs = run_kiln(cmd, limit)
         (log_dir / f"{m.name}{'.with-shapes' if with_shapes else ''}.log").write_text(f"$ {' '.join(cmd)}\n# exit {code} after {secs:.1f} s\n"
