@@ -152,7 +152,7 @@ def write_report(rows: list[dict], meta: dict, out: Path) -> str:
         "- dyn/static: the dynamic run's latency over the static one's (goal: 1.1 or less); static/ORT: "
         "kiln static over ONNX Runtime (below 1.0: kiln faster)",
         "- produced by `.venv/bin/python bench/zoo_cpu.py`; models and inputs: `tools/models/zoo.py` (docs/zoo.md)",
-        "",
+        *([f"- {meta['extra']}"] if meta.get("extra") else []),
         "- check: the model's latest `tools/models/zoo.py check` result (kiln's outputs against ORT's); the "
         "timings of a model that FAILs it measure a program that computes something else (the detectors' "
         "wrongly folded NMS branch, for one)",
@@ -191,12 +191,19 @@ def render(args) -> int:
     sys.path.insert(0, str(REPO / "tools" / "models"))
     from zoo_models import models
 
-    meta, by_name = None, {}
+    meta, by_name, later = None, {}, []
     for f in args.render:
         data = json.loads(f.read_text())
-        meta = meta or data["meta"]
+        if meta is None:
+            meta = dict(data["meta"])
+        else:
+            m = data["meta"]
+            later.append(f"{', '.join(r['model'] for r in data['rows'])} from a later run ({m['date']}, "
+                         f"{m['rounds']} rounds, load before {m['load_before']}, after {m.get('load_after', '?')})")
         for r in data["rows"]:
             by_name[r["model"]] = r
+    if later:
+        meta["extra"] = "rows re-measured or added: " + "; ".join(later)
     checks = latest_checks(args.dir.resolve())
     rows = [by_name[n] for n in models() if n in by_name]
     for r in rows:
@@ -299,6 +306,7 @@ def main() -> int:
     print(f"zoo_cpu: wrote {args.out}")
     if args.json:
         args.json.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1) + "\n")
+        print(f"zoo_cpu: wrote {args.json} (re-render a table from several runs with --render A.json B.json)")
     return 0
 
 
