@@ -155,6 +155,10 @@ def is_current(directory: Path, m: ZooModel, manifest: dict) -> tuple[bool, str]
         return False, "recipe or library versions changed"
     if entry.get("bytes") != path.stat().st_size or entry.get("sha256") != sha256_of(path):
         return False, "file differs from its manifest entry"
+    for name, digest in (entry.get("external_data") or {}).items():
+        data = directory / name
+        if not data.exists() or sha256_of(data) != digest:
+            return False, f"external data {name} missing or changed"
     return True, "manifest matches"
 
 
@@ -281,18 +285,50 @@ def build_one(m: ZooModel, tmp: Path) -> dict:
     return {"exporter": f"shipped in the wheel {dist}=={version} ({member})", "wheel": whl.name}
 
 
+# Largest model written as one file; a larger one keeps its weights in NAME.onnx.data (protobuf's 2 GiB limit).
+INLINE_LIMIT = (2 << 30) - (64 << 20)
+
+
+def own_external_data(tmp: Path, final: Path) -> list[Path]:
+    """A model written with external data (torch 2.x's exporter does, naming the
+    data file after `tmp`) is re-saved so that no reference names the temporary
+    file: inline when it fits in one protobuf, else into `final`.data (returned,
+    to be published before the model). Returns [] when there is nothing to do."""
+    import onnx
+    from onnx.external_data_helper import uses_external_data
+
+    head = onnx.load(str(tmp), load_external_data=False)
+    if not any(uses_external_data(t) for t in head.graph.initializer):
+        return []
+    model = onnx.load(str(tmp))  # reads the weights from wherever the exporter put them
+    size = sum(len(t.raw_data) for t in model.graph.initializer)
+    if size < INLINE_LIMIT:
+        onnx.save(model, str(tmp))
+        return []
+    data = final.with_name(final.name + ".data")
+    staged = tmp.with_name(tmp.name + ".owndata")
+    onnx.save(model, str(staged), save_as_external_data=True, all_tensors_to_one_file=True,
+              location=data.name, size_threshold=1024)
+    # onnx wrote the weights to DIR/<final>.data; the model itself is published by the caller.
+    os.replace(staged, tmp)
+    return [data]
+
+
 def export_one(directory: Path, m: ZooModel, manifest: dict) -> None:
     final = directory / f"{m.name}.onnx"
     tmp = directory / f".{m.name}.onnx.tmp{os.getpid()}"
     t0 = time.perf_counter()
     try:
         rec = build_one(m, tmp)
+        data_files = own_external_data(tmp, final)
         smoke = ort_smoke(m, tmp)
         os.replace(tmp, final)
     finally:
         tmp.unlink(missing_ok=True)
         for extra in directory.glob(f".{m.name}.onnx.tmp{os.getpid()}*"):
             extra.unlink(missing_ok=True)
+    if data_files:
+        rec["external_data"] = {f.name: sha256_of(f) for f in data_files}
     import onnxruntime
 
     entry = {"family": m.family, "file": final.name, "source": m.source, **rec,
