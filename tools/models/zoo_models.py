@@ -261,7 +261,8 @@ def _export(module, args, path: Path, input_names, output_names, dynamic_axes, o
         torch.onnx.export(module, args, str(path), opset_version=opset, input_names=list(input_names),
                           output_names=list(output_names), dynamic_axes=dynamic_axes,
                           do_constant_folding=True)
-    return {"exporter": f"torch.onnx.export (TorchScript exporter, torch {torch.__version__})",
+    kind = "TorchScript exporter" if int(torch.__version__.split(".")[0]) < 2 else "torch's default exporter"
+    return {"exporter": f"torch.onnx.export ({kind}, torch {torch.__version__})",
             "opset": opset, "dynamic_axes": {k: {str(a): n for a, n in v.items()} if isinstance(v, dict)
                                                else list(v) for k, v in dynamic_axes.items()}}
 
