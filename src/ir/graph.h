@@ -83,6 +83,11 @@ struct Model {
   const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
 };
 
+/// A copy of `m` whose subgraphs are copied too. A plain copy of a Model
+/// shares its subgraphs (Node attributes hold shared_ptr<Graph>), so a pass
+/// run on the copy (a probe) would rewrite the original's If / Loop bodies.
+Model deep_copy(const Model& m);
+
 /// Calls f(graph) for the main graph and every nested subgraph, outer first.
 template <class F>
 void for_each_graph(Graph& g, F&& f) {

@@ -36,4 +36,21 @@ std::vector<float> Node::floats(const std::string& a, std::vector<float> def) co
 const Tensor& Node::tensor(const std::string& a) const { return get<Tensor>(*this, a, "tensor"); }
 const Graph& Node::graph(const std::string& a) const { return *get<std::shared_ptr<Graph>>(*this, a, "graph"); }
 
+namespace {
+void clone_subgraphs(Graph& g) {
+  for (auto& n : g.nodes)
+    for (auto& [k, a] : n.attrs)
+      if (auto* sg = std::get_if<std::shared_ptr<Graph>>(&a)) {
+        *sg = std::make_shared<Graph>(**sg);
+        clone_subgraphs(**sg);
+      }
+}
+}  // namespace
+
+Model deep_copy(const Model& m) {
+  Model out = m;
+  clone_subgraphs(out.main);
+  return out;
+}
+
 }  // namespace kiln::ir

@@ -82,7 +82,7 @@ class Importer : public ParseContext {
 
   /// `input_name`: set for a main-graph input, whose unknown dims (a dim_value
   /// of -1, as Paddle exports write it, or a dim with neither value nor
-  /// param) get the symbol "<input>:<axis>" so that shapes can be bound and
+  /// param, or the dim_param "?") get the symbol "<input>:<axis>" so that shapes can be bound and
   /// specialized per dim (and `--dim` can name them). Elsewhere -1 and
   /// missing dims stay anonymous (unknown, empty symbol).
   void apply_type(ir::Value& v, const onnx::TypeProto& tp, const std::string& where,
@@ -97,7 +97,8 @@ class Importer : public ParseContext {
     if (tt.has_shape()) {
       ir::Shape s;
       for (auto& d : tt.shape().dim()) {
-        const bool unknown = d.has_dim_value() ? d.dim_value() == -1 : d.dim_param().empty();
+        // paddle2onnx writes "?" for every unknown dim ([None, 3, '?', '?']): not one shared symbol.
+        const bool unknown = d.has_dim_value() ? d.dim_value() == -1 : d.dim_param().empty() || d.dim_param() == "?";
         if (unknown) {
           s.push_back(ir::Dim::sym(input_name ? fmt::format("{}:{}", *input_name, s.size()) : std::string()));
         } else if (d.has_dim_value()) {

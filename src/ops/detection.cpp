@@ -248,7 +248,15 @@ std::vector<int64_t> nms(const ir::Node& n, const Tensor& boxes_t, const Tensor&
   const std::vector<double> scores = doubles_of(n, scores_t, "input 1 (scores)");
   if (opt[0] && !(opt[0]->dtype() == DType::i64 || opt[0]->dtype() == DType::i32))
     unsupported_dtype(n, opt[0]->dtype(), "input 2 (max_output_boxes_per_class)");
-  const int64_t max_out = static_cast<int64_t>(scalar_input(n, opt[0], "max_output_boxes_per_class").value_or(0));
+  // Read as an integer: exporters write INT64_MAX for "no limit" (torchvision's
+  // batched_nms), which a round trip through double turns into INT64_MIN.
+  int64_t max_out = 0;
+  if (opt[0] && opt[0]->numel() > 0) {
+    if (opt[0]->numel() != 1)
+      fail(ErrorCode::invalid_input, "{}: max_output_boxes_per_class {} must be a scalar", n.label(),
+           opt[0]->describe());
+    max_out = opt[0]->dtype() == DType::i64 ? opt[0]->data<int64_t>()[0] : opt[0]->data<int32_t>()[0];
+  }
   const double iou = scalar_input(n, opt[1], "iou_threshold").value_or(0.0);
   const std::optional<double> score_min = scalar_input(n, opt[2], "score_threshold");
   const int64_t B = boxes_t.dim(0), S = boxes_t.dim(1), K = scores_t.dim(1);

@@ -126,7 +126,7 @@ bool constants_differ(const ir::Model& a, const ir::Model& b, ir::ValueId v) {
 
 /// m with its inputs' symbols bound to `sizes` and everything foldable folded.
 std::optional<ir::Model> bound_copy(const ir::Model& m, const std::map<std::string, int64_t>& sizes) {
-  ir::Model probe = m;
+  ir::Model probe = ir::deep_copy(m);  // a plain copy shares (and would fold) the subgraphs
   try {
     passes::bind_symbols(probe, sizes);
     passes::infer_and_fold(probe, /*max_fold_bytes=*/uint64_t{1} << 20);

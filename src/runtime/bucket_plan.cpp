@@ -126,7 +126,7 @@ std::vector<ir::Value> output_values(const ir::Model& m, const std::optional<ir:
 /// constant folded), once for all the padding decisions; nullopt when
 /// inference fails.
 std::optional<ir::Model> inferred_model(const ir::Model& m) {
-  ir::Model probe = m;
+  ir::Model probe = ir::deep_copy(m);  // a plain copy shares (and would fold) the subgraphs
   try {
     passes::infer_and_fold(probe, /*max_fold_bytes=*/0);
   } catch (const Error&) {

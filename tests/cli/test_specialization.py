@@ -222,3 +222,12 @@ def test_a_data_dependent_dim_is_listed_as_such(kiln, tmp_path):
     assert reasons["Mul"].startswith("data-dependent shape"), reasons
     text = kiln("run", model, "--input", f"x={f}", "--no-cache")
     assert "because their shapes are dynamic" not in text.stderr, text.describe()
+
+
+def test_question_mark_dims_are_each_their_own_symbol(kiln, tmp_path):
+    """paddle2onnx declares unknown dims as dim_param '?' ([None, 3, '?', '?']): H and W may differ."""
+    model = _conv_model(tmp_path / "conv.onnx", [None, 3, "?", "?"])
+    x = np.random.RandomState(9).rand(1, 3, 12, 20).astype(np.float32)
+    j, out = _run(kiln, model, tmp_path, {"x": x}, "--no-cache")
+    _close(np.load(out / "y.npy"), _ort(model, {"x": x})[0])
+    assert j["buckets"]["dims"] == ["x:0", "x:2", "x:3"]

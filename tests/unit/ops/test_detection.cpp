@@ -98,6 +98,15 @@ TEST(NonMaxSuppression, HigherIouThresholdKeepsMore) {
   EXPECT_EQ(values<int64_t>(y[0]), (Ints{0, 0, 3, 0, 0, 0, 0, 0, 1, 0, 0, 2, 0, 1, 4}));
 }
 
+TEST(NonMaxSuppression, Int64MaxMeansNoLimit) {
+  // torchvision's batched_nms exports max_output_boxes_per_class =
+  // INT64_MAX; read through a double it became INT64_MIN and kept nothing.
+  auto y = run_op("NonMaxSuppression", {},
+                  {corner_boxes(), two_class_scores(), make<int64_t>({1}, {INT64_MAX}), make<float>({1}, {0.5f}),
+                   make<float>({1}, {0.45f})});
+  EXPECT_EQ(values<int64_t>(y[0]), (Ints{0, 0, 3, 0, 0, 0, 0, 1, 4}));
+}
+
 TEST(NonMaxSuppression, LimitPerClass) {
   auto y = run_op("NonMaxSuppression", {},
                   {corner_boxes(), two_class_scores(), make<int64_t>({1}, {1}), make<float>({1}, {0.5f})});
