@@ -5,7 +5,7 @@
 # Exports the zoo there (torch 2.11: its default exporter; models that need
 # a wheel from PyPI are skipped, no internet there), then `zoo.py check`
 # with `kiln run --target cuda` (fp32, no shape flags) against ONNX Runtime
-# (CPU). KILN_ZOO_BUDGET_S (default 420) bounds the check; the table and
+# (CPU). KILN_ZOO_BUDGET_S (default 540; export gets KILN_ZOO_EXPORT_S, default 240) bounds the check; the table and
 # logs come back in $OUT.
 set -u
 T0=$(date +%s)
@@ -13,9 +13,9 @@ mkdir -p "$OUT"
 DIR=/tmp/zoo
 ONLY=()
 [ $# -gt 0 ] && ONLY=(--only "$@")
-timeout 200 python3 tools/models/zoo.py export --dir "$DIR" "${ONLY[@]}" > "$OUT/export.log" 2>&1
+timeout "${KILN_ZOO_EXPORT_S:-240}" python3 tools/models/zoo.py export --dir "$DIR" "${ONLY[@]}" > "$OUT/export.log" 2>&1
 tail -15 "$OUT/export.log"
-LEFT=$(( ${KILN_ZOO_BUDGET_S:-420} - ($(date +%s) - T0) ))
+LEFT=$(( ${KILN_ZOO_BUDGET_S:-540} - ($(date +%s) - T0) ))
 KILN_ZOO_KILN_ARGS="--target cuda" timeout "$LEFT" python3 tools/models/zoo.py check --dir "$DIR" \
   --kiln build-cuda/tools/kiln/kiln --timeout 120 --report "$OUT/zoo_cuda.md" --json "$OUT/zoo_cuda.json" "${ONLY[@]}" \
   > "$OUT/check.log" 2>&1
