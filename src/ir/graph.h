@@ -83,6 +83,11 @@ struct Model {
   const Value& value(ValueId id) const { return values.at(static_cast<size_t>(id)); }
 };
 
+/// Whether an input or output of n has a static zero-sized dim (a batch of
+/// 0, an empty sequence): the cpu target leaves such nodes to the reference
+/// kernels (oneDNN divides by such dims while planning a primitive).
+bool has_empty_tensor(const Model& m, const Node& n);
+
 /// A copy of `m` whose subgraphs are copied too. A plain copy of a Model
 /// shares its subgraphs (Node attributes hold shared_ptr<Graph>), so a pass
 /// run on the copy (a probe) would rewrite the original's If / Loop bodies.

@@ -47,6 +47,20 @@ void clone_subgraphs(Graph& g) {
 }
 }  // namespace
 
+bool has_empty_tensor(const Model& m, const Node& n) {
+  auto empty = [&](ValueId v) {
+    if (v == kNoValue || !m.value(v).shape) return false;
+    for (auto& d : *m.value(v).shape)
+      if (d.is_static() && d.value == 0) return true;
+    return false;
+  };
+  for (auto v : n.inputs)
+    if (empty(v)) return true;
+  for (auto v : n.outputs)
+    if (empty(v)) return true;
+  return false;
+}
+
 Model deep_copy(const Model& m) {
   Model out = m;
   clone_subgraphs(out.main);

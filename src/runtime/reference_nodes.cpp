@@ -38,20 +38,6 @@ ir::ValueId dynamic_value(const ir::Model& m, const ir::Node& n) {
   return ir::kNoValue;
 }
 
-bool has_empty(const ir::Model& m, const ir::Node& n) {
-  auto empty = [&](ir::ValueId v) {
-    if (v == ir::kNoValue || !m.value(v).shape) return false;
-    for (auto& d : *m.value(v).shape)
-      if (d.is_static() && d.value == 0) return true;
-    return false;
-  };
-  for (auto v : n.inputs)
-    if (empty(v)) return true;
-  for (auto v : n.outputs)
-    if (empty(v)) return true;
-  return false;
-}
-
 }  // namespace
 
 std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string& target) {
@@ -82,7 +68,7 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
       r.reason = from_inputs ? fmt::format("dynamic shape: '{}' is {}", val.name, ir::shape_str(val.shape))
                              : fmt::format("data-dependent shape: '{}' is {} (its size comes from tensor values)",
                                            val.name, ir::shape_str(val.shape));
-    } else if (has_empty(m, n)) {
+    } else if (ir::has_empty_tensor(m, n)) {
       r.reason = "empty tensor (a 0-sized dim)";
     } else if (elementwise_op(n.op_type) && !n.outputs.empty() && n.outputs[0] != ir::kNoValue) {
       int64_t elems = 1;

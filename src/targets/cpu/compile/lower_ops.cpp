@@ -48,26 +48,6 @@ bool skipped(const std::string& op) {
   return !list.empty() && list.find("," + op + ",") != std::string::npos;
 }
 
-/// Whether an input or output of n has a zero-sized dim (a batch of 0, an
-/// empty sequence): oneDNN divides by such dims while it plans a primitive
-/// (a matmul with M = 0 raised SIGFPE), and the reference kernels handle
-/// empty tensors, so such nodes stay ONNX.
-bool has_empty_tensor(const ir::Model& m, const ir::Node& n) {
-  auto empty = [&](ir::ValueId v) {
-    if (v == ir::kNoValue) return false;
-    const ir::Value& val = m.value(v);
-    if (!val.shape) return false;
-    for (auto& d : *val.shape)
-      if (d.is_static() && d.value == 0) return true;
-    return false;
-  };
-  for (auto v : n.inputs)
-    if (empty(v)) return true;
-  for (auto v : n.outputs)
-    if (empty(v)) return true;
-  return false;
-}
-
 int lower_graph(ir::Model& m, ir::Graph& g, std::vector<Lowered>* elementwise) {
   int lowered = 0;
   std::vector<ir::Node> out;
@@ -76,7 +56,7 @@ int lower_graph(ir::Model& m, ir::Graph& g, std::vector<Lowered>* elementwise) {
     for (auto& [k, a] : n.attrs)
       if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) lowered += lower_graph(m, **sg, elementwise);
     std::optional<std::vector<ir::Node>> rep;
-    if (LowerFn f = lowering_of(n); f && !skipped(n.op_type) && !has_empty_tensor(m, n)) rep = f(m, n);
+    if (LowerFn f = lowering_of(n); f && !skipped(n.op_type) && !ir::has_empty_tensor(m, n)) rep = f(m, n);  // oneDNN cannot plan 0-sized dims (SIGFPE)
     if (!rep) {
       out.push_back(std::move(n));
       continue;
