@@ -104,11 +104,17 @@ struct Imported {
   std::string signature;
 };
 
-Imported import_bound(const std::filesystem::path& onnx_path, const SessionOptions& opt) {
+/// `known_set` / `imported` (compile_program's `preimported`): see compile_program.
+Imported import_bound(const std::filesystem::path& onnx_path, const SessionOptions& opt,
+                      const artifact::BucketSet* known_set = nullptr, ir::Model* imported = nullptr) {
   Imported im;
-  im.model = onnx_import::import_file(onnx_path);
-  passes::bind_input_shapes(im.model, opt.input_shapes);
-  im.set = plan_buckets(im.model, opt.dims, opt.specialize_shapes, opt.specialize_values);
+  if (imported) {
+    im.model = std::move(*imported);
+  } else {
+    im.model = onnx_import::import_file(onnx_path);
+    passes::bind_input_shapes(im.model, opt.input_shapes);
+  }
+  im.set = known_set ? *known_set : plan_buckets(im.model, opt.dims, opt.specialize_shapes, opt.specialize_values);
   im.signature = signature(im.model);
   return im;
 }
@@ -121,16 +127,18 @@ BucketSkeleton bucket_skeleton(const std::filesystem::path& onnx_path, const Ses
   for (auto id : im.model.main.outputs) sk.outputs.push_back(tensor_info(im.model.value(id)));
   sk.set = std::move(im.set);
   sk.signature = std::move(im.signature);
+  sk.model = std::move(im.model);
   return sk;
 }
 
 artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
                                           const artifact::CompatInfo& request, const std::string& cache_key,
                                           CompileResult* report, const std::vector<int64_t>& sizes,
-                                          const ir::Model* layout_reference) {
+                                          const ir::Model* layout_reference, const artifact::BucketSet* known_set,
+                                          ir::Model* preimported) {
   Stopwatch sw;
   artifact::CompiledProgram cp;
-  Imported im = import_bound(onnx_path, opt);
+  Imported im = import_bound(onnx_path, opt, known_set, preimported);
   cp.model = std::move(im.model);
   int imported = static_cast<int>(cp.model.main.nodes.size());
   if (sizes.size() != im.set.dims.size())
@@ -286,7 +294,7 @@ CompileResult compile(const std::filesystem::path& onnx_path, const std::filesys
            name, aot.specialize_values ? "" : "; value specialization is off");
   }
   if (sk.set.empty()) {
-    cp = compile_program(onnx_path, aot, request, key, &r);
+    cp = compile_program(onnx_path, aot, request, key, &r, {}, nullptr, &sk.set, &*sk.model);
   } else {
     // Ahead of time: every bucket / value, one program each, constants shared.
     auto all = aot_programs(sk.set, opt);
@@ -295,7 +303,7 @@ CompileResult compile(const std::filesystem::path& onnx_path, const std::filesys
     for (size_t i = 0; i < all.size(); ++i) {
       CompileResult one;
       // Later buckets pack their weights like the first (stored once).
-      auto p = compile_program(onnx_path, aot, request, key, i ? &one : &r, all[i], i ? &cp.model : nullptr);
+      auto p = compile_program(onnx_path, aot, request, key, i ? &one : &r, all[i], i ? &cp.model : nullptr, &sk.set);
       ms += i ? one.compile_ms : r.compile_ms;
       if (i == 0) {
         cp = std::move(p);

@@ -3,6 +3,7 @@
 #pragma once
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -51,10 +52,18 @@ std::vector<std::pair<std::string, std::string>> key_fields(const std::string& m
 /// `layout_reference` (may be null): a program of another bucket, whose
 /// packed weight layouts the cpu target reuses (constants stored once).
 /// Throws Error(internal) when `sizes` does not have one entry per dim.
+/// `known_set` (may be null): the model's bucket set as planned before for
+/// these options (an artifact's, or a skeleton's): planning it again (shape
+/// inference and the batch prover, which folds the model twice) is skipped.
+/// `preimported` (may be null): the model already imported with
+/// opt.input_shapes bound (BucketSkeleton::model), moved in instead of
+/// importing the file a second time.
 artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path, const SessionOptions& opt,
                                           const artifact::CompatInfo& request, const std::string& cache_key,
                                           CompileResult* report, const std::vector<int64_t>& sizes = {},
-                                          const ir::Model* layout_reference = nullptr);
+                                          const ir::Model* layout_reference = nullptr,
+                                          const artifact::BucketSet* known_set = nullptr,
+                                          ir::Model* preimported = nullptr);
 
 /// What a bucketed Session knows before compiling any bucket: the bucket set
 /// and the model's inputs/outputs (bucketed dims symbolic).
@@ -62,6 +71,9 @@ struct BucketSkeleton {
   artifact::BucketSet set;
   std::vector<TensorInfo> inputs, outputs;
   std::string signature;
+  /// The imported model (input_shapes bound), for compile_program's `preimported`
+  /// when the caller compiles right away; moved out or dropped after that.
+  std::optional<ir::Model> model;
 };
 /// Imports the model and plans its buckets for opt.dims (no compile).
 /// Throws Error(invalid_option) naming a dim the model lacks, and import errors.

@@ -167,8 +167,12 @@ void ProgramSet::unload_least_recent() const {
 std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {
   buckets::Choice c = buckets::choose(set_, request);
   std::lock_guard<std::mutex> lock(mu_);
-  round_specialized(request, c.sizes);
   ++uses_;
+  // The steady state: a program for exactly the choice is held. Only a miss
+  // pays for rounding specialized dims against the sizes held.
+  bool exact_held = false;
+  for (auto& e : programs_) exact_held |= e.sizes == c.sizes;
+  if (!exact_held) round_specialized(request, c.sizes);
   for (auto& e : programs_)
     if (e.sizes == c.sizes) {
       sizes = e.sizes;
@@ -185,7 +189,7 @@ std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& requ
     Stopwatch sw;
     bool compiled = true;
     const ir::Model* reference = programs_.empty() ? nullptr : &programs_.front().model();
-    artifact::ProgramVariant v = grow_(c.sizes, reference, compiled);
+    artifact::ProgramVariant v = grow_(c.sizes, set_, reference, compiled);
     if (compiled) {
       ++compiles_;
       compile_ms_ += sw.ms();

@@ -28,13 +28,15 @@ namespace kiln {
 /// program is compiled (so a bucket is compiled once per Session).
 class ProgramSet {
  public:
-  /// Compiles the program for `sizes` (BucketSet::dims order) and returns
+  /// Compiles the program for `sizes` (BucketSet::dims order) of bucket set
+  /// `set` (the set's, so the compile need not plan it again) and returns
   /// it (model + plan; the set's compat and bucket set apply). `reference`
   /// (may be null) is a program the set holds, whose weight layouts the
   /// compile reuses. Sets `compiled` false when it found the program already
   /// compiled by another process (cache) instead. Throws what a compile throws.
   using Grow = std::function<artifact::ProgramVariant(const std::vector<int64_t>& sizes,
-                                                      const ir::Model* reference, bool& compiled)>;
+                                                      const artifact::BucketSet& set, const ir::Model* reference,
+                                                      bool& compiled)>;
 
   /// Builds a Program for each program of `cp`. `grow` may be empty (an
   /// explicit artifact: a missing bucket is then an error).

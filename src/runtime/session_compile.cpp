@@ -108,6 +108,7 @@ std::shared_ptr<const ProgramSet> lazy_set(const fs::path& onnx, const SessionOp
                                            const artifact::CompatInfo& request, ProgramSet::Grow grow,
                                            SessionStats& st, BucketSkeleton sk) {
   Stopwatch sw;
+  sk.model.reset();  // each program is imported again when compiled: the session does not hold a copy of the weights
   artifact::CompatInfo compat = request;
   compat.input_signature = sk.signature;
   auto p = std::make_shared<const ProgramSet>(std::move(compat), std::move(sk.set), std::move(sk.inputs),
@@ -119,8 +120,9 @@ std::shared_ptr<const ProgramSet> lazy_set(const fs::path& onnx, const SessionOp
 
 /// Compiles without the cache (no cache, or a directory kiln may not use).
 ProgramSet::Grow memory_grow(const fs::path& onnx, const SessionOptions& opt, const artifact::CompatInfo& request) {
-  return [onnx, opt, request](const std::vector<int64_t>& sizes, const ir::Model* reference, bool& compiled) {
-    auto cp = compile_program(onnx, opt, request, "", nullptr, sizes, reference);
+  return [onnx, opt, request](const std::vector<int64_t>& sizes, const artifact::BucketSet& set,
+                               const ir::Model* reference, bool& compiled) {
+    auto cp = compile_program(onnx, opt, request, "", nullptr, sizes, reference, &set);
     compiled = true;
     return artifact::ProgramVariant{sizes, std::move(cp.model), std::move(cp.plan)};
   };
@@ -129,11 +131,14 @@ ProgramSet::Grow memory_grow(const fs::path& onnx, const SessionOptions& opt, co
 std::shared_ptr<const ProgramSet> compile_in_memory(const fs::path& onnx, const SessionOptions& opt,
                                                     const artifact::CompatInfo& request, SessionStats& st) {
   st.cache = SessionStats::Cache::none;
-  if (BucketSkeleton sk = bucket_skeleton(onnx, opt); !sk.set.empty())
-    return lazy_set(onnx, opt, request, memory_grow(onnx, opt, request), st, std::move(sk));
+  Stopwatch import_sw;
+  BucketSkeleton sk = bucket_skeleton(onnx, opt);
+  const double import_ms = import_sw.ms();
+  if (!sk.set.empty()) return lazy_set(onnx, opt, request, memory_grow(onnx, opt, request), st, std::move(sk));
   CompileResult rep;
-  auto cp = compile_program(onnx, opt, request, "", &rep);
-  st.compile_ms = rep.compile_ms;
+  // One program: compiled from the skeleton's import (the file is read once).
+  auto cp = compile_program(onnx, opt, request, "", &rep, {}, nullptr, &sk.set, &*sk.model);
+  st.compile_ms = import_ms + rep.compile_ms;
   Stopwatch sw;
   auto p = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device,
                                                  opt.max_loaded_programs);
@@ -174,7 +179,7 @@ std::optional<artifact::CompiledProgram> current_entry(const cache::Cache& c, co
 ProgramSet::Grow cache_grow(fs::path onnx, SessionOptions opt, artifact::CompatInfo request, fs::path dir,
                             std::string key, std::vector<cache::FileStamp> files) {
   opt.on_note = nullptr;  // notes of later runs go to the log only
-  return [=](const std::vector<int64_t>& sizes, const ir::Model* reference,
+  return [=](const std::vector<int64_t>& sizes, const artifact::BucketSet& set, const ir::Model* reference,
              bool& compiled) -> artifact::ProgramVariant {
     cache::Cache c(dir);
     std::string problem;
@@ -201,7 +206,7 @@ ProgramSet::Grow cache_grow(fs::path onnx, SessionOptions opt, artifact::CompatI
       }
     // The entry's first program fixes the weight layouts (constants stored once).
     artifact::CompiledProgram cp =
-        compile_program(onnx, opt, request, key, nullptr, sizes, entry ? &entry->model : reference);
+        compile_program(onnx, opt, request, key, nullptr, sizes, entry ? &entry->model : reference, &set);
     compiled = true;
     artifact::ProgramVariant out{sizes, cp.model, cp.plan};  // shallow: constants are shared buffers
     if (model_changed(files)) {
@@ -318,7 +323,10 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
     notes.add(rebuild_note(found, c.entry_path(key), moved));
   }
 
-  if (BucketSkeleton sk = bucket_skeleton(onnx_path, opt); !sk.set.empty()) {
+  Stopwatch import_sw;
+  BucketSkeleton sk = bucket_skeleton(onnx_path, opt);
+  const double import_ms = import_sw.ms();
+  if (!sk.set.empty()) {
     // Bucketed or specialized: nothing is compiled now; each program is
     // compiled (and added to the entry) when a run first needs it.
     lock.release();
@@ -334,8 +342,9 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
     return p;
   }
   CompileResult rep;
-  auto cp = compile_program(onnx_path, opt, request, key, &rep);
-  st.compile_ms = rep.compile_ms;
+  // One program: compiled from the skeleton's import (the file is read once).
+  auto cp = compile_program(onnx_path, opt, request, key, &rep, {}, nullptr, &sk.set, &*sk.model);
+  st.compile_ms = import_ms + rep.compile_ms;
   st.cache = SessionStats::Cache::none;
   if (model_changed(md.files)) {
     notes.add(fmt::format("'{}' changed while it was being compiled: the program is used but not cached",
