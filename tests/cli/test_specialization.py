@@ -231,3 +231,22 @@ def test_question_mark_dims_are_each_their_own_symbol(kiln, tmp_path):
     j, out = _run(kiln, model, tmp_path, {"x": x}, "--no-cache")
     _close(np.load(out / "y.npy"), _ort(model, {"x": x})[0])
     assert j["buckets"]["dims"] == ["x:0", "x:2", "x:3"]
+
+
+@pytest.mark.parametrize("cmd", [("run", "--random-inputs", "--no-cache"), ("perf", "--runs", "1"), ("verify",)],
+                         ids=["run", "perf", "verify"])
+def test_a_random_input_of_a_dtype_kiln_cannot_make_names_it(kiln, tmp_path, cmd):
+    """run --random-inputs, perf and verify share one random-input maker: an int16
+    input (kiln runs it, the maker has no int16 values) is an input error naming
+    the input, its dtype and --input."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Identity", ["z"], ["y"])], "c",
+                              [helper.make_tensor_value_info("z", TensorProto.INT16, [2])],
+                              [helper.make_tensor_value_info("y", TensorProto.INT16, [2])])
+    m = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    model = tmp_path / "c.onnx"
+    onnx.save(m, str(model))
+    res = kiln(cmd[0], model, *cmd[1:])
+    assert_error(res, 6, "random int16 input 'z'", "--input z=")

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,13 @@ struct SpecializeArgs {
 /// Adds the flags to `sub`; `shapes` false leaves --no-shape-specialization out (compile).
 void add_specialize_flags(CLI::App* sub, SpecializeArgs& a, bool shapes = true);
 void apply_specialize(const SpecializeArgs& a, SessionOptions& opt);
+
+/// Random data for a model input (`kiln run --random-inputs`, `kiln perf`,
+/// `kiln verify`): floats uniform in [0, 1), integers uniform in [0, 9],
+/// bools half true; a symbolic dim becomes 1, with a note in `notes` when it
+/// is given. `how` names the caller in the error for a dtype it cannot make
+/// (Error(invalid_input) naming the input and its dtype).
+Tensor random_input(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>* notes, const char* how);
 
 /// Reference-kernel nodes as a JSON array of {"node","op","reason"}.
 json reference_json(const std::vector<ReferenceNode>& nodes);

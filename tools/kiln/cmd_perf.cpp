@@ -145,24 +145,6 @@ json profile_runs(const Session& s, const std::map<std::string, Tensor>& in, int
   return {{"runs", runs}, {"total_ms", total}, {"by_op", j_ops}, {"top_nodes", j_nodes}};
 }
 
-/// Random data for one input (floats in [0,1), integers in [0,9]); symbolic dims become 1.
-Tensor perf_input(const TensorInfo& info, std::mt19937_64& rng) {
-  std::vector<int64_t> shape;
-  for (auto d : info.dims) shape.push_back(d >= 0 ? d : 1);
-  Tensor t(info.dtype, shape);
-  std::uniform_real_distribution<float> uf(0.f, 1.f);
-  std::uniform_int_distribution<int> ui(0, 9);
-  for (int64_t i = 0; i < t.numel(); ++i) switch (info.dtype) {
-      case DType::f32: t.data<float>()[i] = uf(rng); break;
-      case DType::f64: t.data<double>()[i] = uf(rng); break;
-      case DType::i64: t.data<int64_t>()[i] = ui(rng); break;
-      case DType::i32: t.data<int32_t>()[i] = ui(rng); break;
-      case DType::boolean: t.data<bool>()[i] = ui(rng) < 5; break;
-      default: fail(ErrorCode::invalid_input, "kiln perf cannot make {} input '{}'; give it with --input", dtype_name(info.dtype), info.name);
-    }
-  return t;
-}
-
 double percentile(std::vector<double> v, double p) {
   std::sort(v.begin(), v.end());
   double pos = p * static_cast<double>(v.size() - 1);
@@ -238,7 +220,7 @@ void child_main(const PerfArgs& a) {
   std::mt19937_64 rng(a.seed);
   int64_t batch = 1;
   for (auto& info : s.inputs())
-    if (!in.count(info.name)) in[info.name] = perf_input(info, rng);
+    if (!in.count(info.name)) in[info.name] = random_input(info, rng, nullptr, "kiln perf");
   if (!s.inputs().empty()) {
     const Tensor& first = in.at(s.inputs().front().name);
     batch = first.rank() > 0 ? first.dim(0) : 1;
@@ -383,7 +365,7 @@ void perf_main(const PerfArgs& a, bool as_json) {
   fs::path art = a.keep.empty() ? fs::temp_directory_path() / fmt::format("kiln-perf-{}.kiln", getpid()) : fs::path(a.keep);
   CompileResult cr = compile(a.model, art, opt);
   std::string self = fs::read_symlink("/proc/self/exe").string();
-  std::vector<std::string> argv{self, "perf", art.string(), "--child", "--target", a.target, "--threads",
+  std::vector<std::string> argv{self, "perf", art.string(), "--child", "--json", "--target", a.target, "--threads",
                                 std::to_string(a.threads), "--runs", std::to_string(a.runs), "--warmup",
                                 std::to_string(a.warmup), "--seed", std::to_string(a.seed)};
   for (auto& i : a.inputs) argv.insert(argv.end(), {"--input", i});

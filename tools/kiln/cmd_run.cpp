@@ -29,35 +29,6 @@ struct Args {
   SpecializeArgs specialize;
 };
 
-Tensor random_tensor(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>& notes) {
-  std::vector<int64_t> shape;
-  for (size_t i = 0; i < info.dims.size(); ++i) {
-    if (info.dims[i] >= 0) {
-      shape.push_back(info.dims[i]);
-    } else {
-      shape.push_back(1);
-      notes.push_back(fmt::format("input '{}': dim {} ('{}') is symbolic; --random-inputs uses 1 (fix it with --shape)",
-                                  info.name, i, info.symbols[i]));
-    }
-  }
-  Tensor t(info.dtype, shape);
-  std::uniform_real_distribution<float> uf(0.f, 1.f);
-  std::uniform_int_distribution<int> ui(0, 9);
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    switch (info.dtype) {
-      case DType::f32: t.data<float>()[i] = uf(rng); break;
-      case DType::f64: t.data<double>()[i] = uf(rng); break;
-      case DType::i64: t.data<int64_t>()[i] = ui(rng); break;
-      case DType::i32: t.data<int32_t>()[i] = ui(rng); break;
-      case DType::boolean: t.data<bool>()[i] = ui(rng) < 5; break;
-      case DType::u8: t.data<uint8_t>()[i] = static_cast<uint8_t>(ui(rng)); break;
-      case DType::i8: t.data<int8_t>()[i] = static_cast<int8_t>(ui(rng)); break;
-      default: fail(ErrorCode::invalid_input, "--random-inputs cannot make {} input '{}'", dtype_name(info.dtype), info.name);
-    }
-  }
-  return t;
-}
-
 std::map<std::string, Tensor> gather_inputs(const Args& a, const Session& s, std::vector<std::string>& notes) {
   std::map<std::string, Tensor> in;
   std::string known;
@@ -76,7 +47,7 @@ std::map<std::string, Tensor> gather_inputs(const Args& a, const Session& s, std
   if (a.random_inputs) {
     std::mt19937_64 rng(a.seed);
     for (auto& info : s.inputs())
-      if (!in.count(info.name)) in[info.name] = random_tensor(info, rng, notes);
+      if (!in.count(info.name)) in[info.name] = random_input(info, rng, &notes, "--random-inputs");
   } else {
     for (auto& info : s.inputs())
       if (!in.count(info.name))

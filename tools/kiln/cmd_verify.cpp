@@ -49,37 +49,6 @@ struct VerifyArgs {
   CodegenArgs codegen;
 };
 
-/// Random data for input `info` (floats uniform in [0,1), integers in
-/// [0,9], bools half true); a symbolic dim becomes 1 (a note says so).
-Tensor random_input(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>& notes) {
-  std::vector<int64_t> shape;
-  for (size_t i = 0; i < info.dims.size(); ++i) {
-    if (info.dims[i] >= 0) {
-      shape.push_back(info.dims[i]);
-      continue;
-    }
-    shape.push_back(1);
-    notes.push_back(fmt::format("input '{}': dim {} ('{}') is symbolic; the random input uses 1 (fix it with --shape)",
-                                info.name, i, info.symbols[i]));
-  }
-  Tensor t(info.dtype, shape);
-  std::uniform_real_distribution<float> uf(0.f, 1.f);
-  std::uniform_int_distribution<int> ui(0, 9);
-  for (int64_t i = 0; i < t.numel(); ++i) switch (info.dtype) {
-      case DType::f32: t.data<float>()[i] = uf(rng); break;
-      case DType::f64: t.data<double>()[i] = uf(rng); break;
-      case DType::i64: t.data<int64_t>()[i] = ui(rng); break;
-      case DType::i32: t.data<int32_t>()[i] = ui(rng); break;
-      case DType::boolean: t.data<bool>()[i] = ui(rng) < 5; break;
-      case DType::u8: t.data<uint8_t>()[i] = static_cast<uint8_t>(ui(rng)); break;
-      case DType::i8: t.data<int8_t>()[i] = static_cast<int8_t>(ui(rng)); break;
-      default:
-        fail(ErrorCode::invalid_input, "kiln verify cannot make a random {} input '{}'; give it with --input",
-             dtype_name(info.dtype), info.name);
-    }
-  return t;
-}
-
 /// The --input files, and random tensors for the inputs they leave out.
 std::map<std::string, Tensor> gather_inputs(const VerifyArgs& a, const SessionOptions& opt, json& info,
                                             std::vector<std::string>& notes) {
@@ -104,7 +73,7 @@ std::map<std::string, Tensor> gather_inputs(const VerifyArgs& a, const SessionOp
   std::mt19937_64 rng(a.seed);
   info = json::array();
   for (auto& i : sk.inputs) {
-    if (!in.count(i.name)) in[i.name] = random_input(i, rng, notes);
+    if (!in.count(i.name)) in[i.name] = random_input(i, rng, &notes, "kiln verify");
     json j = tensor_json(i.name, in[i.name]);
     j["source"] = from_file.count(i.name) ? "file" : "random";
     info.push_back(j);

@@ -1,6 +1,7 @@
 // kiln: compile ONNX models once, load them in milliseconds (docs/cli.md).
 #include <cstdio>
 #include <iostream>
+#include <string>
 
 #include "cli.h"
 #include "support/version.h"
@@ -28,6 +29,8 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", KILN_VERSION_STRING);
   app.require_subcommand(1);
   cli::Common common;
+  bool perf_child = false;
+  for (int i = 2; i < argc && std::string(argv[1]) == "perf"; ++i) perf_child |= std::string(argv[i]) == "--child";
   cli::add_compile(app, common);
   cli::add_run(app, common);
   cli::add_inspect(app, common);
@@ -59,7 +62,9 @@ int main(int argc, char** argv) {
       }
     return static_cast<int>(ErrorCode::invalid_option);
   } catch (const Error& e) {
-    std::fprintf(stderr, "kiln: error: %s\n", e.what());
+    // A `kiln perf` child reports its error as JSON to the parent, which
+    // prints it once with the child's exit code (one error line in all).
+    if (!perf_child) std::fprintf(stderr, "kiln: error: %s\n", e.what());
     if (common.json)
       cli::print_json({{"error", {{"code", error_code_name(e.code())}, {"message", e.what()}}}});
     return static_cast<int>(e.code());
