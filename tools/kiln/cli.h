@@ -11,6 +11,7 @@
 #include "kiln/errors.h"
 #include "kiln/options.h"
 #include "kiln/session.h"
+#include "runtime/inspect.h"  // info_json, reference_json, is_artifact (shared with Python)
 
 namespace kiln::cli {
 
@@ -65,9 +66,6 @@ void apply_specialize(const SpecializeArgs& a, SessionOptions& opt);
 /// (Error(invalid_input) naming the input and its dtype).
 Tensor random_input(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>* notes, const char* how);
 
-/// Reference-kernel nodes as a JSON array of {"node","op","reason"}.
-json reference_json(const std::vector<ReferenceNode>& nodes);
-
 /// Parses "NAME=DxDxD" (a rank-0 shape is "NAME=") into opt.input_shapes.
 /// Throws Error(invalid_option) naming the flag and the text.
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt);
@@ -84,8 +82,6 @@ std::vector<std::string> safe_names(const std::vector<std::string>& names);
 /// min / max / mean of a float tensor (or its element count for others), one line.
 std::string summarize(const Tensor& t);
 
-/// TensorInfo -> {"name","dtype","shape"} (symbolic dims as their names).
-json info_json(const TensorInfo& t);
 json tensor_json(const std::string& name, const Tensor& t);
 
 /// `j` as one line of JSON text. Names come from models and need not be
@@ -99,9 +95,6 @@ std::string json_text(const Json& j) {
 /// A CLI11 check that refuses an empty path (exit 2, "invalid option",
 /// naming the option) before anything tries to open or write it.
 const CLI::Validator& non_empty_path();
-
-/// True when the file is named *.kiln or starts with the .kiln magic.
-bool is_artifact(const std::string& path);
 
 void add_compile(CLI::App& app, Common& common);
 void add_run(CLI::App& app, Common& common);

@@ -125,12 +125,6 @@ Tensor random_input(const TensorInfo& info, std::mt19937_64& rng, std::vector<st
   return t;
 }
 
-json reference_json(const std::vector<ReferenceNode>& nodes) {
-  json out = json::array();
-  for (auto& r : nodes) out.push_back({{"node", r.node}, {"op", r.op}, {"reason", r.reason}});
-  return out;
-}
-
 void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt) {
   for (auto& spec : specs) {
     auto eq = spec.find('=');
@@ -200,26 +194,8 @@ std::string summarize(const Tensor& t) {
   return fmt::format("{} min {:.6g} max {:.6g} mean {:.6g}", t.describe(), lo, hi, sum / static_cast<double>(t.numel()));
 }
 
-json info_json(const TensorInfo& t) {
-  json shape = json::array();
-  for (size_t i = 0; i < t.dims.size(); ++i) {
-    if (t.dims[i] >= 0) shape.push_back(t.dims[i]);
-    else shape.push_back(t.symbols[i].empty() ? "?" : t.symbols[i]);
-  }
-  return {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape}};
-}
-
 json tensor_json(const std::string& name, const Tensor& t) {
   return {{"name", name}, {"dtype", dtype_name(t.dtype())}, {"shape", t.shape()}};
-}
-
-bool is_artifact(const std::string& path) {
-  // A damaged artifact must still be reported as one, so the name counts too.
-  if (std::filesystem::path(path).extension() == ".kiln") return true;
-  std::ifstream f(path, std::ios::binary);
-  char magic[4] = {};
-  f.read(magic, 4);
-  return f.gcount() == 4 && std::string(magic, 4) == "KILN";
 }
 
 void print_json(const json& j) { std::cout << json_text(j) << std::endl; }

@@ -1,0 +1,222 @@
+// `kiln inspect --json ART.kiln` and `kiln check --json` as JSON values
+// (runtime/inspect.h): one implementation for the command line and Python.
+#include "runtime/inspect.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+
+#include "runtime/program.h"
+#include "runtime/reference_nodes.h"
+#include "support/error.h"
+#ifdef KILN_WITH_CUDA
+#include "targets/cuda/run/cuda_ops.h"
+#endif
+
+namespace kiln {
+
+using json = nlohmann::ordered_json;
+
+namespace {
+
+/// cuda artifacts: each program's kernels bundle decoded and checked against
+/// the cubin digest its Kernel nodes record, so that damage inside a cubin
+/// (even with the section checksums rewritten) is found here, not first at a
+/// load on a GPU. Throws Error(corrupt_artifact). null for other targets, and
+/// in a kiln built without CUDA (which cannot decode bundles).
+json cuda_kernels(const std::string& path, const artifact::CompiledProgram& cp) {
+  if (cp.compat.target != "cuda") return nullptr;
+#ifdef KILN_WITH_CUDA
+  std::vector<const ir::Model*> models = {&cp.model};
+  for (auto& v : cp.more) models.push_back(&v.model);
+  std::set<std::string> digests;
+  size_t cubin = 0, ptx = 0;
+  std::string arch;
+  for (size_t i = 0; i < models.size(); ++i) {
+    try {
+      auto b = targets::cuda::program_bundle(*models[i], cp.kernels, path);
+      targets::cuda::check_bundle_matches(*models[i], b);
+      if (digests.insert(targets::cuda::cubin_digest(b)).second) cubin += b.cubin.size(), ptx += b.ptx.size();
+      arch = b.arch;
+    } catch (const Error& e) {
+      fail(ErrorCode::corrupt_artifact, "artifact '{}' is corrupt: program {}'s kernels: {}", path, i, e.what());
+    }
+  }
+  return {{"programs", models.size()}, {"cubins", digests.size()}, {"arch", arch}, {"cubin_bytes", cubin},
+          {"ptx_bytes", ptx}};
+#else
+  (void)path;
+  return nullptr;
+#endif
+}
+
+/// cuda: cuBLASLt / cuDNN decisions stored in the artifact vs left to the
+/// load (cross-compiled), and the cuDNN graph-API convolutions.
+json library_algorithms(const ir::Model& m) {
+  int stored = 0, at_load = 0, graph_convs = 0, fused = 0, serialized = 0;
+  for (auto& n : m.main.nodes) {
+    if (n.domain != "kiln.cuda" || (n.op_type != "Gemm" && n.op_type != "Conv")) continue;
+    const bool graph = n.op_type == "Conv" && n.s("api", "") == "graph";
+    bool deferred = n.op_type == "Gemm" ? n.i("algo_at_load", 0) == 1
+                    : graph             ? n.i("engine", -1) < 0 && n.s("plan_json", "").empty()
+                                        : n.i("algo", 0) == -1;
+    (deferred ? at_load : stored)++;
+    if (graph) {
+      ++graph_convs;
+      fused += n.i("bias", 0) || n.i("residual", 0) || n.i("relu", 0);
+      serialized += !n.s("plan_json", "").empty();
+    }
+  }
+  return {{"stored", stored}, {"chosen_at_load", at_load}, {"cudnn_graph_convolutions", graph_convs},
+          {"fused_epilogues", fused}, {"serialized_plans", serialized}};
+}
+
+/// Shape buckets: the declared dims and one entry per program ("bucket": every
+/// size declared; "specialized": a dim specialized from a request; "exact":
+/// a size outside the declared ones).
+json buckets_json(const artifact::CompiledProgram& cp) {
+  json programs = json::array();
+  auto program_json = [&](const std::vector<int64_t>& sizes, const ir::Model& m, const ir::MemoryPlan& plan) {
+    json sz = json::object();
+    bool declared = true, specialized = false;
+    for (size_t k = 0; k < sizes.size() && k < cp.buckets.dims.size(); ++k) {
+      auto& d = cp.buckets.dims[k];
+      sz[d.symbol] = sizes[k];
+      if (d.kind != artifact::DimKind::declared) {
+        specialized = true;
+        continue;
+      }
+      declared &= std::find(d.sizes.begin(), d.sizes.end(), sizes[k]) != d.sizes.end();
+    }
+    const char* kind = !declared ? "exact" : specialized ? "specialized" : "bucket";
+    programs.push_back({{"sizes", sz}, {"kind", kind}, {"nodes", m.main.nodes.size()},
+                        {"arena_bytes", plan.arena_bytes},
+                        {"reference_nodes", reference_json(reference_nodes(m, cp.compat.target))}});
+  };
+  program_json(cp.sizes, cp.model, cp.plan);
+  for (auto& v : cp.more) program_json(v.sizes, v.model, v.plan);
+  json dims = json::array();
+  for (auto& d : cp.buckets.dims)
+    dims.push_back({{"name", d.symbol}, {"kind", artifact::dim_kind_name(d.kind)}, {"min", d.min}, {"max", d.max},
+                    {"sizes", d.sizes}, {"pad", artifact::pad_mode_name(d.pad)}});
+  return {{"dims", dims}, {"programs", programs}};
+}
+
+}  // namespace
+
+bool is_artifact(const std::string& path) {
+  if (std::filesystem::path(path).extension() == ".kiln") return true;
+  std::ifstream f(path, std::ios::binary);
+  char magic[4] = {};
+  f.read(magic, 4);
+  return f.gcount() == 4 && std::string(magic, 4) == "KILN";
+}
+
+json info_json(const TensorInfo& t) {
+  json shape = json::array();
+  for (size_t i = 0; i < t.dims.size(); ++i) {
+    if (t.dims[i] >= 0) shape.push_back(t.dims[i]);
+    else shape.push_back(i < t.symbols.size() && !t.symbols[i].empty() ? t.symbols[i] : "?");
+  }
+  return {{"name", t.name}, {"dtype", dtype_name(t.dtype)}, {"shape", shape}};
+}
+
+std::pair<json, size_t> operator_histogram(ir::Graph& main) {
+  std::map<std::string, int> ops;
+  size_t nodes = 0;
+  for_each_graph(main, [&](ir::Graph& g) {
+    for (auto& n : g.nodes) {
+      ++ops[n.domain.empty() ? n.op_type : n.domain + "." + n.op_type];
+      ++nodes;
+    }
+  });
+  json j = json::object();
+  for (auto& [k, v] : ops) j[k] = v;
+  return {j, nodes};
+}
+
+std::pair<int, uint64_t> constant_totals(const ir::Model& m) {
+  int count = 0;
+  uint64_t bytes = 0;
+  for (auto& v : m.values)
+    if (v.constant) {
+      bytes += v.constant->nbytes();
+      ++count;
+    }
+  return {count, bytes};
+}
+
+json reference_json(const std::vector<ReferenceNode>& nodes) {
+  json out = json::array();
+  for (auto& r : nodes) out.push_back({{"node", r.node}, {"op", r.op}, {"reason", r.reason}});
+  return out;
+}
+
+json inspect_artifact(const std::string& path) {
+  auto cp = artifact::read_file(path);
+  auto [ops, nodes] = operator_histogram(cp.model.main);
+  auto [consts, const_bytes] = constant_totals(cp.model);
+  // Bytes of distinct constants over every program: each is stored once in
+  // the file, so several programs viewing one buffer count it once.
+  std::set<const void*> seen;
+  uint64_t stored_bytes = 0;
+  auto count_stored = [&](const ir::Model& m) {
+    for (auto& v : m.values)
+      if (v.constant && seen.insert(v.constant->raw()).second) stored_bytes += v.constant->nbytes();
+  };
+  count_stored(cp.model);
+  for (auto& v : cp.more) count_stored(v.model);
+  json compat = json::object();
+  for (auto& [k, v] : cp.compat.fields()) compat[k] = v;
+  json ins = json::array(), outs = json::array();
+  for (auto id : cp.model.main.inputs) ins.push_back(info_json(tensor_info(cp.model.value(id))));
+  for (auto id : cp.model.main.outputs) outs.push_back(info_json(tensor_info(cp.model.value(id))));
+  std::error_code ec;
+  auto size = std::filesystem::file_size(path, ec);
+  return {{"artifact", path},
+          {"file_bytes", ec ? 0 : size},
+          {"compat", compat},
+          {"inputs", ins},
+          {"outputs", outs},
+          {"nodes", nodes},
+          {"operators", ops},
+          {"constants", consts},
+          {"constant_bytes", const_bytes},
+          {"constants_stored_bytes", stored_bytes},
+          {"arena_bytes", cp.plan.arena_bytes},
+          {"buckets", buckets_json(cp)},
+          {"reference_nodes", reference_json(reference_nodes(cp.model, cp.compat.target))},
+          {"library_algorithms", library_algorithms(cp.model)},
+          {"kernels", cuda_kernels(path, cp)},
+          {"metadata", json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false)}};
+}
+
+CheckReport check_artifact(const std::string& path, const std::string& target_text) {
+  CheckReport r;
+  r.path = path;
+  r.compat = artifact::read_compat(path);
+  r.target = Target::parse(target_text.empty() ? r.compat.target : target_text);
+  const artifact::CompatInfo here = targets::host_facts(r.target);
+  r.mismatches = targets::compare_facts(r.compat, here);
+  if (r.mismatches.empty()) r.notes = targets::compat_notes(r.compat, here);
+  return r;
+}
+
+json check_json(const CheckReport& r) {
+  json ms = json::array();
+  std::string reason;
+  for (auto& m : r.mismatches) {
+    ms.push_back({{"field", m.field}, {"artifact", m.artifact}, {"here", m.here}});
+    reason += (reason.empty() ? "" : "; ") + m.str();
+  }
+  return {{"artifact", r.path},
+          {"runnable", r.mismatches.empty()},
+          {"target", r.target.name()},
+          {"mismatches", ms},
+          {"notes", r.notes},
+          {"reason", reason}};
+}
+
+}  // namespace kiln
