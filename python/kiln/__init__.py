@@ -44,7 +44,7 @@ from ._tensors import DeviceArray, host_input, is_device_tensor, stream_handle, 
 __version__: str = _kiln.version()
 
 __all__ = [
-    "Session", "TensorInfo", "SessionStats", "CompileResult", "DeviceArray",
+    "Session", "Binding", "TensorInfo", "SessionStats", "CompileResult", "DeviceArray",
     "compile", "check", "inspect", "has_cuda", "default_cache_dir", "__version__",
     "Error", "InternalError", "InvalidOption", "IncompatibleArtifact", "InvalidModel", "Unsupported",
     "InvalidInput", "CorruptArtifact", "IOError",
@@ -416,8 +416,10 @@ class Session:
         del arrays  # the inputs had to live until here
         return {name: to_numpy(name, t) for name, t in res.items()}
 
-    def _run_device(self, items: List[Tuple[str, Any]], outputs: Optional[Mapping[str, Any]],
-                    stream: Any) -> Dict[str, Any]:
+    def _device_capsules(self, items: List[Tuple[str, Any]], outputs: Optional[Mapping[str, Any]],
+                         stream: Any) -> Tuple[int, List[Tuple[str, Any]], List[Tuple[str, Any]]]:
+        """(stream handle, input capsules, output capsules): each producer asked (DLPack's
+        `stream` argument) to order its pending writes on the caller's stream."""
         s = stream_handle(stream)
         caps = [(name, export_capsule(x, s, f"input '{name}'")) for name, x in items]
         outs = []
@@ -426,13 +428,70 @@ class Session:
                 raise InvalidOption(f"outputs must be a dict of output name -> device tensor, "
                                     f"not {type(outputs).__name__}")
             outs = [(name, export_capsule(x, s, f"output '{name}'")) for name, x in outputs.items()]
+        return s, caps, outs
+
+    def _run_device(self, items: List[Tuple[str, Any]], outputs: Optional[Mapping[str, Any]],
+                    stream: Any) -> Dict[str, Any]:
+        s, caps, outs = self._device_capsules(items, outputs, stream)
         res = self._s.run_device(caps, outs, s)
         return {name: (DeviceArray(v) if v is not None else outputs[name]) for name, v in res.items()}
+
+    def bind(self, inputs: Mapping[str, Any], *, outputs: Optional[Mapping[str, Any]] = None,
+             stream: Any = None) -> "Binding":
+        """Binds device tensors to this (cuda) Session once, for many runs:
+        ``b = s.bind({"x": x}, outputs={"y": y}, stream=st)``, then ``b.run()``
+        runs on whatever `x` holds then and writes `y`, with none of run()'s
+        per-call DLPack exchange and checks (ONNX Runtime's IOBinding, in short).
+
+        Args and errors as run() on device tensors; the outputs not given are
+        allocated once (kiln.DeviceArray, in ``b.outputs``). The tensors are
+        held (kept alive) by the binding. `stream`: each b.run() first waits for
+        the work queued on it so far, so write new inputs on that stream (or
+        order them before it); the run is synchronous, as run() is.
+        """
+        if not isinstance(inputs, Mapping):
+            raise InvalidInput(f"inputs must be a dict of input name -> device tensor, not {type(inputs).__name__}")
+        items = list(inputs.items())
+        for name, x in items:
+            if not isinstance(name, str):
+                raise InvalidInput(f"input names must be str, not {name!r}")
+            if not is_device_tensor(x):
+                raise InvalidInput(f"input '{name}' is not a device tensor ({type(x).__name__}): Session.bind takes "
+                                   f"CUDA tensors (DLPack); use run() for host arrays")
+        s, caps, outs = self._device_capsules(items, outputs, stream)
+        return Binding(self._s.bind(caps, outs, s), outputs)
 
     def __repr__(self) -> str:
         st = self._s.stats()
         return (f"<kiln.Session target={self.target} inputs={[i.name for i in self._inputs]} "
                 f"outputs={[o.name for o in self._outputs]} cache={st['cache']}>")
+
+
+class Binding:
+    """Device tensors bound to a cuda Session (Session.bind): ``run()`` runs the
+    model on what the bound inputs hold now and writes the bound outputs.
+
+    Attributes:
+        outputs: every output by name, in model order: the tensors given to
+            bind(), or the kiln.DeviceArray it allocated (the same objects
+            every run; each run overwrites them).
+    """
+
+    __slots__ = ("_b", "outputs")
+
+    def __init__(self, b: Any, given: Optional[Mapping[str, Any]]) -> None:
+        self._b = b
+        self.outputs: Dict[str, Any] = {name: (DeviceArray(v) if v is not None else given[name])  # type: ignore[index]
+                                        for name, v in b.outputs().items()}
+
+    def run(self) -> Dict[str, Any]:
+        """Waits for the bound stream, runs (GIL released), returns ``outputs``.
+        Safe from several threads (runs of one Session are serialized)."""
+        self._b.run()
+        return self.outputs
+
+    def __repr__(self) -> str:
+        return f"<kiln.Binding outputs={list(self.outputs)}>"
 
 
 # ---------------------------------------------------------------- functions

@@ -41,6 +41,13 @@ class DeviceArray:
     def to_host(self) -> HostTensor:
         """A copy in host memory."""
 
+class Binding:
+    """A device request imported once (Session.bind); run() waits for its stream, then runs."""
+
+    def run(self) -> None: ...
+    def outputs(self) -> Dict[str, Optional[DeviceArray]]:
+        """Every output by name: the DeviceArray kiln allocated, or None where given."""
+
 class Session:
     @staticmethod
     def create(model: str, options: Dict[str, Any]) -> "Session":
@@ -55,6 +62,8 @@ class Session:
                    stream: int) -> Dict[str, Optional[DeviceArray]]:
         """inputs/outputs: (name, DLPack capsule). Outputs not given are allocated
         (returned); given ones map to None. Waits for `stream`, then runs."""
+    def bind(self, inputs: Sequence[Tuple[str, Any]], outputs: Sequence[Tuple[str, Any]], stream: int) -> Binding:
+        """run_device's import and checks once; Binding.run() runs it."""
     def inputs(self) -> List[_Info]: ...
     def outputs(self) -> List[_Info]: ...
     def stats(self) -> Dict[str, Any]: ...

@@ -18,9 +18,10 @@
 #include <memory>
 
 #include "device.h"
-#include "inspect.h"
 #include "kiln/compile.h"
 #include "kiln/session.h"
+#include "runtime/inspect.h"
+#include "runtime/inspect_model.h"
 #include "support/version.h"
 
 namespace nb = nanobind;
@@ -28,6 +29,12 @@ namespace nb = nanobind;
 namespace kiln::py {
 
 namespace {
+
+/// `j` as JSON text for the Python layer (json.loads); bytes that are not
+/// UTF-8 (names come from models) become U+FFFD instead of dump() throwing.
+std::string json_text(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 // ---------------------------------------------------------------- errors
 
@@ -165,6 +172,22 @@ std::vector<InfoTuple> info_tuples(const std::vector<TensorInfo>& infos) {
 
 // ---------------------------------------------------------------- session
 
+/// One device request's tensors, imported from DLPack and checked, with the
+/// outputs kiln allocated (what Session.run on device tensors runs once, and
+/// a Binding runs many times). Destroy it with the GIL held: the imported
+/// tensors' deleters may touch Python objects.
+struct DeviceRequest {
+  std::vector<ImportedTensor> held;
+  std::map<std::string, DeviceTensor> in, out;
+  std::map<std::string, DeviceArray> made;  ///< outputs kiln allocated, by name
+
+  DeviceRequest() = default;
+  DeviceRequest(DeviceRequest&&) = default;
+  DeviceRequest& operator=(DeviceRequest&&) = default;
+  DeviceRequest(const DeviceRequest&) = delete;  // the imported tensors are owned once
+  DeviceRequest& operator=(const DeviceRequest&) = delete;
+};
+
 struct PySession {
   Session s;
   Target target;
@@ -195,8 +218,11 @@ struct PySession {
   /// inputs / outputs: (name, DLPack capsule) of CUDA tensors on the session's
   /// device; outputs not given are allocated. Waits for `stream` (the
   /// caller's, which the producers ordered their writes on) before running.
-  nb::dict run_device(const std::vector<std::pair<std::string, nb::object>>& inputs,
-                      const std::vector<std::pair<std::string, nb::object>>& outputs, uint64_t stream) const {
+  /// Imports and checks the DLPack capsules of one device request (inputs and
+  /// caller-given outputs, by name) and allocates the outputs not given.
+  /// Throws Error(invalid_input) naming the tensor for any mismatch.
+  DeviceRequest prepare_device(const std::vector<std::pair<std::string, nb::object>>& inputs,
+                               const std::vector<std::pair<std::string, nb::object>>& outputs) const {
     if (target.kind != Target::Kind::cuda)
       throw Error(ErrorCode::invalid_input,
                   fmt::format("device tensors were passed to a session on target {}; pass host (numpy) arrays, or "
@@ -210,29 +236,27 @@ struct PySession {
       for (auto& i : list) names += (names.empty() ? "" : ", ") + i.name;
       throw Error(ErrorCode::invalid_input, fmt::format("unknown {} '{}' (the model's {}s are: {})", what, name, what, names));
     };
-    std::vector<ImportedTensor> held;  // deleters run on return, GIL held
-    held.reserve(inputs.size() + outputs.size());
-    std::map<std::string, DeviceTensor> din, dout;
+    DeviceRequest r;
+    r.held.reserve(inputs.size() + outputs.size());
     for (auto& [name, cap] : inputs) {
       const TensorInfo* info = find(in_info, name, "input");
       const std::string what = "input '" + name + "'";
-      held.emplace_back(cap.ptr(), what);
-      din[name] = held.back().check(*info, target.device, what);
+      r.held.emplace_back(cap.ptr(), what);
+      r.in[name] = r.held.back().check(*info, target.device, what);
     }
     for (auto& i : in_info)
-      if (!din.count(i.name))
+      if (!r.in.count(i.name))
         throw Error(ErrorCode::invalid_input, fmt::format("missing input '{}' ({}{})", i.name, dtype_name(i.dtype),
                                                           shape_text(i.dims)));
     for (auto& [name, cap] : outputs) {
       const TensorInfo* info = find(out_info, name, "output");
       const std::string what = "output '" + name + "'";
-      held.emplace_back(cap.ptr(), what);
-      if (held.back().read_only()) throw Error(ErrorCode::invalid_input, what + " is read-only");
-      dout[name] = held.back().check(*info, target.device, what);
+      r.held.emplace_back(cap.ptr(), what);
+      if (r.held.back().read_only()) throw Error(ErrorCode::invalid_input, what + " is read-only");
+      r.out[name] = r.held.back().check(*info, target.device, what);
     }
-    std::map<std::string, DeviceArray> made;
     for (auto& o : out_info) {
-      if (dout.count(o.name)) continue;
+      if (r.out.count(o.name)) continue;
       if (std::any_of(o.dims.begin(), o.dims.end(), [](int64_t d) { return d < 0; }))
         throw Error(ErrorCode::invalid_option,
                     fmt::format("output '{}' has symbolic dims {}; device runs need a program for static shapes",
@@ -241,20 +265,36 @@ struct PySession {
       a.dtype = o.dtype;
       a.shape = o.dims;
       a.buffer = std::make_shared<DeviceBuffer>(target.device, a.nbytes());
-      dout[o.name] = DeviceTensor{a.buffer->ptr, a.nbytes()};
-      made.emplace(o.name, std::move(a));
+      r.out[o.name] = DeviceTensor{a.buffer->ptr, a.nbytes()};
+      r.made.emplace(o.name, std::move(a));
     }
-    {
-      nb::gil_scoped_release release;
-      cuda::sync_stream(target.device, stream);
-      s.run_device(din, dout);
-    }
+    return r;
+  }
+
+  /// Runs `r` after the work queued so far on `stream` (the caller's), GIL
+  /// released; synchronous: the outputs are complete on return.
+  void run_request(const DeviceRequest& r, uint64_t stream) const {
+    nb::gil_scoped_release release;
+    cuda::sync_stream(target.device, stream);
+    s.run_device(r.in, r.out);
+  }
+
+  /// Every output by name, in model order: the DeviceArray kiln allocated, or
+  /// None where the caller gave the tensor.
+  nb::dict device_outputs(const DeviceRequest& r) const {
     nb::dict res;
-    for (auto& o : out_info) {
-      auto it = made.find(o.name);
-      res[o.name.c_str()] = it == made.end() ? nb::none() : nb::cast(it->second);
+    for (auto& o : s.outputs()) {
+      auto it = r.made.find(o.name);
+      res[o.name.c_str()] = it == r.made.end() ? nb::none() : nb::cast(it->second);
     }
     return res;
+  }
+
+  nb::dict run_device(const std::vector<std::pair<std::string, nb::object>>& inputs,
+                      const std::vector<std::pair<std::string, nb::object>>& outputs, uint64_t stream) const {
+    DeviceRequest r = prepare_device(inputs, outputs);  // its capsules' deleters run on return, GIL held
+    run_request(r, stream);
+    return device_outputs(r);
   }
 
   nb::dict stats() const {
@@ -277,6 +317,16 @@ struct PySession {
     d["compile_ms"] = b.compile_ms;
     return d;
   }
+};
+
+/// Session.bind: a device request imported once and run many times (the
+/// Python Session object is held, so the session outlives the binding).
+struct PyBinding {
+  nb::object owner;  ///< the Python Session
+  const PySession* session;
+  DeviceRequest request;
+  uint64_t stream;
+  void run() const { session->run_request(request, stream); }
 };
 
 nb::dict compile_model(const std::string& model, const std::string& out, const nb::dict& opts) {
@@ -360,6 +410,10 @@ NB_MODULE(_kiln, m) {
         return h;
       });
 
+  nb::class_<PyBinding>(m, "Binding", "Device tensors bound to a Session once, run many times.")
+      .def("run", &PyBinding::run)
+      .def("outputs", [](const PyBinding& b) { return b.session->device_outputs(b.request); });
+
   nb::class_<PySession>(m, "Session")
       .def_static(
           "create",
@@ -379,6 +433,13 @@ NB_MODULE(_kiln, m) {
           nb::arg("path"), nb::arg("options"), nb::rv_policy::take_ownership)
       .def("run_host", &PySession::run_host, nb::arg("inputs"))
       .def("run_device", &PySession::run_device, nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream"))
+      .def(
+          "bind",
+          [](const PySession& p, const std::vector<std::pair<std::string, nb::object>>& inputs,
+             const std::vector<std::pair<std::string, nb::object>>& outputs, uint64_t stream) {
+            return new PyBinding{nb::borrow(nb::find(&p)), &p, p.prepare_device(inputs, outputs), stream};
+          },
+          nb::arg("inputs"), nb::arg("outputs"), nb::arg("stream"), nb::rv_policy::take_ownership)
       .def("inputs", [](const PySession& p) { return info_tuples(p.s.inputs()); })
       .def("outputs", [](const PySession& p) { return info_tuples(p.s.outputs()); })
       .def("stats", &PySession::stats)
@@ -390,15 +451,17 @@ NB_MODULE(_kiln, m) {
   m.def(
       "inspect",
       [](const std::string& path) {
+        if (path.empty()) throw Error(ErrorCode::invalid_option, "inspect: the path is empty");
         nb::gil_scoped_release release;
-        return inspect_json(path);
+        return json_text(inspect_file(path));
       },
       nb::arg("path"));
   m.def(
       "check",
       [](const std::string& path, const std::string& target) {
+        if (path.empty()) throw Error(ErrorCode::invalid_option, "check: the path is empty");
         nb::gil_scoped_release release;
-        return check_json(path, target);
+        return json_text(check_json(check_artifact(path, target)));
       },
       nb::arg("path"), nb::arg("target"));
   m.def("version", [] { return std::string(KILN_VERSION_STRING); });

@@ -171,21 +171,6 @@ def test_compile_load_check_inspect(demo, demo_input, tmp_path):
     assert m["outputs"] == [{"name": "probs", "dtype": "float32", "shape": [1, 10]}]
 
 
-def assert_subset(py, cli, where: str) -> None:
-    """Every field kiln.inspect returns equals the command line's (which may have more)."""
-    if isinstance(py, dict):
-        assert isinstance(cli, dict), where
-        for k, v in py.items():
-            assert k in cli, f"{where}.{k} is not in kiln inspect --json"
-            assert_subset(v, cli[k], f"{where}.{k}")
-    elif isinstance(py, list):
-        assert isinstance(cli, list) and len(py) == len(cli), where
-        for i, (a, b) in enumerate(zip(py, cli)):
-            assert_subset(a, b, f"{where}[{i}]")
-    else:
-        assert py == cli, where
-
-
 def test_inspect_and_check_match_the_command_line(demo, add_model, tmp_path):
     art = tmp_path / "demo.kiln"
     kiln.compile(demo, art)
@@ -194,12 +179,12 @@ def test_inspect_and_check_match_the_command_line(demo, add_model, tmp_path):
         from_cli = json.loads(r.stdout)
         from_py = kiln.inspect(path)
         assert len(from_py) >= 8
-        assert_subset(from_py, from_cli, str(path))
+        assert from_py == from_cli, str(path)  # one library function (runtime/inspect.h) makes both
     r = subprocess.run([cli(), "check", str(art), "--target", "ref", "--json"], capture_output=True, text=True)
     assert r.returncode == kiln.IncompatibleArtifact.code
     from_cli = json.loads(r.stdout)
     from_py = kiln.check(art, target="ref")
-    assert {k: from_py[k] for k in from_cli} == from_cli
+    assert from_py == from_cli and "target" in from_py["reason"]
 
 
 def test_command_line_is_installed(demo, tmp_path):

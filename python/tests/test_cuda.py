@@ -130,6 +130,29 @@ def test_eight_threads_with_their_own_streams(sessions):
             np.testing.assert_allclose(got[t][k], want[t][k], rtol=RTOL, atol=ATOL, err_msg=f"thread {t} run {k}")
 
 
+def test_binding_runs_on_what_the_bound_tensors_hold(sessions):
+    gpu, cpu = sessions
+    x = torch.rand(SHAPE, device="cuda")
+    y = torch.full((1, 10), -1.0, device="cuda")
+    stream = torch.cuda.Stream()
+    b = gpu.bind({"image": x}, outputs={"probs": y}, stream=stream)
+    assert b.outputs["probs"] is y
+    for _ in range(3):
+        with torch.cuda.stream(stream):
+            x.copy_(torch.rand(SHAPE, device="cuda"))  # new data, written on the bound stream
+        want = reference(cpu, x)
+        assert b.run()["probs"] is y
+        np.testing.assert_allclose(y.cpu().numpy(), want, rtol=RTOL, atol=ATOL)
+    allocated = gpu.bind({"image": x})
+    out = allocated.run()["probs"]
+    assert isinstance(out, kiln.DeviceArray) and out is allocated.outputs["probs"]
+    np.testing.assert_allclose(out.numpy(), reference(cpu, x), rtol=RTOL, atol=ATOL)
+    del gpu  # the binding keeps the session
+    np.testing.assert_allclose(allocated.run()["probs"].numpy(), reference(cpu, x), rtol=RTOL, atol=ATOL)
+    with pytest.raises(kiln.InvalidInput, match="'image' has shape"):
+        sessions[0].bind({"image": torch.rand(1, 3, 32, 64, device="cuda")})
+
+
 def test_device_input_errors_name_the_input(sessions):
     gpu, _ = sessions
     with pytest.raises(kiln.InvalidInput, match="'image' has dtype float64"):

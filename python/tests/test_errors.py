@@ -187,3 +187,10 @@ def test_missing_file_is_io_error_naming_it(tmp_path):
 def test_unwritable_output_is_io_error(demo, tmp_path):
     with pytest.raises(kiln.IOError, match="no_dir"):
         kiln.compile(demo, tmp_path / "no_dir" / "sub" / "m.kiln")
+
+
+def test_bind_takes_device_tensors_only(demo_session, demo_input):
+    with pytest.raises(kiln.InvalidInput, match="input 'image' is not a device tensor"):
+        demo_session.bind({"image": demo_input})
+    with pytest.raises(kiln.InvalidInput, match="dict"):
+        demo_session.bind([("image", demo_input)])
