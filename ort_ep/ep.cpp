@@ -83,11 +83,17 @@ std::shared_ptr<Partition> compile_partition(KilnEp& ep, const OrtGraph* g, cons
            "a loaded artifact can serve only a model kiln takes whole (1 partition)",
            count);
     part->session = load_artifact(*o.load_model_path, o, "EP option 'load_model_path'");
+    log_to(ep.logger, ORT_LOGGING_LEVEL_INFO,
+           fmt::format("kiln partition '{}': loaded '{}' (load_model_path; no compile, load {:.1f} ms)",
+                       part->fused_name, o.load_model_path->string(), part->session->stats().load_ms));
     fill_io(*part, fused);
     return part;
   }
   if (auto ctx = find_epcontext(g)) {  // a node of an EPContext model: load its artifact
     part->session = load_epcontext(*ctx, o, g);
+    log_to(ep.logger, ORT_LOGGING_LEVEL_INFO,
+           fmt::format("kiln partition '{}': loaded from EPContext node '{}' (no compile, load {:.1f} ms)",
+                       part->fused_name, ctx->name, part->session->stats().load_ms));
     fill_io(*part, fused);
     return part;
   }

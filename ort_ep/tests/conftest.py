@@ -66,9 +66,11 @@ def session_options(opt_level="all", options=None, config=None, record=True):
 
 
 def kiln_session(path, so):
-    """InferenceSession with ORT's silent retry on other providers turned off
-    (a kiln failure must fail the test, not fall back to the CPU EP)."""
-    sess = ort().InferenceSession(str(path), so)
+    """InferenceSession with ORT's silent retries on other providers turned off
+    (onnxruntime's Python class re-creates a session on the CPU EP when the
+    chosen EP fails, at creation and at run: a kiln failure must fail the
+    test, not fall back)."""
+    sess = ort().InferenceSession(str(path), so, enable_fallback=0)
     sess.disable_fallback()
     return sess
 
