@@ -4,6 +4,7 @@
 
 #include <set>
 
+#include "artifact/artifact.h"
 #include "support/error.h"
 
 namespace kiln::ort_ep {
@@ -151,6 +152,17 @@ EpOptions parse_options(const std::map<std::string, std::string>& entries, Targe
     fail(ErrorCode::invalid_option,
          "EP options 'load_model_path' and 'save_model_path' are both set: a loaded artifact is never compiled, so "
          "there is nothing to save");
+  // A precision that contradicts the artifact to load is the user's real
+  // mistake (not that the device lacks it): said first, with both values.
+  if (o.load_model_path && o.precision_given) {
+    artifact::CompatInfo c = artifact::read_compat(*o.load_model_path);  // Error(io / corrupt_artifact) naming the file
+    std::string want = precision_text(so.precision, so.allow_tf32);
+    if (c.precision != want)
+      fail(ErrorCode::invalid_option,
+           "EP option 'precision' = '{}' contradicts the artifact '{}' named by 'load_model_path', which was compiled "
+           "with precision '{}'; set precision={} (or leave it out) or compile the model again",
+           want, o.load_model_path->string(), c.precision, c.precision);
+  }
   // kiln's own checks (precision the target lacks, tuning on cpu, ...) name the field.
   try {
     so.validate();
