@@ -37,12 +37,16 @@ struct SessionStats {
 struct BucketStats {
   std::vector<std::string> dims;               ///< bucketed dim names (value guards: the input's name)
   /// Per dim, how its programs are chosen and why: "declared buckets (pad batch)",
-  /// "specialized: one program per size; from the third size, power-of-two buckets (batch padding proven safe)",
+  /// "specialized: one program per size; from the third size, a batch runs on the programs held (split into row
+  /// parts or padded) or on a new power-of-two bucket, ...",
   /// "specialized: one program per size (padding not proven safe)", "value guard: one program per value".
   std::vector<std::string> modes;
   std::vector<std::vector<int64_t>> programs;  ///< sizes (per dim) of each program held, in the order added
   int compiled_by_run = 0;                     ///< programs run() compiled (buckets first used by this Session)
   double compile_ms = 0;                       ///< wall-clock milliseconds those compiles took
+  /// run() calls whose batch ran as several row parts on programs held
+  /// (specialized batch dims: cheaper than compiling another bucket).
+  int split_runs = 0;
 };
 
 /// A main-graph node of a compiled program that runs on kiln's reference

@@ -315,6 +315,8 @@ struct PySession {
     d["programs"] = b.programs;
     d["compiled_by_run"] = b.compiled_by_run;
     d["compile_ms"] = b.compile_ms;
+    d["modes"] = b.modes;
+    d["split_runs"] = b.split_runs;
     return d;
   }
 };

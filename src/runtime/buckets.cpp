@@ -4,7 +4,9 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "support/error.h"
 
@@ -207,6 +209,97 @@ void slice_outputs(const artifact::BucketSet& set, std::map<std::string, Tensor>
     copy_common(it->second, sliced);
     it->second = std::move(sliced);
   }
+}
+
+std::vector<RowPart> plan_rows(int64_t n, const std::vector<std::pair<int64_t, double>>& programs, double* cost) {
+  if (n < 1 || programs.empty()) return {};
+  // Largest first: of equal plans, the one whose big parts come first (and
+  // whose padded part, if any, is last) wins.
+  std::vector<std::pair<int64_t, double>> by_size = programs;
+  std::sort(by_size.begin(), by_size.end(), [](auto& a, auto& b) { return a.first > b.first; });
+  // best[m]: cheapest cost of m rows; how[m]: the program of its first part
+  // (the rest is best[m - size]); parts[m] breaks ties towards fewer calls.
+  const auto un = static_cast<size_t>(n);
+  std::vector<double> best(un + 1, std::numeric_limits<double>::infinity());
+  std::vector<int64_t> how(un + 1, 0), parts(un + 1, 0);
+  best[0] = 0;
+  for (size_t m = 1; m <= un; ++m)
+    for (auto& [size, c] : by_size) {
+      if (size < 1) continue;
+      // A program at least m rows long takes all m (padded: the last part);
+      // a shorter one takes `size` full rows and leaves the rest.
+      auto take = static_cast<size_t>(std::min<int64_t>(size, static_cast<int64_t>(m)));
+      double total = c + best[m - take];
+      int64_t calls = 1 + parts[m - take];
+      if (total < best[m] - 1e-12 || (std::abs(total - best[m]) <= 1e-12 && calls < parts[m])) {
+        best[m] = total;
+        how[m] = size;
+        parts[m] = calls;
+      }
+    }
+  std::vector<RowPart> plan;
+  for (int64_t m = n; m > 0;) {
+    int64_t size = how[static_cast<size_t>(m)];
+    int64_t rows = std::min(size, m);
+    plan.push_back({rows, size});
+    m -= rows;
+  }
+  if (cost) *cost = best[un];
+  return plan;
+}
+
+std::map<std::string, Tensor> slice_rows(const artifact::BucketSet& set, size_t dim,
+                                         const std::map<std::string, Tensor>& inputs, int64_t offset, int64_t count) {
+  std::map<std::string, Tensor> out = inputs;
+  const std::string& sym = set.dims.at(dim).symbol;
+  for (auto& io : set.inputs) {
+    auto it = out.find(io.name);
+    if (it == out.end() || io.axes.empty() || io.axes[0] != sym) continue;
+    const Tensor& t = it->second;
+    const size_t es = dtype_size(t.dtype());
+    if (es == 0)
+      fail(ErrorCode::invalid_input, "input '{}' ({}) cannot be split into row batches; give its batch at a size a "
+           "program holds", io.name, dtype_name(t.dtype()));
+    std::vector<int64_t> shape = t.shape();
+    const size_t row = static_cast<size_t>(t.numel() / std::max<int64_t>(shape[0], 1)) * es;
+    shape[0] = count;
+    // The program only reads its inputs: a view of the caller's rows.
+    auto* base = static_cast<uint8_t*>(const_cast<void*>(t.raw()));
+    it->second = Tensor::view(t.dtype(), std::move(shape), base + static_cast<size_t>(offset) * row, nullptr);
+  }
+  return out;
+}
+
+std::map<std::string, Tensor> concat_rows(const artifact::BucketSet& set, size_t dim,
+                                          std::vector<std::map<std::string, Tensor>>& parts) {
+  if (parts.empty()) return {};
+  std::map<std::string, Tensor> out = std::move(parts.front());
+  const std::string& sym = set.dims.at(dim).symbol;
+  for (auto& io : set.outputs) {
+    auto first = out.find(io.name);
+    if (first == out.end() || io.axes.empty() || io.axes[0] != sym) continue;
+    std::vector<int64_t> shape = first->second.shape();
+    int64_t rows = shape[0];
+    for (size_t p = 1; p < parts.size(); ++p) {
+      const Tensor& t = parts[p].at(io.name);
+      if (t.rank() != static_cast<int64_t>(shape.size()) || t.dtype() != first->second.dtype() ||
+          !std::equal(shape.begin() + 1, shape.end(), t.shape().begin() + 1))
+        fail(ErrorCode::internal, "output '{}': the row parts of a split batch have shapes {} and {}", io.name,
+             first->second.describe(), t.describe());
+      rows += t.dim(0);
+    }
+    shape[0] = rows;
+    Tensor whole(first->second.dtype(), shape);
+    auto* dst = static_cast<uint8_t*>(whole.raw());
+    size_t at = 0;
+    for (size_t p = 0; p < parts.size(); ++p) {
+      const Tensor& t = p == 0 ? first->second : parts[p].at(io.name);
+      std::memcpy(dst + at, t.raw(), t.nbytes());
+      at += t.nbytes();
+    }
+    first->second = std::move(whole);
+  }
+  return out;
 }
 
 std::string sizes_str(const artifact::BucketSet& set, const std::vector<int64_t>& sizes) {

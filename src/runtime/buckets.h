@@ -41,6 +41,39 @@ std::map<std::string, Tensor> pad_inputs(const artifact::BucketSet& set, const s
 void slice_outputs(const artifact::BucketSet& set, std::map<std::string, Tensor>& outputs,
                    const std::vector<int64_t>& request);
 
+/// One part of a request split along a batch-padded dim: `rows` consecutive
+/// rows of the request run on the program compiled for `program` rows
+/// (program >= rows; the difference is zero padding).
+struct RowPart {
+  int64_t rows = 0;
+  int64_t program = 0;
+};
+
+/// The cheapest way to run a batch of `n` rows (n >= 1) on programs of the
+/// sizes given, each with its estimated cost per call (any unit, the same
+/// for all; > 0): parts of consecutive rows, each on one program, where only
+/// the last part may be padded (so a part never runs mostly padding twice).
+/// Dynamic programming over row counts 0..n, O(n x programs); of equal costs
+/// the plan with fewer parts wins. Splitting is sound only for a dim whose
+/// rows are proven independent (PadMode::batch). `cost` (may be null) gets
+/// the plan's total. Empty when `programs` is empty or n < 1.
+std::vector<RowPart> plan_rows(int64_t n, const std::vector<std::pair<int64_t, double>>& programs,
+                               double* cost = nullptr);
+
+/// Views (no copy) of rows [offset, offset + count) of each input carrying
+/// set.dims[dim] at axis 0; inputs without it are passed as given. The
+/// inputs must outlive the views. Throws Error(invalid_input) for a string
+/// tensor carrying the dim (it cannot be split).
+std::map<std::string, Tensor> slice_rows(const artifact::BucketSet& set, size_t dim,
+                                         const std::map<std::string, Tensor>& inputs, int64_t offset, int64_t count);
+
+/// Each output carrying set.dims[dim] at axis 0 concatenated along axis 0
+/// over `parts` (in order; each part already sliced to its own rows); an
+/// output without the dim is taken from the first part. Throws
+/// Error(internal) when the parts disagree on an output's other dims.
+std::map<std::string, Tensor> concat_rows(const artifact::BucketSet& set, size_t dim,
+                                          std::vector<std::map<std::string, Tensor>>& parts);
+
 /// "batch=4,seq=128" (BucketSet::dims order); "" when not bucketed.
 std::string sizes_str(const artifact::BucketSet& set, const std::vector<int64_t>& sizes);
 

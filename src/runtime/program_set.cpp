@@ -129,9 +129,11 @@ static int64_t next_power_of_two(int64_t v) {
   return p;
 }
 
-void ProgramSet::round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {
+void ProgramSet::round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes,
+                                   int skip) const {
   for (size_t k = 0; k < set_.dims.size(); ++k) {
     const artifact::BucketDim& d = set_.dims[k];
+    if (static_cast<int>(k) == skip) continue;
     if (d.kind != artifact::DimKind::specialized || d.pad != artifact::PadMode::batch || request[k] < 1) continue;
     std::set<int64_t> seen;
     for (auto& e : programs_) seen.insert(e.sizes[k]);
@@ -143,6 +145,117 @@ void ProgramSet::round_specialized(const std::vector<int64_t>& request, std::vec
     auto it = seen.lower_bound(request[k]);
     sizes[k] = it != seen.end() && *it <= cap ? *it : cap;
   }
+}
+
+int ProgramSet::split_dim(const std::vector<int64_t>& request) const {
+  if (!grow_) return -1;  // an explicit artifact runs what it holds, as it holds it
+  for (size_t k = 0; k < set_.dims.size(); ++k) {
+    const artifact::BucketDim& d = set_.dims[k];
+    if (d.kind != artifact::DimKind::specialized || d.pad != artifact::PadMode::batch || request[k] < 1) continue;
+    std::set<int64_t> seen;
+    for (auto& e : programs_) seen.insert(e.sizes[k]);
+    return seen.size() >= 2 ? static_cast<int>(k) : -1;
+  }
+  return -1;
+}
+
+double ProgramSet::estimate_ms(const std::vector<const Entry*>& same, size_t k, int64_t size) const {
+  if (row_cost_ && !same.empty()) {
+    std::vector<int64_t> sizes = same.front()->sizes;
+    sizes[k] = size;
+    return row_cost_(sizes);
+  }
+  for (auto* e : same)
+    if (e->sizes[k] == size && e->runs > 0) return e->run_ms;
+  // A line through the measured programs: a fixed cost per call plus a cost
+  // per row (least squares; on a GPU the fixed part dominates small batches,
+  // on a CPU the rows do). Without measurements: one row's worth per call.
+  double n = 0, sx = 0, sy = 0, sxx = 0, sxy = 0;
+  for (auto* e : same)
+    if (e->runs > 0) {
+      double x = static_cast<double>(e->sizes[k]), y = e->run_ms;
+      n += 1, sx += x, sy += y, sxx += x * x, sxy += x * y;
+    }
+  const double x = static_cast<double>(size);
+  if (n == 0) return x + 1;
+  double per_row = sy / (sx + n), fixed = per_row;  // one point: a call costs one row more
+  if (double den = n * sxx - sx * sx; n >= 2 && den > 0) {
+    per_row = (n * sxy - sx * sy) / den;
+    fixed = (sy - per_row * sx) / n;
+    if (per_row <= 0 || fixed < 0) {  // noise: fall back to proportional
+      per_row = sy / sx;
+      fixed = 0;
+    }
+  }
+  return fixed + per_row * x;
+}
+
+const ProgramSet::Entry& ProgramSet::grow_program(const std::vector<int64_t>& sizes, const std::string& req) const {
+  Stopwatch sw;
+  bool compiled = true;
+  const ir::Model* reference = programs_.empty() ? nullptr : &programs_.front().model();
+  artifact::ProgramVariant v = grow_(sizes, set_, reference, compiled);
+  if (compiled) {
+    ++compiles_;
+    compile_ms_ += sw.ms();
+  }
+  log().info("bucket {} for a request of {}: {} in {:.1f} ms", buckets::sizes_str(set_, sizes), req,
+             compiled ? "compiled" : "loaded", sw.ms());
+  add(sizes, std::move(v.model), std::move(v.plan), /*share=*/true);
+  return programs_.back();
+}
+
+std::vector<ProgramSet::Part> ProgramSet::split_rows(size_t k, const std::vector<int64_t>& request,
+                                                     std::vector<int64_t> sizes) const {
+  std::vector<const Entry*> same;
+  for (auto& e : programs_) {
+    bool match = true;
+    for (size_t j = 0; j < sizes.size() && match; ++j) match = j == k || e.sizes[j] == sizes[j];
+    if (match) same.push_back(&e);
+  }
+  std::vector<std::pair<int64_t, double>> held;
+  for (auto* e : same) held.emplace_back(e->sizes[k], estimate_ms(same, k, e->sizes[k]));
+  const int64_t n = request[k], pow2 = next_power_of_two(n);
+  double cost = 0;
+  std::vector<buckets::RowPart> plan = buckets::plan_rows(n, held, &cost);
+  bool have_pow2 = false;
+  for (auto* e : same) have_pow2 |= e->sizes[k] == pow2;
+  // Compile the power-of-two bucket only when the programs held cannot run
+  // the rows within kCompileMargin of what it would take: a CPU runs 37 rows
+  // as 32 + 4 + 1 about as fast as 37 (its time grows with the rows), a GPU
+  // pads them to 64 (its time per call hardly does).
+  constexpr double kCompileMargin = 1.25;
+  if (!have_pow2 && (plan.empty() || cost > kCompileMargin * estimate_ms(same, k, pow2))) {
+    sizes[k] = pow2;
+    grow_program(sizes, buckets::sizes_str(set_, request));
+    plan = {{n, pow2}};
+  }
+  std::vector<Part> parts;
+  for (auto& rp : plan) {
+    sizes[k] = rp.program;
+    for (auto& e : programs_)
+      if (e.sizes == sizes) {
+        e.last_use = uses_;
+        parts.push_back({built(e), e.sizes, rp.rows});
+        break;
+      }
+  }
+  if (parts.size() > 1 && split_runs_++ == 0)
+    log().info("dim '{}' of {} rows runs as {} parts on the programs held (rows are independent; cheaper than "
+               "compiling {} rows)",
+               set_.dims[k].symbol, n, parts.size(), pow2);
+  return parts;
+}
+
+void ProgramSet::record_run(const std::vector<int64_t>& sizes, double ms) const {
+  for (auto& e : programs_)
+    if (e.sizes == sizes) {
+      // The first runs pay for the arena's first touch: the second replaces
+      // the first, later ones are smoothed.
+      e.run_ms = e.runs < 2 ? ms : 0.8 * e.run_ms + 0.2 * ms;
+      ++e.runs;
+      return;
+    }
 }
 
 void ProgramSet::unload_least_recent() const {
@@ -164,54 +277,48 @@ void ProgramSet::unload_least_recent() const {
   }
 }
 
-std::shared_ptr<const Program> ProgramSet::pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const {
+std::vector<ProgramSet::Part> ProgramSet::pick(const std::vector<int64_t>& request, int& split) const {
   buckets::Choice c = buckets::choose(set_, request);
   std::lock_guard<std::mutex> lock(mu_);
   ++uses_;
+  split = -1;
   // The steady state: a program for exactly the choice is held. Only a miss
   // pays for rounding specialized dims against the sizes held.
   bool exact_held = false;
   for (auto& e : programs_) exact_held |= e.sizes == c.sizes;
-  if (!exact_held) round_specialized(request, c.sizes);
+  if (!exact_held) {
+    split = split_dim(request);
+    round_specialized(request, c.sizes, split);
+    if (split >= 0) {
+      auto parts = split_rows(static_cast<size_t>(split), request, c.sizes);
+      unload_least_recent();
+      return parts;
+    }
+  }
   for (auto& e : programs_)
     if (e.sizes == c.sizes) {
-      sizes = e.sizes;
       e.last_use = uses_;
-      auto& p = built(e);
+      Part p{built(e), e.sizes, 0};
       unload_least_recent();
-      return p;
+      return {p};
     }
   std::string req = buckets::sizes_str(set_, request);
   if (!c.inside && policy_ == OutOfBucket::error)
     fail(ErrorCode::invalid_input, "the input shape ({}) is outside every bucket: {} (out_of_bucket is error)", req,
          c.why);
   if (grow_) {
-    Stopwatch sw;
-    bool compiled = true;
-    const ir::Model* reference = programs_.empty() ? nullptr : &programs_.front().model();
-    artifact::ProgramVariant v = grow_(c.sizes, set_, reference, compiled);
-    if (compiled) {
-      ++compiles_;
-      compile_ms_ += sw.ms();
-    }
-    log().info("bucket {} for a request of {}: {} in {:.1f} ms", buckets::sizes_str(set_, c.sizes), req,
-               compiled ? "compiled" : "loaded", sw.ms());
-    add(c.sizes, std::move(v.model), std::move(v.plan), /*share=*/true);
-    sizes = c.sizes;
-    programs_.back().last_use = uses_;
-    auto p = built(programs_.back());
+    const Entry& e = grow_program(c.sizes, req);
+    e.last_use = uses_;
+    Part p{built(e), e.sizes, 0};
     unload_least_recent();
-    return p;
+    return {p};
   }
   // No compiler (an explicit artifact): the smallest program that can take
   // the request padded, else an error naming what the artifact holds.
   const Entry* best = nullptr;
   for (auto& e : programs_)
     if (buckets::serves(set_, e.sizes, request) && (!best || volume(e.sizes) < volume(best->sizes))) best = &e;
-  if (best) {
-    sizes = best->sizes;
-    return built(*best);
-  }
+  if (best) return {Part{built(*best), best->sizes, 0}};
   std::string held;
   for (auto& e : programs_) held += (held.empty() ? "" : "; ") + buckets::sizes_str(set_, e.sizes);
   fail(ErrorCode::invalid_input, "no program of this artifact can run the input shape ({}){}; it holds: {}", req,
@@ -244,20 +351,45 @@ void ProgramSet::run_device(const std::map<std::string, DeviceTensor>& inputs,
 std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor>& inputs, int threads,
                                               RunProfile* profile) const {
   if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);
-  std::vector<int64_t> request = buckets::request_sizes(set_, inputs), sizes;
-  std::shared_ptr<const Program> p = pick(request, sizes);
+  std::vector<int64_t> request = buckets::request_sizes(set_, inputs);
+  int split = -1;
+  std::vector<Part> parts = pick(request, split);
   {
-    // Scratch memory is kept for the bucket in use only: a stream over many
-    // buckets would otherwise hold one arena per bucket (BERT at 32x512:
-    // hundreds of MB each).
+    // Scratch memory is kept for the programs in use only: a stream over
+    // many buckets would otherwise hold one arena per bucket (BERT at 32x512:
+    // hundreds of MB each). The parts of a split batch keep theirs.
     std::lock_guard<std::mutex> lock(mu_);
-    if (last_ && last_ != p) last_->release_arenas();
-    last_ = p;
+    for (auto& p : in_use_)
+      if (std::none_of(parts.begin(), parts.end(), [&](const Part& q) { return q.program == p; }))
+        p->release_arenas();
+    in_use_.clear();
+    for (auto& q : parts) in_use_.push_back(q.program);
+    last_ = parts.back().program;
   }
-  if (sizes == request) return p->run(inputs, threads, profile);
-  auto out = p->run(buckets::pad_inputs(set_, inputs, sizes), threads, profile);
-  buckets::slice_outputs(set_, out, request);
-  return out;
+  // One program run of `in` (request sizes `want`) on part `q`, timed.
+  auto run_part = [&](const Part& q, const std::map<std::string, Tensor>& in, const std::vector<int64_t>& want) {
+    Stopwatch sw;
+    auto out = q.sizes == want ? q.program->run(in, threads, profile)
+                               : q.program->run(buckets::pad_inputs(set_, in, q.sizes), threads, profile);
+    double ms = sw.ms();
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      record_run(q.sizes, ms);
+    }
+    if (q.sizes != want) buckets::slice_outputs(set_, out, want);
+    return out;
+  };
+  if (split < 0) return run_part(parts.front(), inputs, request);
+  const auto k = static_cast<size_t>(split);
+  std::vector<std::map<std::string, Tensor>> outs;
+  int64_t offset = 0;
+  for (auto& q : parts) {
+    std::vector<int64_t> want = request;
+    want[k] = q.rows;
+    outs.push_back(run_part(q, buckets::slice_rows(set_, k, inputs, offset, q.rows), want));
+    offset += q.rows;
+  }
+  return outs.size() == 1 ? std::move(outs.front()) : buckets::concat_rows(set_, k, outs);
 }
 
 std::vector<ReferenceNode> ProgramSet::reference_nodes() const {
@@ -276,14 +408,16 @@ BucketStats ProgramSet::stats() const {
     else if (d.kind == artifact::DimKind::declared)
       s.modes.push_back(fmt::format("declared buckets (pad {})", artifact::pad_mode_name(d.pad)));
     else if (d.pad == artifact::PadMode::batch)
-      s.modes.push_back("specialized: one program per size; from the third size, power-of-two buckets (batch "
-                        "padding proven safe)");
+      s.modes.push_back("specialized: one program per size; from the third size, a batch runs on the programs "
+                        "held (split into row parts or padded) or on a new power-of-two bucket, whichever is "
+                        "estimated faster (batch rows proven independent)");
     else
       s.modes.push_back("specialized: one program per size (padding not proven safe)");
   }
   std::lock_guard<std::mutex> lock(mu_);
   for (auto& e : programs_) s.programs.push_back(e.sizes);
   s.compiled_by_run = compiles_;
+  s.split_runs = split_runs_;
   s.compile_ms = compile_ms_;
   return s;
 }

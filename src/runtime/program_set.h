@@ -49,6 +49,15 @@ class ProgramSet {
   ProgramSet(artifact::CompatInfo compat, artifact::BucketSet set, std::vector<TensorInfo> inputs,
              std::vector<TensorInfo> outputs, Grow grow, OutOfBucket policy, int device = 0, int max_loaded = 0);
 
+  /// Estimated ms of one run of the program for `sizes` (tests: replaces the
+  /// measured run times that choose between splitting a batch, padding it and
+  /// compiling a bucket, which are noise on a tiny test model).
+  using RowCost = std::function<double(const std::vector<int64_t>& sizes)>;
+  void set_row_cost(RowCost f) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    row_cost_ = std::move(f);
+  }
+
   /// See Session::run; `profile` (may be null) times the nodes of the program that ran.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
                                     RunProfile* profile = nullptr) const;
@@ -71,6 +80,8 @@ class ProgramSet {
     mutable std::shared_ptr<const Program> program;
     mutable std::shared_ptr<artifact::CompiledProgram> pending;  ///< until built (or after being unloaded)
     mutable uint64_t last_use = 0;  ///< ProgramSet::uses_ at its latest pick (least recently used unloads first)
+    mutable double run_ms = 0;      ///< wall ms of one run of this program (smoothed; 0: never run here)
+    mutable int runs = 0;           ///< runs timed into run_ms
     const ir::Model& model() const { return program ? program->compiled().model : pending->model; }
   };
   /// Adds a program. With `share`, each of its constants is first replaced by
@@ -84,11 +95,37 @@ class ProgramSet {
   /// e.program, building it first when it is still pending (mu_ held or
   /// construction time).
   const std::shared_ptr<const Program>& built(const Entry& e) const;
-  std::shared_ptr<const Program> pick(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const;
+  /// One program run of a request: `rows` rows of the split dim (all of
+  /// the request when not split) on the program of `sizes`.
+  struct Part {
+    std::shared_ptr<const Program> program;
+    std::vector<int64_t> sizes;
+    int64_t rows = 0;
+  };
+  /// The programs a request runs on, compiling what is missing: one part,
+  /// or (split_dim >= 0) consecutive row ranges of the batch dim split_dim.
+  std::vector<Part> pick(const std::vector<int64_t>& request, int& split_dim) const;
+  /// The batch dim a request not held exactly may be split along, or -1: a
+  /// specialized dim with batch padding proven safe that has shown at least
+  /// two sizes, in a set that can compile (mu_ held).
+  int split_dim(const std::vector<int64_t>& request) const;
+  /// The cheapest plan over the programs held (same sizes as `sizes` on the
+  /// other dims) for request[k] rows, by measured run times (plan_rows);
+  /// compiles the power-of-two program when none held comes within
+  /// kCompileMargin of its estimated time (mu_ held).
+  std::vector<Part> split_rows(size_t k, const std::vector<int64_t>& request, std::vector<int64_t> sizes) const;
+  /// Estimated ms of one run at `size` rows of dim k among `same` (the
+  /// programs differing from it only in dim k): its own measured time, else
+  /// a line a + b x size fitted to the measured ones (mu_ held).
+  double estimate_ms(const std::vector<const Entry*>& same, size_t k, int64_t size) const;
+  /// Compiles the program of `sizes` through grow_ and adds it (mu_ held).
+  const Entry& grow_program(const std::vector<int64_t>& sizes, const std::string& request) const;
+  /// Adds `ms` (one run's wall time) to the program of `sizes` (mu_ held).
+  void record_run(const std::vector<int64_t>& sizes, double ms) const;
   /// Specialized dims whose padding is safe: from a dim's third distinct
   /// size on, `sizes` (the request's) is rounded up to a program held or the
-  /// next power of two (mu_ held).
-  void round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes) const;
+  /// next power of two; dim `skip` is left as requested (mu_ held).
+  void round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes, int skip = -1) const;
   /// Unbuilds the least recently used programs beyond max_loaded_ (mu_ held).
   void unload_least_recent() const;
 
@@ -106,7 +143,11 @@ class ProgramSet {
   mutable std::vector<Entry> programs_;
   mutable std::multimap<uint64_t, Tensor> constants_;  ///< XXH3-64 of the bytes -> a constant held
   mutable bool indexed_ = false;  ///< constants_ holds the constants of every program in programs_
-  mutable std::shared_ptr<const Program> last_;  ///< the program the latest run used
+  mutable std::shared_ptr<const Program> last_;  ///< the program the latest run used (its last part)
+  /// Every program the latest run used: their arenas stay, the others' are released.
+  mutable std::vector<std::shared_ptr<const Program>> in_use_;
+  mutable int split_runs_ = 0;
+  mutable RowCost row_cost_;
   mutable int compiles_ = 0;
   mutable double compile_ms_ = 0;
 };

@@ -15,6 +15,8 @@ struct SessionAccess {
     s.stats_ = std::move(stats);
     return s;
   }
+  /// The programs behind a Session (tests).
+  static const ProgramSet& programs(const Session& s) { return *s.program_; }
 };
 
 /// Reads the compat block, checks it can run here for opt.target, then reads

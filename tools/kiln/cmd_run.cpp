@@ -65,7 +65,7 @@ json buckets_json(const BucketStats& b) {
     programs.push_back(sz);
   }
   return {{"dims", b.dims}, {"modes", b.modes}, {"programs", programs}, {"compiled_by_run", b.compiled_by_run},
-          {"compile_ms", b.compile_ms}};
+          {"compile_ms", b.compile_ms}, {"split_runs", b.split_runs}};
 }
 
 /// After a cuda run has printed and written everything: ends the process

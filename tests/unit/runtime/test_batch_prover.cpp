@@ -8,6 +8,7 @@
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "runtime/batch_prover.h"
+#include "runtime/session_internal.h"
 
 namespace kiln::testing {
 namespace {
@@ -96,33 +97,77 @@ TEST(BatchProver, TheBatchSizeAsAnOutputOrAsDataIsNot) {
   }
 }
 
-// End to end: a specialized session pads such a model's batch from its third
-// size on, and the padded rows do not change the real ones.
-TEST(BatchProver, SpecializedSessionPadsTheProvenBatch) {
-  TempDir dir;
-  reshape_chain(0).save(dir / "m.onnx");
-  SessionOptions opt;
-  opt.use_cache = false;
-  Session s(dir / "m.onnx", opt);
-  auto run = [&](int64_t batch) {
+// End to end: a specialized session runs such a model's batch from its third
+// size on by padding, by splitting it into row parts over the programs held,
+// or on a new power-of-two bucket, as the (here: given) run times make
+// cheapest; the real rows never change.
+class SpecializedBatch : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    reshape_chain(0).save(dir_ / "m.onnx");
+    SessionOptions opt;
+    opt.use_cache = false;
+    s_ = std::make_unique<Session>(dir_ / "m.onnx", opt);
+  }
+  // Runs `batch` rows and checks every row against the sum it must be.
+  void run(int64_t batch) {
     Tensor x(DType::f32, {batch, 6, 4});
     for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = static_cast<float>(i % 7) - 3.f;
-    Tensor y = s.run({{"x", x}}).at("y");
-    EXPECT_EQ(y.shape(), (std::vector<int64_t>{batch, 1}));
+    Tensor y = s_->run({{"x", x}}).at("y");
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{batch, 1}));
     for (int64_t r = 0; r < batch; ++r) {
       float want = 0;
       for (int64_t j = 0; j < 24; ++j) want += static_cast<float>((r * 24 + j) % 7) - 3.f;
-      EXPECT_FLOAT_EQ(y.data<float>()[r], want) << "batch " << batch << " row " << r;
+      ASSERT_FLOAT_EQ(y.data<float>()[r], want) << "batch " << batch << " row " << r;
     }
-  };
+  }
+  // Run time per call: `fixed` plus `per_row` per row of the program.
+  void cost(double fixed, double per_row) {
+    SessionAccess::programs(*s_).set_row_cost(
+        [=](const std::vector<int64_t>& sizes) { return fixed + per_row * static_cast<double>(sizes[0]); });
+  }
+  TempDir dir_;
+  std::unique_ptr<Session> s_;
+};
+
+TEST_F(SpecializedBatch, RowBoundRunsSplitOverTheProgramsHeld) {
+  cost(1, 1);  // a CPU: time grows with the rows
+  run(2);
+  run(7);      // two exact programs
+  run(9);      // 7 + 2 (cost 11) beats compiling 16 (17)
+  run(16);     // 7 + 7 + 2 (19) is within 1.25 x 16's 17: still no compile
+  EXPECT_EQ(s_->buckets().programs, (std::vector<std::vector<int64_t>>{{2}, {7}}));
+  EXPECT_EQ(s_->buckets().split_runs, 2);
+  run(1);      // padding to 2 (3) is over 1.25 x a 1-row program (2): compile 1
+  run(5);      // 2 + 2 + 1 (8) or 7 padded (8): held
+  const BucketStats st = s_->buckets();
+  EXPECT_EQ(st.programs, (std::vector<std::vector<int64_t>>{{2}, {7}, {1}}));
+  EXPECT_EQ(st.compiled_by_run, 3);
+  EXPECT_NE(st.modes[0].find("split into row parts"), std::string::npos) << st.modes[0];
+}
+
+TEST_F(SpecializedBatch, CallBoundRunsPadToAPowerOfTwoBucket) {
+  cost(10, 0.1);  // a GPU: a call costs about the same whatever its rows
   run(2);
   run(7);
-  run(5);  // third size: rounded up to the held 7 (<= 8, the next power of two)
-  run(3);  // -> 4, a new bucket
-  const BucketStats st = s.buckets();
-  ASSERT_EQ(st.dims, (std::vector<std::string>{"N"}));
-  EXPECT_EQ(st.programs, (std::vector<std::vector<int64_t>>{{2}, {7}, {4}}));
-  EXPECT_NE(st.modes[0].find("power-of-two"), std::string::npos) << st.modes[0];
+  run(9);   // 7 + 2 (20.9) is far over 16's 11.6: compile 16, pad
+  run(5);   // padded to the held 7
+  run(12);  // padded to the held 16
+  const BucketStats st = s_->buckets();
+  EXPECT_EQ(st.programs, (std::vector<std::vector<int64_t>>{{2}, {7}, {16}}));
+  EXPECT_EQ(st.split_runs, 0);
+}
+
+TEST_F(SpecializedBatch, MeasuredTimesKeepEveryRowRight) {
+  // No cost model: real (noisy) timings decide; whatever they choose, every
+  // row is right and only power-of-two sizes are compiled after the first two.
+  for (int64_t b : {3, 6, 5, 1, 8, 13, 2, 17, 4, 11}) run(b);
+  const BucketStats st = s_->buckets();
+  ASSERT_GE(st.programs.size(), 2u);
+  for (size_t i = 2; i < st.programs.size(); ++i) {
+    int64_t n = st.programs[i][0];
+    EXPECT_EQ(n & (n - 1), 0) << "program " << i << " has " << n << " rows";
+  }
 }
 
 }  // namespace

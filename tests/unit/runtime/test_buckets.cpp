@@ -219,6 +219,69 @@ TEST(BucketPadding, ZeroPadsInputsAndSlicesOutputsBack) {
   for (int i = 0; i < 12; ++i) EXPECT_EQ(r.data<float>()[i], wy[static_cast<size_t>(i)]) << i;
 }
 
+TEST(BucketSplit, PlanRowsIsTheCheapestSplitOrPad) {
+  using P = std::vector<std::pair<int64_t, double>>;
+  auto parts = [](const std::vector<buckets::RowPart>& plan) {
+    std::vector<std::pair<int64_t, int64_t>> v;
+    for (auto& p : plan) v.emplace_back(p.rows, p.program);
+    return v;
+  };
+  double cost = 0;
+  // Time that grows with the rows: 37 = 32 + 4 + 1, nothing padded.
+  P cpu{{1, 2}, {4, 5}, {32, 33}};
+  EXPECT_EQ(parts(buckets::plan_rows(37, cpu, &cost)),
+            (std::vector<std::pair<int64_t, int64_t>>{{32, 32}, {4, 4}, {1, 1}}));
+  EXPECT_DOUBLE_EQ(cost, 40);
+  // 3 rows: 4 padded (5) beats 1 + 1 + 1 (6); only the last part is padded.
+  EXPECT_EQ(parts(buckets::plan_rows(3, cpu, &cost)), (std::vector<std::pair<int64_t, int64_t>>{{3, 4}}));
+  EXPECT_DOUBLE_EQ(cost, 5);
+  // A fixed cost per call: one padded call beats any split.
+  P gpu{{1, 10}, {4, 10.5}, {32, 12}};
+  EXPECT_EQ(parts(buckets::plan_rows(20, gpu, &cost)), (std::vector<std::pair<int64_t, int64_t>>{{20, 32}}));
+  EXPECT_DOUBLE_EQ(cost, 12);
+  // Above the largest program: whole programs, then the rest.
+  EXPECT_EQ(parts(buckets::plan_rows(40, gpu, &cost)),
+            (std::vector<std::pair<int64_t, int64_t>>{{32, 32}, {8, 32}}));
+  // Equal costs: fewer calls win.
+  EXPECT_EQ(parts(buckets::plan_rows(2, P{{1, 1}, {2, 2}})), (std::vector<std::pair<int64_t, int64_t>>{{2, 2}}));
+  EXPECT_TRUE(buckets::plan_rows(5, P{}).empty());
+  EXPECT_TRUE(buckets::plan_rows(0, cpu).empty());
+}
+
+TEST(BucketSplit, RowSlicesAndTheirConcatenationRoundTrip) {
+  artifact::BucketSet s;
+  s.dims = {{"B", 0, 0, {}, artifact::PadMode::batch, artifact::DimKind::specialized}};
+  s.inputs = {{"x", {"B", ""}}, {"w", {"", ""}}};
+  s.outputs = {{"y", {"B", ""}}, {"n", {}}};
+  Tensor x(DType::f32, {5, 2}), w(DType::f32, {2, 2});
+  for (int i = 0; i < 10; ++i) x.data<float>()[i] = static_cast<float>(i);
+  std::map<std::string, Tensor> in{{"x", x}, {"w", w}};
+  auto part = buckets::slice_rows(s, 0, in, 3, 2);
+  ASSERT_EQ(part.at("x").shape(), (std::vector<int64_t>{2, 2}));
+  EXPECT_EQ(part.at("x").data<float>()[0], 6.f);  // a view of rows 3..4
+  EXPECT_EQ(part.at("x").raw(), static_cast<const float*>(x.raw()) + 6);
+  EXPECT_EQ(part.at("w").shape(), (std::vector<int64_t>{2, 2}));  // no batch: whole
+  std::vector<std::map<std::string, Tensor>> outs;
+  for (auto [off, rows] : {std::pair<int64_t, int64_t>{0, 3}, {3, 2}}) {
+    Tensor n(DType::i64, {});
+    *n.data<int64_t>() = 7;
+    outs.push_back({{"y", buckets::slice_rows(s, 0, in, off, rows).at("x").clone()}, {"n", n}});
+  }
+  auto whole = buckets::concat_rows(s, 0, outs);
+  ASSERT_EQ(whole.at("y").shape(), (std::vector<int64_t>{5, 2}));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(whole.at("y").data<float>()[i], static_cast<float>(i)) << i;
+  EXPECT_EQ(*whole.at("n").data<int64_t>(), 7);
+  Tensor str = Tensor::view(DType::string, {5}, nullptr, nullptr);  // never read: refused first
+  s.inputs.push_back({"t", {"B"}});
+  try {
+    buckets::slice_rows(s, 0, {{"t", str}}, 0, 2);
+    ADD_FAILURE() << "a string tensor was split";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_input);
+    EXPECT_NE(std::string(e.what()).find("input 't'"), std::string::npos) << e.what();
+  }
+}
+
 // A model whose symbolic dims have no names: the importer names them
 // "<input>:<axis>", the error lists that name, and --dim can use it.
 TEST_F(Buckets, UnnamedSymbolicDimsAreNamedInTheError) {
