@@ -84,6 +84,8 @@ int main(int argc, char** argv) {
                         {"runs_ms", total},
                         {"compiled_by_run", b.compiled_by_run},
                         {"run_compile_ms", b.compile_ms},
+                        {"split_runs", b.split_runs},
+                        {"modes", b.modes},
                         {"programs", b.programs},
                         {"dims", b.dims},
                         {"runs", runs}};
