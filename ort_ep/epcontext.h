@@ -9,26 +9,10 @@
 #include <string>
 
 #include "ep.h"
+#include "epcontext_reader.h"
 #include "ort_graph.h"
 
 namespace kiln::ort_ep {
-
-/// The attributes of a com.microsoft EPContext node that kiln reads.
-struct EpContextNode {
-  std::string name;
-  int64_t main_context = 1;
-  int64_t embed_mode = 1;      ///< 1: `cache` is the .kiln bytes; 0: a path relative to the model's folder
-  std::string cache;           ///< ep_cache_context
-  std::string source;          ///< the EP that wrote it (kEpName)
-  std::string sdk_version;     ///< ep_sdk_version: the kiln version that wrote it
-};
-
-/// Checks the attributes of an EPContext node (as name -> INT / STRING
-/// values) and returns them. Throws Error(invalid_model) naming the node and
-/// the attribute that is missing, of the wrong kind or out of range. Pure
-/// (no ORT): the fuzz target's entry.
-EpContextNode parse_epcontext(const std::string& node_name, const std::map<std::string, int64_t>& ints,
-                              const std::map<std::string, std::string>& strings);
 
 /// The EPContext node of `g` when `g` is a kiln EPContext node alone (what
 /// ORT hands to Compile for a node of an EPContext model); nullopt otherwise.

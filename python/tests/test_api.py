@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import kiln
-from conftest import REPO, cli, save_model
+from conftest import REPO, cli, model_path, save_model
 
 
 def test_installed_package_is_tested():
@@ -212,11 +212,29 @@ def test_on_note_reports_an_untrusted_cache_dir(demo, tmp_path):
     assert stat.S_IMODE(shared.stat().st_mode) == 0o777
 
 
-def test_ort_plugin_place():
+def test_ort_plugin_ships_and_runs_in_onnxruntime(tmp_path):
+    """kiln.ort finds the plugin in the installed package; onnxruntime (a test
+    dependency only: kiln does not depend on it) loads it, and the demo model
+    runs wholly on kiln and matches ORT's CPU EP."""
     import kiln.ort
+    import onnxruntime as ort
 
-    with pytest.raises(kiln.Unsupported, match="not built yet"):
-        kiln.ort.get_library_path()
+    lib = kiln.ort.get_library_path()
+    assert Path(lib).is_file() and Path(lib).parent == Path(kiln.__file__).parent / "lib"
+    assert kiln.ort.get_ep_names() == ["KilnExecutionProvider"]
+    ort.register_execution_provider_library("kiln_pkg_test", lib)
+    devices = [d for d in ort.get_ep_devices() if d.ep_name in kiln.ort.get_ep_names()]
+    assert devices, [d.ep_name for d in ort.get_ep_devices()]
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    so.add_provider_for_devices(devices, {"cache_dir": str(tmp_path / "cache")})
+    demo = model_path("demo")
+    s = ort.InferenceSession(str(demo), so, enable_fallback=0)
+    assert {sub.ep_name for sub in s.get_provider_graph_assignment_info()} == {"KilnExecutionProvider"}
+    x = np.random.default_rng(0).random((1, 3, 64, 64), dtype=np.float32)
+    ref = ort.InferenceSession(str(demo), providers=["CPUExecutionProvider"]).run(None, {"image": x})[0]
+    np.testing.assert_allclose(s.run(None, {"image": x})[0], ref, rtol=1e-3, atol=1e-4)
 
 
 def test_type_stubs_match_the_module():
