@@ -9,14 +9,14 @@
 # then N mutations with a fixed seed, so a CI result does not depend on how
 # fast the machine is or on luck. SECONDS (random seed) is for long runs.
 #
-# NAME: artifact_reader, onnx_importer (default: both). New interesting
+# NAME: artifact_reader, onnx_importer, epcontext_reader (default: all three). New interesting
 # inputs go to BUILD_DIR/corpus-<name> (the committed corpus is only read);
 # a crash is written to BUILD_DIR/crash-<name>-* and fails the run.
 # Exit 77 (CTest: skipped) only when clang++ is missing; scripts/setup.sh
 # installs it.
 set -euo pipefail
 src=$(cd "$1" && pwd); build=$2; secs=$3; shift 3
-names=("$@"); [ ${#names[@]} -gt 0 ] || names=(artifact_reader onnx_importer)
+names=("$@"); [ ${#names[@]} -gt 0 ] || names=(artifact_reader onnx_importer epcontext_reader)
 cxx=${KILN_FUZZ_CXX:-clang++}
 if ! command -v "$cxx" >/dev/null 2>&1; then
   echo "SKIPPED: $cxx not found (scripts/setup.sh installs clang); the fuzzers were not run"

@@ -87,7 +87,8 @@ const std::set<std::string> kKnown = {"precision", "cache_dir",       "tuning", 
 
 }  // namespace
 
-EpOptions parse_options(const std::map<std::string, std::string>& entries, Target target) {
+EpOptions parse_options(const std::map<std::string, std::string>& entries, const DeviceChoice& device) {
+  const Target& target = device.target;
   EpOptions o;
   std::map<std::string, std::string> kv;
   const std::string prefix = kOptionPrefix;
@@ -114,7 +115,19 @@ EpOptions parse_options(const std::map<std::string, std::string>& entries, Targe
     if (id < 0) fail(ErrorCode::invalid_option, "EP option 'device_id' = '{}': expected a device index >= 0", it->second);
     if (target.kind == Target::Kind::cpu && id != 0)
       fail(ErrorCode::invalid_option, "EP option 'device_id' = {}: the kiln EP on the CPU device has only device 0", id);
-    if (target.kind == Target::Kind::cuda) so.target.device = id;
+    if (target.kind == Target::Kind::cuda) {
+      // The option wins over ORT's device only when they agree: a conflict is
+      // a configuration error, never a silent choice.
+      if (target.device >= 0 && id != target.device)
+        fail(ErrorCode::invalid_option,
+             "EP option 'device_id' = {} contradicts the GPU ONNX Runtime selected for the kiln EP (PCI bus id {}), "
+             "which is CUDA device {}",
+             id, device.bus_id.empty() ? "unknown" : device.bus_id, target.device);
+      so.target.device = id;
+    }
+  } else if (target.kind == Target::Kind::cuda && target.device < 0) {
+    fail(ErrorCode::invalid_option,
+         "cannot tell which CUDA device the GPU ONNX Runtime selected is ({}); set EP option 'device_id'", device.why);
   }
   if (auto it = kv.find("precision"); it != kv.end()) {
     try {

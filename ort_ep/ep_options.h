@@ -31,10 +31,19 @@ struct EpOptions {
   std::filesystem::path context_file;   ///< ep.context_file_path (the EPContext model to write), may be empty
 };
 
-/// Parses and validates `entries` (every session config entry) for `target`
-/// (cpu or cuda:N). Throws Error(invalid_option) naming the option:
-/// an unknown "ep.kilnexecutionprovider.*" key, an empty path, a bad value.
-EpOptions parse_options(const std::map<std::string, std::string>& entries, Target target);
+/// The device ORT selected for the EP: cpu, or cuda with the CUDA ordinal
+/// found by PCI bus id (-1 when it could not be told: `why`).
+struct DeviceChoice {
+  Target target = Target::cpu();
+  std::string bus_id;  ///< PCI bus id of the GPU ("" for the CPU or when unknown)
+  std::string why;     ///< why the ordinal is unknown
+};
+
+/// Parses and validates `entries` (every session config entry) for the
+/// device. Throws Error(invalid_option) naming the option: an unknown
+/// "ep.kilnexecutionprovider.*" key, an empty path, a bad value, a
+/// `device_id` that contradicts the selected GPU (naming both).
+EpOptions parse_options(const std::map<std::string, std::string>& entries, const DeviceChoice& device);
 
 /// The options as text (sorted key=value;...) for the cache key of a
 /// partition and the EPContext node: everything that changes the program.

@@ -7,6 +7,7 @@
 #include <map>
 #include <string>
 
+#include "cuda_device.h"
 #include "ep.h"
 #include "epcontext.h"
 #include "ort_util.h"
@@ -16,11 +17,15 @@ namespace kiln::ort_ep {
 
 namespace {
 
-/// The factory of the kiln EP on ORT's CPU device (target cpu).
-struct CpuFactory : OrtEpFactory {
+/// The kiln EP's factory: ORT's CPU device (target cpu) and, in a kiln
+/// built with CUDA, NVIDIA GPUs (target cuda, the CUDA device found by PCI
+/// bus id). One EP name for both: its options are the same.
+struct Factory : OrtEpFactory {
   const OrtLogger* default_logger = nullptr;
-  CpuFactory();
+  Factory();
 };
+
+constexpr uint32_t kNvidiaVendorId = 0x10de;
 
 const char* F_GetName(const OrtEpFactory*) {
   mark_callback("OrtEpFactory::GetName");
@@ -45,7 +50,10 @@ OrtStatus* F_GetSupportedDevices(OrtEpFactory* self, const OrtHardwareDevice* co
   *num_ep_devices = 0;
   return guarded([&] {
     for (size_t i = 0; i < num_devices && *num_ep_devices < max_ep_devices; ++i) {
-      if (ORT_API(HardwareDevice_Type)(devices[i]) != OrtHardwareDeviceType_CPU) continue;
+      OrtHardwareDeviceType type = ORT_API(HardwareDevice_Type)(devices[i]);
+      uint32_t vendor = ORT_API(HardwareDevice_VendorId)(devices[i]);
+      bool gpu = type == OrtHardwareDeviceType_GPU && vendor == kNvidiaVendorId && cuda_built();
+      if (type != OrtHardwareDeviceType_CPU && !gpu) continue;
       OrtEpDevice* d = nullptr;
       check(ORT_EP_API(CreateEpDevice)(self, devices[i], nullptr, nullptr, &d), "CreateEpDevice");
       ep_devices[(*num_ep_devices)++] = d;
@@ -67,12 +75,27 @@ std::map<std::string, std::string> config_entries(const OrtSessionOptions* so) {
   return out;
 }
 
-OrtStatus* F_CreateEp(OrtEpFactory*, const OrtHardwareDevice* const*, const OrtKeyValuePairs* const*, size_t,
-                      const OrtSessionOptions* session_options, const OrtLogger* logger, OrtEp** ep) {
+/// The device a session's EP uses: a GPU when ORT selected one (the CPU is
+/// then only the host), else the CPU.
+DeviceChoice choose_device(const OrtHardwareDevice* const* devices, size_t n) {
+  DeviceChoice c;
+  for (size_t i = 0; i < n; ++i)
+    if (ORT_API(HardwareDevice_Type)(devices[i]) == OrtHardwareDeviceType_GPU) {
+      CudaMatch m = cuda_ordinal(devices[i]);
+      c.target = Target::cuda(m.ordinal);
+      c.bus_id = m.bus_id;
+      c.why = m.why;
+      return c;
+    }
+  return c;
+}
+
+OrtStatus* F_CreateEp(OrtEpFactory*, const OrtHardwareDevice* const* devices, const OrtKeyValuePairs* const*,
+                      size_t num_devices, const OrtSessionOptions* session_options, const OrtLogger* logger, OrtEp** ep) {
   mark_callback("OrtEpFactory::CreateEp");
   *ep = nullptr;
   return guarded([&] {
-    EpOptions o = parse_options(config_entries(session_options), Target::cpu());
+    EpOptions o = parse_options(config_entries(session_options), choose_device(devices, num_devices));
     *ep = new KilnEp(std::move(o), logger);
   });
 }
@@ -116,7 +139,7 @@ OrtStatus* F_CreateSyncStreamForDevice(OrtEpFactory*, const OrtMemoryDevice*, co
   return nullptr;
 }
 
-CpuFactory::CpuFactory() : OrtEpFactory{} {
+Factory::Factory() : OrtEpFactory{} {
   ort_version_supported = kKilnOrtApiVersion;
   GetName = F_GetName;
   GetVendor = F_GetVendor;
@@ -158,7 +181,7 @@ __attribute__((visibility("default"))) OrtStatus* CreateEpFactories(const char* 
   g_ep_api = ORT_API(GetEpApi)();
   g_editor_api = ORT_API(GetModelEditorApi)();
   if (max_factories < 1) return make_status(ORT_INVALID_ARGUMENT, "kiln: ORT allows no factory");
-  auto* f = new CpuFactory();
+  auto* f = new Factory();
   f->default_logger = default_logger;
   log_to(default_logger, ORT_LOGGING_LEVEL_INFO,
          fmt::format("kiln {} plugin EP registered as '{}' in ONNX Runtime {}", KILN_VERSION_STRING,
@@ -170,7 +193,7 @@ __attribute__((visibility("default"))) OrtStatus* CreateEpFactories(const char* 
 
 /// Called by ORT to free a factory from CreateEpFactories.
 __attribute__((visibility("default"))) OrtStatus* ReleaseEpFactory(OrtEpFactory* factory) {
-  delete static_cast<kiln::ort_ep::CpuFactory*>(factory);
+  delete static_cast<kiln::ort_ep::Factory*>(factory);
   return nullptr;
 }
 

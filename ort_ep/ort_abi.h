@@ -211,7 +211,8 @@ struct OrtApi {
   /// [291] The model editor function table (kiln builds EPContext nodes with it).
   const OrtModelEditorApi* (*GetModelEditorApi)();
   OrtUnusedSlot unused_292_296[5];
-  OrtUnusedSlot unused_297;
+  /// [297] Value of `key` in key-value pairs; null when absent.
+  const char* (*GetKeyValue)(const OrtKeyValuePairs* kvps, const char* key);
   /// [298] Every key and value (arrays owned by `kvps`).
   void (*GetKeyValuePairs)(const OrtKeyValuePairs* kvps, const char* const** keys, const char* const** values,
                            size_t* num_entries);
@@ -221,10 +222,13 @@ struct OrtApi {
   OrtUnusedSlot unused_301_306[6];
   /// [307] CPU, GPU or NPU.
   OrtHardwareDeviceType (*HardwareDevice_Type)(const OrtHardwareDevice* device);
-  OrtUnusedSlot unused_308;
+  /// [308] PCI vendor id (0x10de: NVIDIA); 0 for a CPU without one.
+  uint32_t (*HardwareDevice_VendorId)(const OrtHardwareDevice* device);
   OrtUnusedSlot unused_309;
   OrtUnusedSlot unused_310;
-  OrtUnusedSlot unused_311;
+  /// [311] Discovery metadata ("pci_bus_id" where ORT reads it, else "card_idx":
+  /// /sys/class/drm/card<N>).
+  const OrtKeyValuePairs* (*HardwareDevice_Metadata)(const OrtHardwareDevice* device);
   OrtUnusedSlot unused_312_316[5];
   /// [317] The EP function table (OrtEpApi).
   const OrtEpApi* (*GetEpApi)();
@@ -334,9 +338,12 @@ struct OrtApi {
   X(OrtApi, GetValueInfoName, 289) \
   X(OrtApi, GetValueInfoTypeInfo, 290) \
   X(OrtApi, GetModelEditorApi, 291) \
+  X(OrtApi, GetKeyValue, 297) \
   X(OrtApi, GetKeyValuePairs, 298) \
   X(OrtApi, ReleaseKeyValuePairs, 300) \
   X(OrtApi, HardwareDevice_Type, 307) \
+  X(OrtApi, HardwareDevice_VendorId, 308) \
+  X(OrtApi, HardwareDevice_Metadata, 311) \
   X(OrtApi, GetEpApi, 317) \
   X(OrtApi, ValueInfo_GetInitializerValue, 326) \
   X(OrtApi, ValueInfo_IsConstantInitializer, 331) \

@@ -14,6 +14,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 
+# Declared slots that only a GPU device reaches (matching it to a CUDA device).
+GPU_ONLY = {"OrtApi::GetKeyValue", "OrtApi::HardwareDevice_Metadata"}
+
 EXERCISE = r"""
 import ctypes, gc, sys, tempfile
 from pathlib import Path
@@ -59,7 +62,15 @@ def test_every_declared_slot_is_called(lib):
     assert r.returncode == 0, r.stderr[-3000:]
     line = [l for l in r.stdout.splitlines() if l.startswith("UNCALLED:")]
     assert line, r.stdout[-2000:]
-    uncalled = line[-1][len("UNCALLED:"):]
+    uncalled = [x for x in line[-1][len("UNCALLED:"):].split(",") if x]
     import onnxruntime
 
-    assert uncalled == "", f"declared in ort_abi.h but never called under onnxruntime {onnxruntime.__version__}: {uncalled}"
+    from conftest import kiln_devices
+
+    if not any("GPU" in str(d.device.type) for d in kiln_devices()):
+        # Slots read only for a GPU device (its PCI bus id): they can be called
+        # only on a machine with an NVIDIA GPU (scripts/device/ort_ep_gpu.sh).
+        gpu_only = [x for x in uncalled if x in GPU_ONLY]
+        uncalled = [x for x in uncalled if x not in GPU_ONLY]
+        print(f"\nnot checked here (no GPU device): {', '.join(gpu_only) or 'none'}")
+    assert not uncalled, f"declared in ort_abi.h but never called under onnxruntime {onnxruntime.__version__}: {uncalled}"
