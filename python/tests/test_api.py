@@ -219,6 +219,10 @@ def test_ort_plugin_ships_and_runs_in_onnxruntime(tmp_path):
     import kiln.ort
     import onnxruntime as ort
 
+    # kiln's module first: both kiln copies in one process share libspdlog,
+    # and the plugin's logger must not clash with the module's.
+    kiln.Session(model_path("demo"), cache_dir=tmp_path / "cache").run(
+        {"image": np.zeros((1, 3, 64, 64), dtype=np.float32)})
     lib = kiln.ort.get_library_path()
     assert Path(lib).is_file() and Path(lib).parent == Path(kiln.__file__).parent / "lib"
     assert kiln.ort.get_ep_names() == ["KilnExecutionProvider"]

@@ -14,7 +14,10 @@ namespace kiln {
 
 spdlog::logger& log() {
   static std::shared_ptr<spdlog::logger> logger = [] {
-    auto l = spdlog::stderr_color_mt("kiln");
+    // Not registered in spdlog's registry: a process may hold two copies of
+    // kiln (the Python module and the ONNX Runtime plugin) sharing one
+    // libspdlog, and the second registration of "kiln" would throw.
+    auto l = std::make_shared<spdlog::logger>("kiln", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
     l->set_pattern("kiln: %l: %v");
     const char* env = std::getenv("KILN_LOG");
     l->set_level(env ? spdlog::level::from_str(env) : spdlog::level::warn);
