@@ -25,23 +25,27 @@ std::optional<fs::path> path_option(const std::map<std::string, std::string>& kv
   return fs::path(it->second);
 }
 
-/// "NAME=DxDx...;NAME2=..." -> input_shapes.
-void parse_shapes(const std::string& text, SessionOptions& so) {
+/// The pieces of `text` between `sep`s (empty pieces included).
+std::vector<std::string> split(const std::string& text, char sep) {
+  std::vector<std::string> out;
   size_t pos = 0;
   while (pos <= text.size()) {
-    size_t end = text.find(';', pos);
-    std::string item = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
+    size_t end = text.find(sep, pos);
+    out.push_back(text.substr(pos, end == std::string::npos ? std::string::npos : end - pos));
     pos = end == std::string::npos ? text.size() + 1 : end + 1;
+  }
+  return out;
+}
+
+/// "NAME=DxDx...;NAME2=..." -> input_shapes.
+void parse_shapes(const std::string& text, SessionOptions& so) {
+  for (const std::string& item : split(text, ';')) {
     if (item.empty()) continue;
     size_t eq = item.rfind('=');
     if (eq == std::string::npos || eq == 0 || eq + 1 == item.size())
       fail(ErrorCode::invalid_option, "EP option 'shapes': '{}' is not NAME=DxDx... (e.g. input=1x3x224x224)", item);
     std::vector<int64_t> dims;
-    std::string d = item.substr(eq + 1);
-    size_t p = 0;
-    while (p <= d.size()) {
-      size_t x = d.find('x', p);
-      std::string num = d.substr(p, x == std::string::npos ? std::string::npos : x - p);
+    for (const std::string& num : split(item.substr(eq + 1), 'x')) {
       try {
         size_t used = 0;
         long long v = std::stoll(num, &used);
@@ -50,7 +54,6 @@ void parse_shapes(const std::string& text, SessionOptions& so) {
       } catch (const std::exception&) {
         fail(ErrorCode::invalid_option, "EP option 'shapes': '{}': '{}' is not a dimension (a number >= 0)", item, num);
       }
-      p = x == std::string::npos ? d.size() + 1 : x + 1;
     }
     std::string name = item.substr(0, eq);
     if (!so.input_shapes.emplace(name, dims).second)
@@ -60,11 +63,7 @@ void parse_shapes(const std::string& text, SessionOptions& so) {
 
 /// "NAME=SPEC;NAME2=SPEC" -> dims (DimSpec text forms).
 void parse_dims(const std::string& text, SessionOptions& so) {
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t end = text.find(';', pos);
-    std::string item = text.substr(pos, end == std::string::npos ? std::string::npos : end - pos);
-    pos = end == std::string::npos ? text.size() + 1 : end + 1;
+  for (const std::string& item : split(text, ';')) {
     if (item.empty()) continue;
     size_t eq = item.find('=');
     if (eq == std::string::npos || eq == 0)

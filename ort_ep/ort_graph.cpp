@@ -192,6 +192,14 @@ void fill_tensor(onnx::TensorProto& tp, const OrtValue* value, const std::string
 
 void fill_graph(onnx::GraphProto& gp, const OrtGraph* g, const std::string& name, Sink& sink);
 
+/// The values ReadOpAttr wrote for an INTS / FLOATS attribute (unaligned bytes).
+template <class T>
+std::vector<T> unpack(const std::vector<char>& buf) {
+  std::vector<T> out(buf.size() / sizeof(T));
+  if (!out.empty()) std::memcpy(out.data(), buf.data(), out.size() * sizeof(T));
+  return out;
+}
+
 void fill_attribute(onnx::AttributeProto& ap, const OrtOpAttr* a, const NodeInfo& ni,
                     const std::map<std::string, const OrtGraph*>& subgraphs, Sink& sink) {
   const char* aname = nullptr;
@@ -225,26 +233,16 @@ void fill_attribute(onnx::AttributeProto& ap, const OrtOpAttr* a, const NodeInfo
       ap.set_f(v);
       return;
     }
-    case ORT_OP_ATTR_INTS: {
+    case ORT_OP_ATTR_INTS:
       read(buf);
       ap.set_type(onnx::AttributeProto::INTS);
-      for (size_t i = 0; i + sizeof(int64_t) <= buf.size(); i += sizeof(int64_t)) {
-        int64_t v;
-        std::memcpy(&v, buf.data() + i, sizeof v);
-        ap.add_ints(v);
-      }
+      for (int64_t v : unpack<int64_t>(buf)) ap.add_ints(v);
       return;
-    }
-    case ORT_OP_ATTR_FLOATS: {
+    case ORT_OP_ATTR_FLOATS:
       read(buf);
       ap.set_type(onnx::AttributeProto::FLOATS);
-      for (size_t i = 0; i + sizeof(float) <= buf.size(); i += sizeof(float)) {
-        float v;
-        std::memcpy(&v, buf.data() + i, sizeof v);
-        ap.add_floats(v);
-      }
+      for (float v : unpack<float>(buf)) ap.add_floats(v);
       return;
-    }
     case ORT_OP_ATTR_STRING: {
       read(buf);
       while (!buf.empty() && buf.back() == '\0') buf.pop_back();

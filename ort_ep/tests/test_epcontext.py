@@ -83,6 +83,26 @@ def test_epcontext_round_trip_loads_without_compiling(lib, tmp_path, embed):
         assert_close(out[f"arr_{i}"], want, what=oname)
 
 
+@pytest.mark.parametrize("embed", [True, False])
+def test_ort_compile_api_writes_a_kiln_epcontext_model_that_loads(lib, tmp_path, embed):
+    """ORT's compile API (ModelCompiler) instead of ep.context_enable."""
+    rt = ort()
+    model = tmp_path / "conv.onnx"
+    feeds = ep_models.conv_net(model)
+    ctx = tmp_path / "conv_compiled.onnx"
+    so = session_options("all", options={"cache_dir": str(tmp_path / "cache1")}, record=False)
+    rt.ModelCompiler(so, str(model), embed_compiled_data_into_model=embed).compile_to_file(str(ctx))
+    attrs = ctx_node(ctx)
+    assert attrs["embed_mode"] == int(embed) and attrs["source"] == EP_NAME.encode()
+    names, refs = reference(model, feeds)
+    r = load_in_new_process(tmp_path, ctx, feeds, f"cache_dir={tmp_path / 'cache2'}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "loaded from EPContext node" in r.stderr and "compiled and cached" not in r.stderr, r.stderr[-3000:]
+    out = np.load(tmp_path / "out.npz")
+    for i, (oname, want) in enumerate(zip(names, refs)):
+        assert_close(out[f"arr_{i}"], want, what=oname)
+
+
 def xxh3_64(data: bytes) -> int:
     lib = ctypes.CDLL(ctypes.util.find_library("xxhash") or "libxxhash.so.0")
     lib.XXH3_64bits.restype = ctypes.c_uint64
