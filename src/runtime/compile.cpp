@@ -144,19 +144,22 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   if (sizes.size() != im.set.dims.size())
     fail(ErrorCode::internal, "compile_program: {} bucket sizes for {} bucketed dims", sizes.size(), im.set.dims.size());
   std::map<std::string, int64_t> bound, values;
-  bool declared = false;
+  bool declared = false, batch_varies = false;
   for (size_t k = 0; k < sizes.size(); ++k) {
     const artifact::BucketDim& d = im.set.dims[k];
     (d.kind == artifact::DimKind::value ? values : bound)[d.symbol] = sizes[k];
     declared |= d.kind == artifact::DimKind::declared;
+    batch_varies |= d.kind == artifact::DimKind::specialized && d.pad == artifact::PadMode::batch;
   }
   passes::bind_symbols(cp.model, bound);
   passes::bind_input_values(cp.model, values);
   // Declared buckets share weight layouts (no Winograd on cpu); specialized
-  // programs get the best layout for their sizes and share what fits.
+  // programs get the best layout for their sizes and share what fits; a
+  // specialized batch (whose programs differ in the batch only, and whose
+  // requests may be split over them) keeps layouts that run at any batch.
   targets::PipelineStats stats;
   try {
-    stats = targets::run_pipeline(cp, opt, declared, layout_reference);
+    stats = targets::run_pipeline(cp, opt, declared, layout_reference, batch_varies);
   } catch (const Error& e) {
     // With a value guard bound, a model that cannot be compiled is a request
     // (that value with these shapes) the model cannot run: name the value.

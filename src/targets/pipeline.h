@@ -18,7 +18,9 @@ struct PipelineStats {
 /// `bucketed`: the program is one shape bucket of several sharing one copy of
 /// the constants, so the cpu target lays weights out independently of the
 /// input sizes; `layout_reference` (may be null) is a bucket compiled before,
-/// whose packed layouts are reused where they fit (so the bytes are equal).
+/// whose packed layouts are reused where they fit (so the bytes are equal);
+/// `batch_varies`: other programs of the set differ in the batch only
+/// (specialized batch dim), so cpu weight layouts must not depend on it.
 /// For cuda, opt.tuning and opt.arch decide where library algorithms are
 /// chosen: on opt.target's device, or (opt.arch names another architecture
 /// than the device's, or there is no device) at load by the libraries'
@@ -26,6 +28,6 @@ struct PipelineStats {
 /// naming "tuning"). opt.precision / opt.allow_tf32 (validated): cuda only;
 /// fp16 / bf16 run the cuda precision pass (targets/cuda/compile/precision.h).
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed = false,
-                           const ir::Model* layout_reference = nullptr);
+                           const ir::Model* layout_reference = nullptr, bool batch_varies = false);
 
 }  // namespace kiln::targets

@@ -52,7 +52,7 @@ cuda::LowerOptions cuda_lower_options(const SessionOptions& opt) {
 #endif
 
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed,
-                           const ir::Model* layout_reference) {
+                           const ir::Model* layout_reference, bool batch_varies) {
   const Target& target = opt.target;
   PipelineStats st;
   st.folded = passes::infer_and_fold(cp.model).folded_nodes;
@@ -72,7 +72,7 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
                "{} Gelus, {} LayerNormalizations and {} attention blocks recognised ({} with their Q / K scalings "
                "moved onto the scores)",
                simplified, merged, bn, gelu, ln, att.blocks, att.rewritten);
-    auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed});
+    auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed, batch_varies});
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
                "{} tiny element-wise nodes left to the reference kernels, {} weights packed",
                low.lowered, low.fused, low.views_folded, low.reorders, low.restored, low.packed);

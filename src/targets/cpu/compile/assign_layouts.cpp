@@ -14,6 +14,7 @@
 #include <unordered_set>
 
 #include "support/error.h"
+#include "support/log.h"
 #include "targets/cpu/compile/lower_ops.h"
 #include "targets/cpu/run/cpu_kernels.h"
 
@@ -30,7 +31,8 @@ bool is_slice(const ir::Node& n) { return is_cpu(n, "Reorder") && n.has("slice_a
 
 class Layouts {
  public:
-  Layouts(ir::Model& m, ir::Graph& g, bool winograd) : m_(m), g_(g), winograd_(winograd), block_(channel_block()) {}
+  Layouts(ir::Model& m, ir::Graph& g, bool winograd, bool any_batch)
+      : m_(m), g_(g), winograd_(winograd), any_batch_(any_batch), block_(channel_block()) {}
 
   int run() {
     std::vector<ir::Node> nodes = std::move(g_.nodes);
@@ -101,7 +103,7 @@ class Layouts {
     for (auto& [k, a] : n.attrs)
       if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a)) {
         for (auto& u : uses_in(**sg)) ensure_plain(u);
-        reorders_ += Layouts(m_, **sg, winograd_).run();
+        reorders_ += Layouts(m_, **sg, winograd_, any_batch_).run();
       }
     g_.nodes.push_back(std::move(n));
   }
@@ -181,7 +183,7 @@ class Layouts {
         }
       if (!changed || !primitive_ok(b)) return false;
     }
-    if (is_cpu(n, "Conv") && winograd_) try_winograd(b);
+    if (is_cpu(n, "Conv") && winograd_) try_winograd(b, any_batch_);
     std::vector<bool> choice_blocked = want;
     for (size_t k = 0; k < ins.size(); ++k) {
       size_t i = ins[k].first;
@@ -196,7 +198,7 @@ class Layouts {
   /// A 3x3 stride-1 convolution on blocked layouts runs as Winograd F(2,3)
   /// when oneDNN has an optimised kernel for it: about 1.7x faster than the
   /// direct kernel for ResNet-sized layers, and as accurate for fp32 here.
-  static void try_winograd(ir::Node& c) {
+  static void try_winograd(ir::Node& c, bool any_batch) {
     auto k = md_attr(c, "md.wei").dims();
     if (k.size() != 4 || k[2] != 3 || k[3] != 3) return;
     for (auto s : c.ints("strides"))
@@ -220,7 +222,33 @@ class Layouts {
       if (!portable) break;
     }
     omp_set_num_threads(saved);
+    // A program of a specialized batch dim shares its weights with the
+    // set's other batch sizes (pack_weights follows the first program's
+    // layouts): oneDNN picks the Winograd layout by minibatch too, so keep
+    // Winograd only where the layout chosen here runs at every batch size;
+    // else each batch would store its own transformed copy (16/9 the bytes).
+    for (int64_t mb : {1, 2, 3, 4, 8, 16, 32, 64, 128, 256}) {
+      if (!portable || !any_batch) break;
+      portable = primitive_ok(with_batch(fixed, mb));
+      if (!portable) log().debug("{}: direct, not Winograd: its weight layout does not run at batch {}", c.label(), mb);
+    }
     if (portable) c = std::move(w);
+  }
+
+  /// `n` with every activation descriptor (source, destination, post-op
+  /// operands: those whose dim 0 is the batch) resized to `mb` rows, same layout.
+  static ir::Node with_batch(const ir::Node& n, int64_t mb) {
+    ir::Node t = n;
+    const dims_t src = md_attr(n, "md.src").dims(), dst = md_attr(n, "md.dst").dims();
+    for (auto& [name, a] : n.attrs) {
+      if (name.rfind("md.", 0) != 0 || name == "md.wei" || name == "md.bias") continue;
+      md_t md = md_attr(n, name);
+      dims_t d = md.dims();
+      if (d != src && d != dst) continue;  // a broadcast operand (per channel) keeps its shape
+      d[0] = mb;
+      set_md_attr(t, name, is_blocked(md) ? blocked_md(d, channel_block()) : plain_md(d));
+    }
+    return t;
   }
 
   /// A Split part of a blocked value along the channels, at a multiple of
@@ -263,6 +291,7 @@ class Layouts {
   ir::Model& m_;
   ir::Graph& g_;
   bool winograd_;
+  bool any_batch_;
   int64_t block_;
   int reorders_ = 0;
   std::unordered_map<ir::ValueId, ir::ValueId> blk_;   ///< value -> its blocked twin
@@ -271,6 +300,8 @@ class Layouts {
 
 }  // namespace
 
-int assign_layouts(ir::Model& m, bool winograd) { return Layouts(m, m.main, winograd).run(); }
+int assign_layouts(ir::Model& m, bool winograd, bool any_batch) {
+  return Layouts(m, m.main, winograd, any_batch).run();
+}
 
 }  // namespace kiln::targets::cpu

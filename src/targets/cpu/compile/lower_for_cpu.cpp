@@ -10,7 +10,7 @@ LowerStats lower_for_cpu(ir::Model& m, const LowerOptions& options) {
   st.lowered = lower_ops(m, &elementwise);
   st.fused = fuse_post_ops(m);
   st.views_folded = fold_matmul_views(m);
-  st.reorders = assign_layouts(m, !options.size_independent_weights);
+  st.reorders = assign_layouts(m, !options.size_independent_weights, options.batch_independent_weights);
   // Below ~16K elements a oneDNN call costs more than the work it does.
   st.restored = restore_small_elementwise(m, elementwise, 16384);
   st.packed = pack_weights(m, options.layout_reference);

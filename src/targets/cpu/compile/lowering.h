@@ -41,6 +41,10 @@ struct LowerOptions {
   /// Winograd, whose oneDNN weight layout varies with the minibatch, so every
   /// bucket packs each weight the same way and the artifact stores it once.
   bool size_independent_weights = false;
+  /// The batch (dim 0) will vary between programs of the set (a specialized
+  /// batch dim): Winograd only where its weight layout runs at any batch size,
+  /// so every program packs each weight the same way.
+  bool batch_independent_weights = false;
 };
 LowerStats lower_for_cpu(ir::Model& m, const LowerOptions& options = {});
 
@@ -75,8 +79,9 @@ int fold_matmul_views(ir::Model& m);
 /// Chooses the channel-blocked layout for the spatial regions that contain a
 /// convolution and inserts kiln.cpu.Reorder nodes at their boundaries.
 /// Returns the number of reorders inserted.
-/// `winograd` false: never choose the Winograd algorithm (LowerOptions).
-int assign_layouts(ir::Model& m, bool winograd = true);
+/// `winograd` false: never choose the Winograd algorithm (LowerOptions);
+/// `any_batch`: only where its weight layout also runs at other batch sizes.
+int assign_layouts(ir::Model& m, bool winograd = true, bool any_batch = false);
 
 /// Reorders each constant weight of Conv / MatMul into the layout its
 /// primitive wants (chosen by oneDNN for the final source/destination
