@@ -250,3 +250,44 @@ def test_a_random_input_of_a_dtype_kiln_cannot_make_names_it(kiln, tmp_path, cmd
     onnx.save(m, str(model))
     res = kiln(cmd[0], model, *cmd[1:])
     assert_error(res, 6, "random int16 input 'z'", "--input z=")
+
+
+def _add_model(path: Path) -> Path:
+    """y = a + b, both [B, 4]: the symbol B is shared, the 4 is static."""
+    from onnx import TensorProto, helper
+
+    a = helper.make_tensor_value_info("a", TensorProto.FLOAT, ["B", 4])
+    b = helper.make_tensor_value_info("b", TensorProto.FLOAT, ["B", 4])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["B", 4])
+    g = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"])], "add", [a, b], [y])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    onnx.save(m, path)
+    return path
+
+
+def _run_rc(kiln, model, tmp_path, feeds: dict, tag: str):
+    args = ["run", model]
+    for name, arr in feeds.items():
+        f = tmp_path / f"{tag}_{name}.npy"
+        np.save(f, arr)
+        args += ["--input", f"{name}={f}"]
+    return kiln(*args, "--output-dir", tmp_path / f"{tag}_out", "--cache-dir", tmp_path / "cache")
+
+
+def test_a_shape_contradicting_a_static_dim_is_an_input_error(kiln, tmp_path):
+    model = _add_model(tmp_path / "add.onnx")
+    z = np.zeros((2, 5), np.float32)
+    res = _run_rc(kiln, model, tmp_path, {"a": z, "b": z}, "static")
+    assert_error(res, 6, "'a'", "5", "4")
+
+
+def test_inputs_disagreeing_on_a_shared_symbol_is_an_input_error(kiln, tmp_path):
+    model = _add_model(tmp_path / "add.onnx")
+    res = _run_rc(kiln, model, tmp_path, {"a": np.zeros((2, 4), np.float32), "b": np.zeros((3, 4), np.float32)},
+                  "shared")
+    assert_error(res, 6, "'B'", "'a'", "'b'")
+    # The same model runs when they agree, and the sum is right.
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    ok = _run_rc(kiln, model, tmp_path, {"a": x, "b": x}, "agree")
+    assert ok.rc == 0, ok.describe()
+    np.testing.assert_array_equal(np.load(tmp_path / "agree_out" / "y.npy"), 2 * x)
