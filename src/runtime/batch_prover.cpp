@@ -104,12 +104,14 @@ int where_bound(const ir::Model& a, const ir::Model& b, ir::ValueId v) {
     const ir::Dim& db = (*vb.shape)[i];
     if (!da.is_static() || !db.is_static()) return 1;  // data-dependent: may be the batch
     if (da.value != db.value) {
-      if (da.value != 13 || db.value != 17) return 1;  // a multiple or a part of the batch
+      if (da.value != kProbeSmall || db.value != kProbeLarge) return 1;  // a multiple or a part of the batch
       at = static_cast<int>(i), ++count;
     }
   }
   return count == 0 ? -1 : count == 1 && at == 0 ? 0 : 1;
 }
+
+}  // namespace
 
 /// Whether constant values `v` differ between the two programs (they were
 /// computed from the batch's size).
@@ -124,6 +126,8 @@ bool constants_differ(const ir::Model& a, const ir::Model& b, ir::ValueId v) {
          std::memcmp(ta.raw(), tb.raw(), ta.nbytes()) != 0;
 }
 
+namespace {
+
 /// m with its inputs' symbols bound to `sizes` and everything foldable folded.
 std::optional<ir::Model> bound_copy(const ir::Model& m, const std::map<std::string, int64_t>& sizes) {
   ir::Model probe = ir::deep_copy(m);  // a plain copy shares (and would fold) the subgraphs
@@ -131,13 +135,34 @@ std::optional<ir::Model> bound_copy(const ir::Model& m, const std::map<std::stri
     passes::bind_symbols(probe, sizes);
     passes::infer_and_fold(probe, /*max_fold_bytes=*/uint64_t{1} << 20);
   } catch (const Error& e) {
-    log().debug("batch prover: the model does not compile with {} bound: {}", sizes.size(), e.what());
+    log().debug("padding prover: the model does not compile with {} bound: {}", sizes.size(), e.what());
     return std::nullopt;
   }
   return probe;
 }
 
 }  // namespace
+
+std::optional<BoundPair> bound_pair(const ir::Model& m, const std::string& sym, const std::set<std::string>& others) {
+  std::map<std::string, int64_t> sizes;
+  static const int64_t primes[] = {5, 7, 11, 19, 23, 29, 31, 37, 41, 43, 47, 53};
+  size_t k = 0;
+  for (auto& o : others)
+    if (o != sym) sizes[o] = primes[k++ % (sizeof primes / sizeof *primes)];
+  sizes[sym] = kProbeSmall;
+  std::optional<ir::Model> a = bound_copy(m, sizes);
+  sizes[sym] = kProbeLarge;
+  std::optional<ir::Model> b = a ? bound_copy(m, sizes) : std::nullopt;
+  if (!a || !b) return std::nullopt;
+  // The same program either way: the same nodes reading and writing the same values.
+  if (a->main.nodes.size() != b->main.nodes.size()) return std::nullopt;
+  for (size_t i = 0; i < a->main.nodes.size(); ++i) {
+    const ir::Node& na = a->main.nodes[i];
+    const ir::Node& nb = b->main.nodes[i];
+    if (na.op_type != nb.op_type || na.inputs != nb.inputs || na.outputs != nb.outputs) return std::nullopt;
+  }
+  return BoundPair{std::move(*a), std::move(*b)};
+}
 
 bool batch_rows_independent(const std::optional<ir::Model>& inferred, const std::string& sym) {
   if (!inferred) return false;  // shape inference failed: nothing is shown
@@ -148,25 +173,10 @@ bool batch_rows_independent(const std::optional<ir::Model>& inferred, const std:
 }
 
 bool batch_rows_independent_bound(const ir::Model& m, const std::string& sym, const std::set<std::string>& others) {
-  std::map<std::string, int64_t> sizes;
-  static const int64_t primes[] = {5, 7, 11, 19, 23, 29, 31, 37, 41, 43, 47, 53};
-  size_t k = 0;
-  for (auto& o : others)
-    if (o != sym) sizes[o] = primes[k++ % (sizeof primes / sizeof *primes)];
-  sizes[sym] = 13;
-  std::optional<ir::Model> a = bound_copy(m, sizes);
-  sizes[sym] = 17;
-  std::optional<ir::Model> b = a ? bound_copy(m, sizes) : std::nullopt;
-  if (!a || !b) return false;
-  // The same program either way: the same nodes reading and writing the same values.
-  if (a->main.nodes.size() != b->main.nodes.size()) return false;
-  for (size_t i = 0; i < a->main.nodes.size(); ++i) {
-    const ir::Node& na = a->main.nodes[i];
-    const ir::Node& nb = b->main.nodes[i];
-    if (na.op_type != nb.op_type || na.inputs != nb.inputs || na.outputs != nb.outputs) return false;
-  }
-  const ir::Model& pa = *a;
-  const ir::Model& pb = *b;
+  std::optional<BoundPair> pair = bound_pair(m, sym, others);
+  if (!pair) return false;
+  const ir::Model& pa = pair->a;
+  const ir::Model& pb = pair->b;
   return rows_independent(
       pa, [&](ir::ValueId v) { return where_bound(pa, pb, v); },
       [&](const ir::Node* n, size_t i, ir::ValueId v) {

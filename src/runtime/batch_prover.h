@@ -1,6 +1,7 @@
 // Whether padding the rows of a batch dim can change the real rows' results
 // (compile side of shape buckets and specialization; runtime/bucket_plan.cpp).
 #pragma once
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <string>
@@ -8,6 +9,27 @@
 #include "ir/graph.h"
 
 namespace kiln {
+
+/// The sizes a padding prover binds the dim under test to (two primes that
+/// no other probe size or product of them equals).
+inline constexpr int64_t kProbeSmall = 13, kProbeLarge = 17;
+
+/// One model compiled twice for a padding proof: `a` with the dim under test
+/// bound to kProbeSmall, `b` to kProbeLarge.
+struct BoundPair {
+  ir::Model a, b;
+};
+
+/// `m` (inputs not yet bound) compiled twice with `sym` bound to kProbeSmall
+/// and kProbeLarge and every other input symbol in `others` to the same
+/// distinct primes, each folded completely (shape arithmetic included);
+/// nullopt when either compile fails or the two programs do not have the same
+/// nodes reading and writing the same values.
+std::optional<BoundPair> bound_pair(const ir::Model& m, const std::string& sym, const std::set<std::string>& others);
+
+/// Whether the constant value `v` differs between the two programs (it was
+/// computed from the dim's size, or is a constant in one only).
+bool constants_differ(const ir::Model& a, const ir::Model& b, ir::ValueId v);
 
 /// Symbolic proof on a model whose values were inferred with the dims left
 /// symbolic: every tensor having dim `sym` has it once, at axis 0 (a Reshape

@@ -1,6 +1,7 @@
 #include "runtime/bucket_plan.h"
 
 #include "runtime/batch_prover.h"
+#include "runtime/sequence_prover.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -12,6 +13,7 @@
 
 #include "passes/passes.h"
 #include "support/error.h"
+#include "support/log.h"
 
 namespace kiln {
 
@@ -135,6 +137,24 @@ std::optional<ir::Model> inferred_model(const ir::Model& m) {
   return probe;
 }
 
+/// Whether a specialized dim `name` carried by a keep-mask input may be
+/// padded as a sequence (sequence_prover.h): the interface's outputs each
+/// have it at most once (the runtime slices there).
+bool sequence_padding_proven(const ir::Model& m, const artifact::BucketSet& set, const std::string& name,
+                             const std::set<std::string>& input_symbols) {
+  if (keep_mask_inputs(m, name).empty()) return false;
+  std::vector<int> output_axes;
+  for (auto& io : set.outputs) {
+    if (std::count(io.axes.begin(), io.axes.end(), name) > 1) return false;
+    auto it = std::find(io.axes.begin(), io.axes.end(), name);
+    output_axes.push_back(it == io.axes.end() ? -1 : static_cast<int>(it - io.axes.begin()));
+  }
+  std::string why;
+  if (sequence_padding_safe(m, name, input_symbols, output_axes, &why)) return true;
+  log().info("dim '{}' stays one program per size: sequence padding not shown safe ({})", name, why);
+  return false;
+}
+
 }  // namespace
 
 std::vector<std::string> value_guard_inputs(const ir::Model& m) {
@@ -184,6 +204,8 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
     if (outputs_declared && guards.empty() && interface_leads(name) &&
         (batch_rows_independent(inferred, name) || batch_rows_independent_bound(m, name, input_symbols)))
       d.pad = artifact::PadMode::batch;
+    else if (outputs_declared && guards.empty() && sequence_padding_proven(m, set, name, input_symbols))
+      d.pad = artifact::PadMode::sequence;
     set.dims.push_back(std::move(d));
   }
   for (auto& name : guards) set.dims.push_back({name, 0, 0, {}, artifact::PadMode::none, artifact::DimKind::value});

@@ -20,7 +20,8 @@ namespace kiln {
 /// With `specialize_shapes`, every symbolic input dim that `dims` does not name
 /// (input_shapes already bound) becomes a DimKind::specialized dim (one
 /// program per size seen; pad batch where the rows are provably
-/// independent); with `specialize_values`, every scalar integer/bool input that reaches a shape,
+/// independent, else sequence where a keep-mask input carries the dim and
+/// sequence_padding_safe shows padding cannot change real positions); with `specialize_values`, every scalar integer/bool input that reaches a shape,
 /// axis, count or branch input (value_guard_inputs) a DimKind::value guard.
 /// Throws Error(invalid_option) naming "dims '<name>'" when no input has the dim.
 artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string, DimSpec>& dims,

@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -169,11 +170,58 @@ bool serves(const artifact::BucketSet& set, const std::vector<int64_t>& program,
     if (program[k] == request[k]) continue;
     if (d.kind == artifact::DimKind::value) return false;
     if (d.kind == artifact::DimKind::specialized) {
+      // A specialized sequence is padded only when run() has checked the
+      // request's keep-mask (masks_attend): an explicit artifact's program
+      // serves its own sizes there.
       if (d.pad != artifact::PadMode::batch || request[k] > program[k] || request[k] < 1) return false;
       continue;
     }
     bool declared = std::find(d.sizes.begin(), d.sizes.end(), program[k]) != d.sizes.end();
     if (d.pad == artifact::PadMode::none || !declared || request[k] > program[k] || request[k] < d.min) return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool keep_mask_dtype(DType t) {
+  return t == DType::boolean || t == DType::i64 || t == DType::i32 || t == DType::i16 || t == DType::i8 ||
+         t == DType::u8 || t == DType::u16 || t == DType::u32 || t == DType::u64;
+}
+
+bool named_mask(std::string name) {
+  std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return name.find("mask") != std::string::npos;
+}
+
+/// Whether every row of `t` along `axis` has a nonzero element.
+bool rows_nonzero(const Tensor& t, size_t axis) {
+  const auto& sh = t.shape();
+  const size_t es = dtype_size(t.dtype());
+  int64_t outer = 1, inner = 1;
+  for (size_t i = 0; i < axis; ++i) outer *= sh[i];
+  for (size_t i = axis + 1; i < sh.size(); ++i) inner *= sh[i];
+  const int64_t len = sh[axis];
+  const auto* p = static_cast<const uint8_t*>(t.raw());
+  static const uint8_t zero[8] = {};
+  for (int64_t o = 0; o < outer; ++o)
+    for (int64_t in = 0; in < inner; ++in) {
+      bool any = false;
+      for (int64_t j = 0; j < len && !any; ++j)
+        any = std::memcmp(p + ((o * len + j) * inner + in) * static_cast<int64_t>(es), zero, es) != 0;
+      if (!any) return false;
+    }
+  return true;
+}
+
+}  // namespace
+
+bool masks_attend(const artifact::BucketSet& set, const std::map<std::string, Tensor>& inputs, size_t k) {
+  for (auto& io : set.inputs) {
+    auto it = inputs.find(io.name);
+    if (it == inputs.end() || !keep_mask_dtype(it->second.dtype()) || !named_mask(io.name)) continue;
+    for (size_t a = 0; a < io.axes.size() && a < it->second.shape().size(); ++a)
+      if (io.axes[a] == set.dims[k].symbol && !rows_nonzero(it->second, a)) return false;
   }
   return true;
 }

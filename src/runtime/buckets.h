@@ -31,6 +31,14 @@ Choice choose(const artifact::BucketSet& set, const std::vector<int64_t>& reques
 /// at least its min, and the program size a declared bucket size.
 bool serves(const artifact::BucketSet& set, const std::vector<int64_t>& program, const std::vector<int64_t>& request);
 
+/// For a dim padded as a sequence (set.dims[k]): true when every keep-mask
+/// input having it (integer or bool, a name containing "mask") has a nonzero
+/// entry in each of its rows along the dim's axis (each position attends to
+/// something). A row of zeros would make the padded positions take part in
+/// the masked Softmax, so such a request runs unpadded. True when no input
+/// is a keep-mask.
+bool masks_attend(const artifact::BucketSet& set, const std::map<std::string, Tensor>& inputs, size_t k);
+
 /// Copies of the inputs zero-padded along their bucketed axes from `request`
 /// to `program` sizes (inputs that need no padding are passed through).
 /// Throws Error(invalid_input) for a string tensor that would need padding.

@@ -123,6 +123,11 @@ const std::shared_ptr<const Program>& ProgramSet::built(const Entry& e) const {
   return e.program;
 }
 
+/// The inputs of the request this thread is choosing a program for (set by
+/// run() around pick()): round_specialized pads a sequence only when every
+/// row of its keep-mask attends to some position (buckets::masks_attend).
+static thread_local const std::map<std::string, Tensor>* t_picking = nullptr;
+
 static int64_t next_power_of_two(int64_t v) {
   int64_t p = 1;
   while (p < v) p <<= 1;
@@ -134,7 +139,8 @@ void ProgramSet::round_specialized(const std::vector<int64_t>& request, std::vec
   for (size_t k = 0; k < set_.dims.size(); ++k) {
     const artifact::BucketDim& d = set_.dims[k];
     if (static_cast<int>(k) == skip) continue;
-    if (d.kind != artifact::DimKind::specialized || d.pad != artifact::PadMode::batch || request[k] < 1) continue;
+    if (d.kind != artifact::DimKind::specialized || d.pad == artifact::PadMode::none || request[k] < 1) continue;
+    if (d.pad == artifact::PadMode::sequence && !(t_picking && buckets::masks_attend(set_, *t_picking, k))) continue;
     std::set<int64_t> seen;
     for (auto& e : programs_) seen.insert(e.sizes[k]);
     // Exact while the dim has shown at most two sizes; from the third on, a
@@ -353,7 +359,15 @@ std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor
   if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);
   std::vector<int64_t> request = buckets::request_sizes(set_, inputs);
   int split = -1;
-  std::vector<Part> parts = pick(request, split);
+  t_picking = &inputs;
+  std::vector<Part> parts;
+  try {
+    parts = pick(request, split);
+  } catch (...) {
+    t_picking = nullptr;
+    throw;
+  }
+  t_picking = nullptr;
   {
     // Scratch memory is kept for the programs in use only: a stream over
     // many buckets would otherwise hold one arena per bucket (BERT at 32x512:
@@ -411,6 +425,10 @@ BucketStats ProgramSet::stats() const {
       s.modes.push_back("specialized: one program per size; from the third size, a batch runs on the programs "
                         "held (split into row parts or padded) or on a new power-of-two bucket, whichever is "
                         "estimated faster (batch rows proven independent)");
+    else if (d.pad == artifact::PadMode::sequence)
+      s.modes.push_back("specialized: one program per size; from the third size, power-of-two buckets (sequence "
+                        "padding proven safe: the keep-mask extended with zeros masks out every padded position; a "
+                        "request whose mask does not attend to the first position of every row runs unpadded)");
     else
       s.modes.push_back("specialized: one program per size (padding not proven safe)");
   }
