@@ -159,8 +159,9 @@ struct SessionOptions {
   /// the first run() compiles a program for them (as fast as with
   /// input_shapes) and adds it to the cache entry; another size compiles
   /// another program. From a dim's third distinct size on, a dim whose
-  /// padding is provably safe (batch rows kept apart) is rounded up to the
-  /// next power of two (a bucket) instead. Off: one program with the dims
+  /// padding is provably safe (batch rows kept apart, or sequence positions
+  /// masked out by a keep-mask input: runtime/sequence_prover.h) is rounded
+  /// up to the next power of two (a bucket) instead. Off: one program with the dims
   /// left symbolic (nodes with dynamic shapes run on reference kernels).
   /// Off is part of the cache key.
   bool specialize_shapes = true;

@@ -38,7 +38,8 @@ struct BucketStats {
   std::vector<std::string> dims;               ///< bucketed dim names (value guards: the input's name)
   /// Per dim, how its programs are chosen and why: "declared buckets (pad batch)",
   /// "specialized: one program per size; from the third size, a batch runs on the programs held (split into row
-  /// parts or padded) or on a new power-of-two bucket, ...",
+  /// parts or padded) or on a new power-of-two bucket, ...", "specialized: ...; from the third size, power-of-two
+  /// buckets (sequence padding proven safe: ...)",
   /// "specialized: one program per size (padding not proven safe)", "value guard: one program per value".
   std::vector<std::string> modes;
   std::vector<std::vector<int64_t>> programs;  ///< sizes (per dim) of each program held, in the order added

@@ -222,8 +222,8 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
     artifact::BucketDim d{name, spec.min, spec.max, spec.sizes, artifact::PadMode::none};
     if (spec.pad == DimSpec::Pad::auto_ && outputs_declared) {
       // Batch padding only where the graph provably keeps rows apart;
-      // sequence padding only when asked for (/pad=sequence): no check can
-      // show that a mask gates every operation that mixes positions.
+      // sequence padding of declared buckets only when asked for
+      // (/pad=sequence; the sequence prover serves specialized dims).
       // The runtime pads and slices by the interface's axes (declared or
       // inferred output shapes): every input having the dim and every output
       // must carry it at axis 0 there too (an output declared with another

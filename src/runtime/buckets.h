@@ -32,11 +32,14 @@ Choice choose(const artifact::BucketSet& set, const std::vector<int64_t>& reques
 bool serves(const artifact::BucketSet& set, const std::vector<int64_t>& program, const std::vector<int64_t>& request);
 
 /// For a dim padded as a sequence (set.dims[k]): true when every keep-mask
-/// input having it (integer or bool, a name containing "mask") has a nonzero
-/// entry in each of its rows along the dim's axis (each position attends to
-/// something). A row of zeros would make the padded positions take part in
-/// the masked Softmax, so such a request runs unpadded. True when no input
-/// is a keep-mask.
+/// input having it (integer or bool, a name containing "mask") attends to
+/// the first position of each of its rows along the dim's axis (right
+/// padding, as tokenizers write it). Then every row of a masked Softmax has
+/// a real entry that is not masked out, also under a causal mask, and the
+/// padded entries come out exactly 0 (sequence_prover.h); a row whose real
+/// entries were all masked would share its weight with the padded ones, so
+/// such a request (left padding, an empty row) runs unpadded. True when no
+/// input is a keep-mask.
 bool masks_attend(const artifact::BucketSet& set, const std::map<std::string, Tensor>& inputs, size_t k);
 
 /// Copies of the inputs zero-padded along their bucketed axes from `request`

@@ -125,7 +125,7 @@ const std::shared_ptr<const Program>& ProgramSet::built(const Entry& e) const {
 
 /// The inputs of the request this thread is choosing a program for (set by
 /// run() around pick()): round_specialized pads a sequence only when every
-/// row of its keep-mask attends to some position (buckets::masks_attend).
+/// row of its keep-mask attends to its first position (buckets::masks_attend).
 static thread_local const std::map<std::string, Tensor>* t_picking = nullptr;
 
 static int64_t next_power_of_two(int64_t v) {

@@ -546,7 +546,12 @@ class Prover {
       if (!is_neg(x.pad[j]))
         refuse("{} normalizes over the dim and the padded entries are not masked out (not a bias <= {}): they "
                "would take part of every row's weight", n.label(), kMaskBias);
-      s.pad[j] = konst(0);  // exp(masked - max) underflows to exactly 0
+      // exp(masked - max) underflows to exactly 0, in every row whose
+      // entries are finite: a row padded along another axis must be too.
+      for (size_t o = 0; o < x.axes.size(); ++o)
+        if (o != j && x.pad[o].tag == Tag::any)
+          refuse("{}: rows padded along axis {} may hold NaN or infinity", n.label(), x.axes[o]);
+      s.pad[j] = konst(0);
     }
     put(n.outputs[0], std::move(s));
   }

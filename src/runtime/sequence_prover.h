@@ -33,8 +33,9 @@ namespace kiln {
 ///
 /// Assumptions, stated: the unpadded run's values are finite and arithmetic
 /// on finite garbage does not overflow; a Softmax row's real entries include
-/// one not masked out (the runtime checks that every row of a keep-mask has a
-/// nonzero entry, else it runs the request unpadded: buckets::masks_attend),
+/// one not masked out (the runtime checks that every row of a keep-mask
+/// attends to its first position, else it runs the request unpadded:
+/// buckets::masks_attend),
 /// and a masked entry is at least ~104 below it (exp underflows to exactly 0;
 /// any finite score with HF's finfo.min bias, scores within ~9900 of each
 /// other with a -1e4 bias).

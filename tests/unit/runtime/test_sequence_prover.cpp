@@ -309,7 +309,7 @@ TEST(SequenceProver, PaddedRunsEqualExactRunsOnRefAndCpu) {
 
 TEST(SequenceProver, AMaskRowOfZerosRunsUnpadded) {
   std::string mode;
-  // The third size would be padded to 8, but one row attends to nothing: exact 5.
+  // The third size would be padded to 6, but one row attends to nothing: exact 5.
   auto programs = stream(Variant::hf, Target::cpu(), {{3, false}, {6, false}, {5, true}, {7, false}}, &mode);
   EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 5}, {2, 8}}));
 }
