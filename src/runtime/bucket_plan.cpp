@@ -101,11 +101,6 @@ std::string anonymous_inputs(const ir::Model& m) {
   return out;
 }
 
-std::string lower(std::string s) {
-  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
-  return s;
-}
-
 }  // namespace
 
 namespace {
@@ -238,16 +233,7 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
       // Only an integer or bool mask is taken for a keep-mask (1 attend, 0
       // not): a float mask may be additive (added to the scores, 0 meaning
       // attend), where zero padding would let the padded keys in.
-      bool masked = false;
-      for (size_t i = 0; i < set.inputs.size(); ++i) {
-        const auto& s = set.inputs[i];
-        const DType dt = m.value(m.main.inputs[i]).dtype;
-        const bool keep_mask_dtype = dt == DType::boolean || dt == DType::i64 || dt == DType::i32 || dt == DType::u8 ||
-                                     dt == DType::i8;
-        if (keep_mask_dtype && lower(s.name).find("mask") != std::string::npos &&
-            std::find(s.axes.begin(), s.axes.end(), name) != s.axes.end())
-          masked = true;
-      }
+      const bool masked = !keep_mask_inputs(m, name).empty();
       if (!masked)
         fail(ErrorCode::invalid_option,
              "dims '{}': /pad=sequence needs an integer or bool input named *mask* having the dim (the runtime "
