@@ -252,13 +252,17 @@ Tensor floats(std::vector<int64_t> shape, int seed) {
   return t;
 }
 
-/// A keep-mask [B,S]: row r attends to its first S - r % 3 positions (at least one).
-Tensor mask(int64_t batch, int64_t seq, bool zero_row = false) {
+/// How the first row of a test mask is written.
+enum class Row0 { right_padded, zeros, left_padded };
+
+/// A keep-mask [B,S]: row r attends to its first S - r % 3 positions (at
+/// least one); row 0 may attend to nothing, or to all but its first two.
+Tensor mask(int64_t batch, int64_t seq, Row0 row0 = Row0::right_padded) {
   Tensor t(DType::i64, {batch, seq});
   for (int64_t r = 0; r < batch; ++r)
     for (int64_t j = 0; j < seq; ++j) t.data<int64_t>()[r * seq + j] = (j < std::max<int64_t>(1, seq - r % 3)) ? 1 : 0;
-  if (zero_row)
-    for (int64_t j = 0; j < seq; ++j) t.data<int64_t>()[j] = 0;
+  for (int64_t j = 0; j < seq; ++j)
+    if (row0 == Row0::zeros || (row0 == Row0::left_padded && j < 2)) t.data<int64_t>()[j] = 0;
   return t;
 }
 
@@ -271,7 +275,7 @@ void expect_close(const Tensor& got, const Tensor& want, const std::string& what
 
 /// Runs sequence lengths through one specialized session and each through a
 /// fresh session of exactly that shape, comparing every output.
-std::vector<std::vector<int64_t>> stream(Variant v, Target target, const std::vector<std::pair<int64_t, bool>>& seqs,
+std::vector<std::vector<int64_t>> stream(Variant v, Target target, const std::vector<std::pair<int64_t, Row0>>& seqs,
                                          std::string* mode) {
   TempDir dir;
   attention(v).save(dir / "m.onnx");
@@ -279,9 +283,9 @@ std::vector<std::vector<int64_t>> stream(Variant v, Target target, const std::ve
   opt.use_cache = false;
   opt.target = target;
   Session s(dir / "m.onnx", opt);
-  for (auto [seq, zero_row] : seqs) {
+  for (auto [seq, row0] : seqs) {
     std::map<std::string, Tensor> in{{"x", floats({2, seq, 4}, static_cast<int>(seq))},
-                                     {"attention_mask", mask(2, seq, zero_row)}};
+                                     {"attention_mask", mask(2, seq, row0)}};
     auto got = s.run(in);
     Session exact(dir / "m.onnx", opt);
     auto want = exact.run(in);
@@ -299,7 +303,7 @@ TEST(SequenceProver, PaddedRunsEqualExactRunsOnRefAndCpu) {
   for (Target t : {Target::ref(), Target::cpu()}) {
     for (Variant v : {Variant::hf, Variant::hf_10000, Variant::masked_mean}) {
       std::string mode;
-      auto programs = stream(v, t, {{3, false}, {6, false}, {5, false}, {9, false}, {11, false}}, &mode);
+      auto programs = stream(v, t, {{3, Row0::right_padded}, {6, Row0::right_padded}, {5, Row0::right_padded}, {9, Row0::right_padded}, {11, Row0::right_padded}}, &mode);
       // 3 and 6 exact; 5 rounds up to the held 6; 9 -> 16 (compiled), 11 -> the held 16.
       EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 16}})) << t.name();
       EXPECT_NE(mode.find("sequence padding proven safe"), std::string::npos) << mode;
@@ -307,17 +311,22 @@ TEST(SequenceProver, PaddedRunsEqualExactRunsOnRefAndCpu) {
   }
 }
 
-TEST(SequenceProver, AMaskRowOfZerosRunsUnpadded) {
+TEST(SequenceProver, AMaskNotAttendingToTheFirstPositionRunsUnpadded) {
   std::string mode;
-  // The third size would be padded to 6, but one row attends to nothing: exact 5.
-  auto programs = stream(Variant::hf, Target::cpu(), {{3, false}, {6, false}, {5, true}, {7, false}}, &mode);
-  EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 5}, {2, 8}}));
+  // The third size would be padded to 6, but one row attends to nothing:
+  // exact 5; 12 would be padded to 16, but one row is left-padded: exact 12;
+  // 13 is padded to 16.
+  auto programs = stream(Variant::hf, Target::cpu(),
+                         {{3, Row0::right_padded}, {6, Row0::right_padded}, {5, Row0::zeros},
+                          {12, Row0::left_padded}, {13, Row0::right_padded}},
+                         &mode);
+  EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 5}, {2, 12}, {2, 16}}));
 }
 
 TEST(SequenceProver, RefusedModelsKeepOneProgramPerSize) {
   for (Variant v : {Variant::mask_after, Variant::mean_no_mask}) {
     std::string mode;
-    auto programs = stream(v, Target::cpu(), {{3, false}, {6, false}, {5, false}}, &mode);
+    auto programs = stream(v, Target::cpu(), {{3, Row0::right_padded}, {6, Row0::right_padded}, {5, Row0::right_padded}}, &mode);
     EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 5}}));
     EXPECT_NE(mode.find("not proven safe"), std::string::npos) << mode;
   }
