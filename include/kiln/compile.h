@@ -3,6 +3,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "kiln/options.h"
 
@@ -21,6 +22,10 @@ struct CompileResult {
   int programs = 1;           ///< programs in the artifact (one per bucket with opt.dims)
   std::string model_digest;   ///< XXH3-128 hex of graph + weights
   std::string cache_key;      ///< the key this program has in a cache
+  /// What the compile wants the user to know: for 16-bit cuda programs, the
+  /// precision check's result (which nodes stay float32 and why, or that it
+  /// was off or skipped). The first program's, with buckets.
+  std::vector<std::string> notes;
 };
 
 /// Compiles an ONNX model for opt.target and writes the artifact to `out`

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "kiln/tensor.h"
+
 namespace kiln {
 
 /// Where a compiled program runs.
@@ -41,6 +43,22 @@ Precision parse_precision(const std::string& text);
 /// The precision as the compatibility block records it: precision_name, with
 /// "+tf32" appended for fp32 with allow_tf32 ("fp32+tf32").
 std::string precision_text(Precision p, bool allow_tf32);
+
+/// Whether a 16-bit (fp16 / bf16) cuda compile checks its precision
+/// (docs/cuda.md, "Precision check").
+///  - on (default): at compile time the 16-bit program runs against float32
+///    on sample inputs (SessionOptions::precision_check_inputs, else random),
+///    on the ref kernels with every 16-bit value rounded where it is made
+///    (the same result with or without a GPU), and the nodes whose 16-bit
+///    error grows past a bound (a node that amplifies its inputs' rounding:
+///    cancellation, a steep Sigmoid / Exp / Pow, an overflow) are kept in
+///    float32. The artifact's metadata and `kiln inspect` list them and why.
+///  - off: every node follows the precision policy as written.
+/// Ignored for fp32 programs. Part of the cache key when off.
+enum class PrecisionCheck { on, off };
+const char* precision_check_name(PrecisionCheck c);
+/// Parses "on" / "off"; throws Error(invalid_option) naming `precision_check`.
+PrecisionCheck parse_precision_check(const std::string& text);
 
 /// How the cuda target makes its library choices at compile time (cuBLASLt
 /// algorithm per matmul, cuDNN algorithm per convolution). Every choice is
@@ -125,6 +143,15 @@ struct SessionOptions {
   /// math. Part of the cache key; the compatibility block's precision then
   /// reads "fp32+tf32".
   bool allow_tf32 = false;
+
+  /// 16-bit cuda compiles: the compile-time precision check (PrecisionCheck).
+  PrecisionCheck precision_check = PrecisionCheck::on;
+  /// The precision check's sample inputs by input name (host tensors of the
+  /// model's dtypes); inputs not named, or whose shape is not the program's
+  /// (another bucket), are random (floats uniform in [0, 1), integers in
+  /// [0, 9]). Given with precision_check off: Error(invalid_option). Their
+  /// digest is part of the cache key (they decide which nodes stay float32).
+  std::map<std::string, Tensor> precision_check_inputs;
 
   /// cuda only: how library algorithms are chosen (Tuning). Unset: fast.
   /// Setting it for cpu / ref is Error(invalid_option) naming "tuning".

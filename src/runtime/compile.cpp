@@ -11,6 +11,7 @@
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "runtime/bucket_plan.h"
+#include "runtime/precision_check.h"
 #include "runtime/program.h"
 #include "support/error.h"
 #include "support/hash.h"
@@ -34,6 +35,21 @@ std::string options_text(const SessionOptions& opt) {
   // Appended only when off, so that keys of the default stay put.
   if (!opt.specialize_shapes) s += ";no-shape-specialization";
   if (!opt.specialize_values) s += ";no-value-specialization";
+  // The precision check decides which nodes of a 16-bit cuda program stay
+  // float32: its settings are part of the key where they apply (appended
+  // only when not the default, so that other keys stay put).
+  if (opt.target.kind == Target::Kind::cuda && opt.precision != Precision::fp32) {
+    if (opt.precision_check == PrecisionCheck::off) s += ";precision-check=off";
+    if (!opt.precision_check_inputs.empty()) {
+      Hasher128 h;
+      for (auto& [name, t] : opt.precision_check_inputs) {
+        h.field(name);
+        h.field(fmt::format("{}{}", dtype_name(t.dtype()), fmt::join(t.shape(), "x")));
+        h.update(t.raw(), t.nbytes());
+      }
+      s += ";precision-check-inputs=" + h.hex_digest();
+    }
+  }
   return s;
 }
 
@@ -157,9 +173,22 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
   // programs get the best layout for their sizes and share what fits; a
   // specialized batch (whose programs differ in the batch only, and whose
   // requests may be split over them) keeps layouts that run at any batch.
+  // 16-bit cuda programs: the precision check, run by the lowering on the
+  // graph it is about to convert (precision_check.h).
+  std::optional<PrecisionCheckResult> check;
+  targets::PrecisionHook hook;
+  if (opt.target.kind == Target::Kind::cuda && opt.precision != Precision::fp32) {
+    check.emplace();
+    check->precision = precision_name(opt.precision);
+    if (opt.precision_check == PrecisionCheck::on)
+      hook = [&](const ir::Model& m, DType to) {
+        check = check_precision(m, to, opt.precision_check_inputs, opt.threads);
+        return check->keep_set();
+      };
+  }
   targets::PipelineStats stats;
   try {
-    stats = targets::run_pipeline(cp, opt, declared, layout_reference, batch_varies);
+    stats = targets::run_pipeline(cp, opt, declared, layout_reference, batch_varies, hook);
   } catch (const Error& e) {
     // With a value guard bound, a model that cannot be compiled is a request
     // (that value with these shapes) the model cannot run: name the value.
@@ -194,6 +223,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
       {"arena_bytes", cp.plan.arena_bytes},
       {"naive_bytes", cp.plan.naive_bytes},
   };
+  if (check) meta["precision_check"] = check->to_json();
   cp.metadata_json = meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (report) {
     report->compile_ms = sw.ms();
@@ -204,6 +234,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
     report->naive_bytes = cp.plan.naive_bytes;
     report->model_digest = request.model_digest;
     report->cache_key = cache_key;
+    if (check) report->notes.push_back(check->note());
   }
   log().info("compiled '{}' for {} in {:.1f} ms ({} nodes -> {})", onnx_path.string(), opt.target.name(), sw.ms(),
              imported, cp.model.main.nodes.size());

@@ -175,6 +175,7 @@ json inspect_artifact(const std::string& path) {
   for (auto id : cp.model.main.outputs) outs.push_back(info_json(tensor_info(cp.model.value(id))));
   std::error_code ec;
   auto size = std::filesystem::file_size(path, ec);
+  const json meta = json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false);
   return {{"artifact", path},
           {"file_bytes", ec ? 0 : size},
           {"compat", compat},
@@ -190,7 +191,9 @@ json inspect_artifact(const std::string& path) {
           {"reference_nodes", reference_json(reference_nodes(cp.model, cp.compat.target))},
           {"library_algorithms", library_algorithms(cp.model)},
           {"kernels", cuda_kernels(path, cp)},
-          {"metadata", json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false)}};
+          // 16-bit cuda artifacts: the precision check (precision_check.h), from the metadata; else null.
+          {"precision_check", meta.is_object() && meta.contains("precision_check") ? meta["precision_check"] : json()},
+          {"metadata", meta}};
 }
 
 CheckReport check_artifact(const std::string& path, const std::string& target_text) {

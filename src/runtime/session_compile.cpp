@@ -139,6 +139,7 @@ std::shared_ptr<const ProgramSet> compile_in_memory(const fs::path& onnx, const 
   // One program: compiled from the skeleton's import (the file is read once).
   auto cp = compile_program(onnx, opt, request, "", &rep, {}, nullptr, &sk.set, &*sk.model);
   st.compile_ms = import_ms + rep.compile_ms;
+  for (auto& n : rep.notes) st.notes.push_back(n);
   Stopwatch sw;
   auto p = std::make_shared<const ProgramSet>(std::move(cp), nullptr, opt.out_of_bucket, opt.target.device,
                                                  opt.max_loaded_programs);
@@ -345,6 +346,7 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
   // One program: compiled from the skeleton's import (the file is read once).
   auto cp = compile_program(onnx_path, opt, request, key, &rep, {}, nullptr, &sk.set, &*sk.model);
   st.compile_ms = import_ms + rep.compile_ms;
+  for (auto& n : rep.notes) notes.add(n);
   st.cache = SessionStats::Cache::none;
   if (model_changed(md.files)) {
     notes.add(fmt::format("'{}' changed while it was being compiled: the program is used but not cached",

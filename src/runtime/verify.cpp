@@ -333,11 +333,16 @@ SessionOptions fix_shapes(const std::filesystem::path& onnx, const SessionOption
   return o;
 }
 
-/// Compiles `onnx` in memory for o.target.
+/// Compiles `onnx` in memory for o.target; the compile's notes (the
+/// precision check's) are appended to `notes`.
 artifact::CompiledProgram compile_in_memory(const std::filesystem::path& onnx, const SessionOptions& o,
-                                            const std::string& digest, const std::vector<int64_t>& sizes) {
+                                            const std::string& digest, const std::vector<int64_t>& sizes,
+                                            std::vector<std::string>& notes) {
   o.validate();
-  return compile_program(onnx, o, request_compat(digest, o, build_facts(o)), "", nullptr, sizes);
+  CompileResult r;
+  auto cp = compile_program(onnx, o, request_compat(digest, o, build_facts(o)), "", &r, sizes);
+  notes.insert(notes.end(), r.notes.begin(), r.notes.end());
+  return cp;
 }
 
 }  // namespace
@@ -361,8 +366,8 @@ Report verify_model(const std::filesystem::path& onnx_path, const SessionOptions
   ropt.tuning.reset();
   ropt.arch.clear();
   const std::string digest = cache::digest_model(onnx_path).digest;
-  const Program compiled(compile_in_memory(onnx_path, topt, digest, sizes), topt.target.device);
-  const Program ref(compile_in_memory(onnx_path, ropt, digest, sizes));
+  const Program compiled(compile_in_memory(onnx_path, topt, digest, sizes, rep.notes), topt.target.device);
+  const Program ref(compile_in_memory(onnx_path, ropt, digest, sizes, rep.notes));
   rep.compile_ms = compile_sw.ms();
 
   const ir::Model& cm = compiled.compiled().model;

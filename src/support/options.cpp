@@ -47,6 +47,14 @@ Precision parse_precision(const std::string& text) {
   fail(ErrorCode::invalid_option, "precision: unknown precision '{}' (expected fp32, fp16 or bf16)", text);
 }
 
+const char* precision_check_name(PrecisionCheck c) { return c == PrecisionCheck::off ? "off" : "on"; }
+
+PrecisionCheck parse_precision_check(const std::string& text) {
+  if (text == "on") return PrecisionCheck::on;
+  if (text == "off") return PrecisionCheck::off;
+  fail(ErrorCode::invalid_option, "precision_check: unknown value '{}' (expected on or off)", text);
+}
+
 const char* tuning_name(Tuning t) {
   switch (t) {
     case Tuning::heuristic: return "heuristic";
@@ -179,6 +187,12 @@ void SessionOptions::validate() const {
          "allow_tf32: TF32 applies to fp32 matmuls and convolutions only; precision {} already runs them on 16-bit "
          "inputs with fp32 accumulation",
          precision_name(precision));
+  if (!precision_check_inputs.empty() && precision_check == PrecisionCheck::off)
+    fail(ErrorCode::invalid_option, "precision_check_inputs: sample inputs given while precision_check is off");
+  for (auto& [name, t] : precision_check_inputs)
+    if (name.empty() || !t.defined())
+      fail(ErrorCode::invalid_option, "precision_check_inputs: {}", name.empty() ? "an input name is empty"
+                                                                                 : "input '" + name + "' has no data");
   if (tuning && target.kind != Target::Kind::cuda)
     fail(ErrorCode::invalid_option, "tuning: only the cuda target tunes library algorithms (target is {})",
          target.name());

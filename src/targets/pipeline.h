@@ -1,5 +1,9 @@
 // Per-target compile pipelines (compile side).
 #pragma once
+#include <functional>
+#include <set>
+#include <string>
+
 #include "artifact/artifact.h"
 #include "kiln/options.h"
 
@@ -27,7 +31,12 @@ struct PipelineStats {
 /// heuristics, which needs Tuning::heuristic (else Error(invalid_option)
 /// naming "tuning"). opt.precision / opt.allow_tf32 (validated): cuda only;
 /// fp16 / bf16 run the cuda precision pass (targets/cuda/compile/precision.h).
+/// `precision_check` (may be empty): for 16-bit cuda programs, called with
+/// the graph the precision pass is about to convert; returns the nodes to
+/// keep in float32 (runtime/precision_check.h; cuda::LowerOptions).
+using PrecisionHook = std::function<std::set<std::string>(const ir::Model&, DType)>;
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed = false,
-                           const ir::Model* layout_reference = nullptr, bool batch_varies = false);
+                           const ir::Model* layout_reference = nullptr, bool batch_varies = false,
+                           const PrecisionHook& precision_check = {});
 
 }  // namespace kiln::targets

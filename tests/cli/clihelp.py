@@ -80,3 +80,12 @@ def assert_error(res: Result, code: int, *needles: str, regexes: tuple[str, ...]
     for rx in regexes:
         assert re.search(rx, msg, re.IGNORECASE), f"error message does not match /{rx}/: {msg!r}"
     return msg
+
+
+def save_model(model, path) -> None:
+    """Saves an onnx.ModelProto built with onnx.helper as IR version 8, checked."""
+    import onnx
+
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    onnx.save(model, str(path))

@@ -6,8 +6,10 @@ Two test models built to lose precision at one node:
   oneDNN's layer normalization in float32, whose mean is off by ~1e-3 of the
   spread: the 'ln' value differs by ~4e-3 of its scale, 40x the fp32
   tolerance, and every value after it inherits the error.
-- sigmoid_cancellation (cuda, fp16): Sigmoid(50 * (a - b)) of two feature maps
-  near 100, where fp16's spacing is 1/16 (the issue's example). Needs a GPU:
+- sigmoid_cancellation (cuda, fp16; conftest.py): Sigmoid(50 * (a - b)) of
+  two feature maps near 100, where fp16's spacing is 1/16 (the issue's
+  example). With the precision check off it loses precision at the
+  subtraction; the check (on by default) keeps it in fp32. Needs a GPU:
   SKIPPED elsewhere.
 """
 
@@ -18,15 +20,9 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from clihelp import assert_error
+from clihelp import assert_error, save_model
 
 VERIFY_FAILED = 9  # docs/cli.md: some compared value is outside the tolerance
-
-
-def _save(model: onnx.ModelProto, path) -> None:
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
 
 
 @pytest.fixture(scope="module")
@@ -53,37 +49,9 @@ def lossy_layernorm(tmp_path_factory):
                               [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4, 256])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 64])], inits)
     model = d / "lossy_layernorm.onnx"
-    _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
+    save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
     x = d / "x.npy"
     np.save(x, rng.random((4, 256), dtype=np.float32))
-    return model, x
-
-
-@pytest.fixture(scope="module")
-def sigmoid_cancellation(tmp_path_factory):
-    """x float32[1,4,8,8] -> a, b = Conv1x1 + 100 (b's weights a's plus up to
-    0.05) -> y = Sigmoid(50 * (a - b)) -> out = Conv1x1(y) float32[1,4,8,8]."""
-    d = tmp_path_factory.mktemp("verify_sigmoid")
-    rng = np.random.default_rng(1)
-    wa = rng.uniform(-1, 1, (8, 4, 1, 1)).astype(np.float32)
-    wb = (wa + rng.uniform(-0.05, 0.05, wa.shape)).astype(np.float32)
-    inits = [numpy_helper.from_array(wa, "Wa"), numpy_helper.from_array(wb, "Wb"),
-             numpy_helper.from_array(np.full(8, 100, np.float32), "bias"),
-             numpy_helper.from_array(np.array(50, np.float32), "k"),
-             numpy_helper.from_array(rng.uniform(-0.5, 0.5, (4, 8, 1, 1)).astype(np.float32), "Wc")]
-    nodes = [helper.make_node("Conv", ["x", "Wa", "bias"], ["a"], name="conv_a", kernel_shape=[1, 1]),
-             helper.make_node("Conv", ["x", "Wb", "bias"], ["b"], name="conv_b", kernel_shape=[1, 1]),
-             helper.make_node("Sub", ["a", "b"], ["d"], name="sub"),
-             helper.make_node("Mul", ["d", "k"], ["s"], name="scale"),
-             helper.make_node("Sigmoid", ["s"], ["y"], name="sigmoid"),
-             helper.make_node("Conv", ["y", "Wc"], ["out"], name="conv_out", kernel_shape=[1, 1])]
-    graph = helper.make_graph(nodes, "sigmoid_cancellation",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 8, 8])],
-                              [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 4, 8, 8])], inits)
-    model = d / "sigmoid_cancellation.onnx"
-    _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), model)
-    x = d / "x.npy"
-    np.save(x, rng.random((1, 4, 8, 8), dtype=np.float32))
     return model, x
 
 
@@ -177,7 +145,8 @@ def test_verify_ref_against_itself_is_exact(kiln, sigmoid_cancellation):
 
 def test_verify_cuda_fp16_finds_the_sigmoid_that_loses_precision(kiln, sigmoid_cancellation):
     model, x = sigmoid_cancellation
-    res = kiln("verify", model, "--target", "cuda", "--precision", "fp16", "--input", f"x={x}", "--json")
+    res = kiln("verify", model, "--target", "cuda", "--precision", "fp16", "--precision-check", "off",
+               "--input", f"x={x}", "--json")
     if res.rc == 5 and ("no CUDA" in res.stderr or "without CUDA" in res.stderr):
         pytest.skip("SKIPPED: no CUDA device on this machine (kiln verify --target cuda needs one)")
     assert res.rc == VERIFY_FAILED, res.describe()
@@ -193,6 +162,21 @@ def test_verify_cuda_fp16_finds_the_sigmoid_that_loses_precision(kiln, sigmoid_c
     assert first["ref_value"] in ("d", "s", "y"), first
     assert first["max_rel"] > 0.05, first
     assert not obj["outputs"][0]["pass"], obj["outputs"]
+
+
+def test_verify_cuda_fp16_passes_after_the_precision_check_keeps_the_subtraction(kiln, sigmoid_cancellation):
+    """The issue's acceptance: the k = 50 head within 1e-2 once the check has
+    kept its subtraction (and the convolutions feeding it) in fp32."""
+    model, x = sigmoid_cancellation
+    res = kiln("verify", model, "--target", "cuda", "--precision", "fp16", "--input", f"x={x}", "--json")
+    if res.rc == 5 and ("no CUDA" in res.stderr or "without CUDA" in res.stderr):
+        pytest.skip("SKIPPED: no CUDA device on this machine (kiln verify --target cuda needs one)")
+    assert res.rc == 0, res.describe()
+    obj = res.json()
+    assert obj["ok"] is True, obj
+    out = obj["outputs"][0]
+    assert out["max_rel"] <= 1e-2, out
+    assert any("precision check (fp16): kept" in n and "sub (Sub)" in n for n in obj["notes"]), obj["notes"]
 
 
 def test_verify_errors(kiln, lossy_layernorm, tmp_path):

@@ -544,3 +544,39 @@ ModelBuilder transposes_model() {
 }
 
 }  // namespace kiln::testing
+
+namespace kiln::testing {
+
+ModelBuilder sigmoid_head_model(float k) {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 4, 8, 8});
+  // a, b: 1x1 convolutions plus 100, b's weights a's plus up to 0.05: two
+  // feature maps near 100 (fp16's spacing there is 1/16) that differ by ~0.1.
+  std::vector<float> wa(8 * 4), wb(8 * 4), wc(4 * 8);
+  for (int i = 0; i < 32; ++i) {
+    wa[i] = std::sin(0.7f * i + 0.3f);
+    wb[i] = wa[i] + 0.05f * std::cos(1.3f * i);
+    wc[i] = 0.5f * std::sin(0.45f * i + 1.0f);
+  }
+  b.initializer("Wa", {8, 4, 1, 1}, wa);
+  b.initializer("Wb", {8, 4, 1, 1}, wb);
+  b.initializer("bias", {8}, std::vector<float>(8, 100.f));
+  b.initializer("k", {}, {k});
+  b.initializer("Wc", {4, 8, 1, 1}, wc);
+  auto conv = [&](const std::string& x, const std::vector<std::string>& rest, const std::string& y) {
+    std::vector<std::string> ins = {x};
+    ins.insert(ins.end(), rest.begin(), rest.end());
+    auto& c = b.node("Conv", ins, {y}, "conv_" + y);
+    ModelBuilder::attr_ints(c, "kernel_shape", {1, 1});
+  };
+  conv("x", {"Wa", "bias"}, "a");
+  conv("x", {"Wb", "bias"}, "b");
+  b.node("Sub", {"a", "b"}, {"d"}, "sub");
+  b.node("Mul", {"d", "k"}, {"s"}, "scale");
+  b.node("Sigmoid", {"s"}, {"y"}, "sigmoid");
+  conv("y", {"Wc"}, "out");
+  b.output("out", 1, {1, 4, 8, 8});
+  return b;
+}
+
+}  // namespace kiln::testing

@@ -138,4 +138,10 @@ ModelBuilder elementwise_chains_model();
 /// t7 [2,3,4,5,6] -> tr7 (4,2,0,3,1).
 ModelBuilder transposes_model();
 
+/// The fp16 example (precision check): x float32[1,4,8,8] -> a, b =
+/// 1x1 Conv 'conv_a' / 'conv_b' + 100 (b's weights a's plus up to 0.05) ->
+/// y = Sigmoid 'sigmoid' (k * (a - b)) ('sub', 'scale') -> out = 1x1 Conv
+/// 'conv_out'(y) float32[1,4,8,8].
+ModelBuilder sigmoid_head_model(float k = 50.f);
+
 }  // namespace kiln::testing

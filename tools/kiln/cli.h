@@ -12,6 +12,7 @@
 #include "kiln/options.h"
 #include "kiln/session.h"
 #include "runtime/inspect.h"  // info_json, reference_json, is_artifact (shared with Python)
+#include "runtime/sample_inputs.h"
 
 namespace kiln::cli {
 
@@ -41,12 +42,14 @@ void apply_codegen(const CodegenArgs& a, SessionOptions& opt);
 struct PrecisionArgs {
   std::string precision = "fp32";  ///< --precision fp32|fp16|bf16
   bool tf32 = false;               ///< --tf32
+  std::string check = "on";        ///< --precision-check on|off
 };
-/// Adds --precision and --tf32 to `sub` (docs/cli.md).
+/// Adds --precision, --tf32 and --precision-check to `sub` (docs/cli.md).
 void add_precision_flags(CLI::App* sub, PrecisionArgs& a);
-/// Writes the flags into opt.precision / opt.allow_tf32. Throws
-/// Error(invalid_option) naming "precision" for an unknown precision (the
-/// target checks come with SessionOptions::validate).
+/// Writes the flags into opt.precision / opt.allow_tf32 / precision_check.
+/// Throws Error(invalid_option) naming "precision" for an unknown precision,
+/// "--precision-check" for a value other than on / off (the target checks
+/// come with SessionOptions::validate).
 void apply_precision(const PrecisionArgs& a, SessionOptions& opt);
 
 /// Shape / value specialization switches (SessionOptions::specialize_shapes,
@@ -59,12 +62,6 @@ struct SpecializeArgs {
 void add_specialize_flags(CLI::App* sub, SpecializeArgs& a, bool shapes = true);
 void apply_specialize(const SpecializeArgs& a, SessionOptions& opt);
 
-/// Random data for a model input (`kiln run --random-inputs`, `kiln perf`,
-/// `kiln verify`): floats uniform in [0, 1), integers uniform in [0, 9],
-/// bools half true; a symbolic dim becomes 1, with a note in `notes` when it
-/// is given. `how` names the caller in the error for a dtype it cannot make
-/// (Error(invalid_input) naming the input and its dtype).
-Tensor random_input(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>* notes, const char* how);
 
 /// Parses "NAME=DxDxD" (a rank-0 shape is "NAME=") into opt.input_shapes.
 /// Throws Error(invalid_option) naming the flag and the text.

@@ -39,6 +39,34 @@ void print_model(const json& j) {
     std::printf("symbolic dims: %s (fix them with --shape NAME=DxDx..., or compile buckets with --dim)\n", list.c_str());
 }
 
+/// The precision check of a 16-bit cuda artifact (inspect_artifact's
+/// "precision_check", runtime/precision_check.h) as text: its state, then
+/// each node kept in float32 and why. Prints nothing for other artifacts.
+void print_precision_check(const json& c) {
+  if (!c.is_object()) return;
+  const std::string state = c.value("state", ""), precision = c.value("precision", "");
+  if (state == "off") {
+    std::printf("precision check (%s): off (--precision-check off): every node follows the precision policy\n",
+                precision.c_str());
+    return;
+  }
+  if (state == "skipped") {
+    std::printf("precision check (%s): skipped: %s\n", precision.c_str(), c.value("reason", "").c_str());
+    return;
+  }
+  const json& kept = c["kept"];
+  auto num = [](const json& v) { return v.is_number() ? fmt::format("{:.2e}", v.get<double>()) : std::string("inf"); };
+  std::printf("precision check (%s): %zu of %s nodes kept in float32 (%s inputs; %s); output error %s -> %s of "
+              "its scale (bound %s, growth %sx, %s runs)\n",
+              precision.c_str(), kept.size(), json_text(c["nodes"]).c_str(), c.value("inputs", "").c_str(),
+              c.value("method", "").c_str(), num(c["output_error_before"]).c_str(),
+              num(c["output_error_after"]).c_str(), json_text(c["bound"]).c_str(), json_text(c["growth"]).c_str(),
+              json_text(c["rounds"]).c_str());
+  for (auto& k : kept)
+    std::printf("  %s (%s): %s\n", k.value("node", "").c_str(), k.value("op", "").c_str(),
+                k.value("reason", "").c_str());
+}
+
 void print_reference_nodes(const json& nodes, const char* indent) {
   for (auto& r : nodes)
     std::printf("%s%s '%s': %s\n", indent, r["op"].get<std::string>().c_str(), r["node"].get<std::string>().c_str(),
@@ -90,6 +118,7 @@ void print_artifact(const json& j) {
       print_reference_nodes(p["reference_nodes"], "    on reference kernels: ");
     }
   }
+  print_precision_check(j["precision_check"]);
   std::printf("operators: %s\n", histogram_text(j["operators"]).c_str());
   std::printf("metadata: %s\n", json_text(j["metadata"]).c_str());
 }

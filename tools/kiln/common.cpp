@@ -21,11 +21,19 @@ void add_precision_flags(CLI::App* sub, PrecisionArgs& a) {
                   "inputs and outputs keep their dtypes)")
       ->capture_default_str();
   sub->add_flag("--tf32", a.tf32, "Allow TF32 tensor-core math for fp32 matmuls and convolutions (cuda, fp32 only)");
+  sub->add_option("--precision-check", a.check,
+                  "fp16 / bf16 on cuda: on (default) runs the 16-bit program against fp32 on sample inputs at compile "
+                  "time (ref kernels, 16-bit rounding emulated: the same with or without a GPU) and keeps in fp32 the "
+                  "nodes whose 16-bit error grows past the bound (`kiln inspect` lists them and why); off skips it")
+      ->capture_default_str();
 }
 
 void apply_precision(const PrecisionArgs& a, SessionOptions& opt) {
   opt.precision = parse_precision(a.precision);
   opt.allow_tf32 = a.tf32;
+  if (a.check != "on" && a.check != "off")
+    fail(ErrorCode::invalid_option, "--precision-check: unknown value '{}' (expected on or off)", a.check);
+  opt.precision_check = parse_precision_check(a.check);
 }
 
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt) {
@@ -96,34 +104,6 @@ void apply_specialize(const SpecializeArgs& a, SessionOptions& opt) {
   opt.specialize_values = !a.no_values;
 }
 
-Tensor random_input(const TensorInfo& info, std::mt19937_64& rng, std::vector<std::string>* notes, const char* how) {
-  std::vector<int64_t> shape;
-  for (size_t i = 0; i < info.dims.size(); ++i) {
-    if (info.dims[i] >= 0) {
-      shape.push_back(info.dims[i]);
-      continue;
-    }
-    shape.push_back(1);
-    if (notes)
-      notes->push_back(fmt::format("input '{}': dim {} ('{}') is symbolic; the random input uses 1 (fix it with --shape)",
-                                   info.name, i, info.symbols[i]));
-  }
-  Tensor t(info.dtype, shape);
-  std::uniform_real_distribution<float> uf(0.f, 1.f);
-  std::uniform_int_distribution<int> ui(0, 9);
-  for (int64_t i = 0; i < t.numel(); ++i) switch (info.dtype) {
-      case DType::f32: t.data<float>()[i] = uf(rng); break;
-      case DType::f64: t.data<double>()[i] = uf(rng); break;
-      case DType::i64: t.data<int64_t>()[i] = ui(rng); break;
-      case DType::i32: t.data<int32_t>()[i] = ui(rng); break;
-      case DType::boolean: t.data<bool>()[i] = ui(rng) < 5; break;
-      case DType::u8: t.data<uint8_t>()[i] = static_cast<uint8_t>(ui(rng)); break;
-      case DType::i8: t.data<int8_t>()[i] = static_cast<int8_t>(ui(rng)); break;
-      default:
-        fail(ErrorCode::invalid_input, "{} cannot make a random {} input '{}'; give it with --input {}=FILE.npy", how,
-             dtype_name(info.dtype), info.name, info.name);
-    }
-  return t;
 }
 
 void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt) {

@@ -52,7 +52,8 @@ cuda::LowerOptions cuda_lower_options(const SessionOptions& opt) {
 #endif
 
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed,
-                           const ir::Model* layout_reference, bool batch_varies) {
+                           const ir::Model* layout_reference, bool batch_varies,
+                           const PrecisionHook& precision_check) {
   const Target& target = opt.target;
   PipelineStats st;
   st.folded = passes::infer_and_fold(cp.model).folded_nodes;
@@ -99,9 +100,11 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
                : opt.precision == Precision::bf16 ? DType::bf16
                                                   : DType::f32;
     lo.tf32 = opt.allow_tf32;
+    lo.precision_check = precision_check;
     cuda::lower_for_cuda(cp, lo);
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
 #else
+    (void)precision_check;
     fail(ErrorCode::unsupported, "target: this kiln was built without CUDA support");
 #endif
   }

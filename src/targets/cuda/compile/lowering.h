@@ -2,7 +2,9 @@
 // nodes (run/cuda_ops.h), generated kernels compiled by NVRTC into the
 // artifact's kernels section, cuBLASLt algorithms chosen and stored.
 #pragma once
+#include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -34,6 +36,10 @@ struct LowerOptions {
   /// float16 / bfloat16 and TF32 programs (tensor-core convolutions, whose
   /// NCHW forms transpose inside cuDNN), not for strict float32.
   std::optional<bool> nhwc;
+  /// 16-bit programs: called with the graph the precision pass is about to
+  /// convert; returns the nodes (precision_node_key) it keeps in float32
+  /// (runtime/precision_check.h). Empty: none.
+  std::function<std::set<std::string>(const ir::Model&, DType)> precision_check;
 };
 
 /// What the lowering did, for reports and tests.

@@ -79,7 +79,7 @@ Tensor convert_tensor(const Tensor& t, DType to) {
 
 class Converter {
  public:
-  Converter(ir::Model& m, DType to) : m_(m), to_(to) {
+  Converter(ir::Model& m, DType to, const std::set<std::string>& keep) : m_(m), to_(to), keep_(keep) {
     const size_t n = m.values.size();
     orig_.resize(n);
     for (size_t i = 0; i < n; ++i) orig_[i] = m.values[i].dtype;
@@ -152,7 +152,8 @@ class Converter {
     for (auto& v : n.inputs)
       if (v != ir::kNoValue)
         if (auto it = renamed_.find(v); it != renamed_.end()) v = it->second;
-    const PrecisionRole role = precision_role(n, to_);
+    const PrecisionRole role =
+        !keep_.empty() && keep_.count(precision_node_key(m_, n)) ? PrecisionRole::island : precision_role(n, to_);
     DType want = DType::f32;  // the dtype of the node's converted float outputs
     switch (role) {
       case PrecisionRole::island:
@@ -218,6 +219,7 @@ class Converter {
 
   ir::Model& m_;
   DType to_;
+  const std::set<std::string>& keep_;  ///< nodes the precision check keeps in float32
   std::vector<DType> orig_;  ///< each value's dtype before the pass
   std::vector<bool> graph_input_, graph_output_;
   std::map<std::pair<ir::ValueId, DType>, ir::ValueId> converted_;
@@ -241,11 +243,18 @@ PrecisionRole precision_role(const ir::Node& n, DType to) {
   return PrecisionRole::island;
 }
 
-PrecisionStats convert_precision(ir::Model& m, DType to) {
+std::string precision_node_key(const ir::Model& m, const ir::Node& n) {
+  if (!n.name.empty()) return n.name;
+  for (auto v : n.outputs)
+    if (v != ir::kNoValue) return m.value(v).name;
+  return "";
+}
+
+PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::string>& keep_fp32) {
   if (to != DType::f16 && to != DType::bf16)
     fail(ErrorCode::internal, "convert_precision: {} is not a 16-bit float type", dtype_name(to));
   Stopwatch sw;
-  PrecisionStats st = Converter(m, to).run();
+  PrecisionStats st = Converter(m, to, keep_fp32).run();
   log().info("cuda precision {}: {} values and {} constants 16-bit, {} casts, {} nodes left float32 ({:.1f} ms)",
              dtype_name(to), st.values, st.constants, st.casts, st.fp32_nodes, sw.ms());
   return st;

@@ -25,6 +25,9 @@
 //    the inputs do not; what follows them is promoted to float32 until the
 //    next 16-bit op. bf16 has float32's range, so there they follow.
 //  - Cast keeps its `to`: an explicit Cast to float32 stays float32.
+//  - nodes the precision check keeps in float32 (ConvertOptions::keep_fp32,
+//    runtime/precision_check.h): islands, whatever their op; what follows
+//    them is promoted as above.
 //  - everything else (losses, Quantize/DequantizeLinear, CumSum, linear /
 //    cubic Resize, OneHot, EyeLike, reducing scatters, ...) runs as written
 //    in float32: 16-bit inputs are cast back to float32 first.
@@ -34,6 +37,7 @@
 // read by a 16-bit or follow op is cast once, where it is first needed; a
 // model output computed in 16 bits is produced by a final Cast to float32.
 #pragma once
+#include <set>
 #include <string>
 
 #include "ir/graph.h"
@@ -60,11 +64,30 @@ enum class PrecisionRole {
 /// The role of node `n` when converting to `to` (DType::f16 or DType::bf16).
 PrecisionRole precision_role(const ir::Node& n, DType to);
 
+/// The name a node is known by to the precision check and in the
+/// artifact's notes: its ONNX name, else its first output value's name
+/// (unique in a model), else "".
+std::string precision_node_key(const ir::Model& m, const ir::Node& n);
+
 /// Rewrites cp.model's main graph (shapes inferred, topologically sorted) so
 /// that its float32 values are `to` (DType::f16 or DType::bf16) where the
 /// policy says, inserting ONNX Cast nodes (domain "", attribute `to`) and
 /// 16-bit constants. Main-graph inputs and outputs keep their dtypes and
-/// names. Throws Error(internal) for another `to`.
-PrecisionStats convert_precision(ir::Model& m, DType to);
+/// names. Nodes whose precision_node_key is in `keep_fp32` run as float32
+/// islands. Throws Error(internal) for another `to`.
+PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::string>& keep_fp32 = {});
+
+/// The 16-bit program `m` (convert_precision's output) emulated in float32
+/// for the ref target: every float16 / bfloat16 value becomes float32 and is
+/// rounded to the 16-bit type (nearest even) where it is made, by a pair of
+/// Casts (to the 16-bit type, back to float32) after its node; 16-bit
+/// constants become float32 copies of their 16-bit values. Every value keeps
+/// its name (the node writes "NAME~wide" before the rounding), so values can
+/// be compared by name with the float32 model. This models the cuda kernels,
+/// which load 16-bit, compute in float and round once per store (a fused
+/// group rounds only at its boundary, so this rounds at least as often).
+/// Returns the number of rounding points. Throws Error(internal) for a value
+/// of another 16-bit use (none is made by convert_precision).
+int emulate_16bit(ir::Model& m);
 
 }  // namespace kiln::targets::cuda

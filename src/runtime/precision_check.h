@@ -1,0 +1,86 @@
+// The precision check of 16-bit cuda compiles (compile side; docs/cuda.md,
+// "Precision check"): which nodes to keep in float32.
+//
+// The graph the cuda precision pass is about to convert (shapes static) is
+// run twice on the ref kernels with the same sample inputs: as written, in
+// float32 (the reference), and as the 16-bit program emulated in float32
+// (targets/cuda/compile/precision.h: convert_precision, then emulate_16bit:
+// every 16-bit value rounded to the 16-bit type where it is made). The
+// emulation is used with and without a GPU, so a cross-compiled artifact
+// keeps the same nodes in float32 as one compiled on the GPU, and the cache
+// key covers the check through its settings alone.
+//
+// Every value is compared with its reference by name: its error is
+// max|emulated - reference| / max|reference| (the scale of `kiln verify`'s
+// tolerance). A node amplifies when its output's error is above the bound
+// (the precision's verify tolerance: fp16 1e-2, bf16 4e-2) and more than
+// kGrowth times the error its float inputs bring (at least one 16-bit
+// rounding: 2^-11 for fp16, 2^-8 for bf16): cancellation (a - b of nearly
+// equal 16-bit values), a steep Sigmoid / Exp / Pow of a rounded argument, an
+// overflow to infinity. Such a node is kept in float32 together with the
+// nearest 16-bit computing nodes that feed it (through data movement and
+// nodes already float32): their rounding is what it amplifies. The check
+// then runs again with those nodes in float32, up to kMaxRounds times, until
+// no node amplifies.
+#pragma once
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "ir/graph.h"
+#include "kiln/tensor.h"
+
+namespace kiln {
+
+/// A node the precision check keeps in float32, and why.
+struct PrecisionCheckNode {
+  std::string node;    ///< precision_node_key: the ONNX node name, else its first output's name
+  std::string op;      ///< ONNX op_type
+  std::string reason;  ///< "amplifies ..." or "feeds 'X', which amplifies its rounding"
+  double error = 0;        ///< max relative error of its output in the 16-bit emulation (the round it was flagged)
+  double input_error = 0;  ///< the error its inputs brought (at least one rounding)
+  int round = 0;           ///< 1-based round of the check that kept it
+};
+
+/// What the precision check did; stored in the artifact's metadata JSON
+/// ("precision_check") and shown by `kiln inspect`.
+struct PrecisionCheckResult {
+  std::string state = "off";  ///< "checked", "off" (SessionOptions::precision_check), "skipped" (see reason)
+  std::string precision;      ///< "fp16" or "bf16"
+  std::string method;         ///< how the 16-bit program was run
+  std::string inputs;         ///< where the sample inputs came from
+  std::string reason;         ///< why it was skipped
+  double bound = 0;           ///< error bound of an amplifying node
+  double growth = 0;          ///< growth factor over the input error
+  int nodes = 0;              ///< main-graph nodes checked (before lowering)
+  int rounds = 0;             ///< emulated runs
+  double output_error_before = 0;  ///< max relative error over the model's outputs, nothing kept
+  double output_error_after = 0;   ///< the same with the kept nodes in float32
+  std::vector<PrecisionCheckNode> kept;
+  double ms = 0;
+  /// The precision_node_key of every kept node.
+  std::set<std::string> keep_set() const;
+  /// One line for notes: what was kept and why, or that nothing was.
+  std::string note() const;
+  nlohmann::json to_json() const;
+};
+
+/// Runs the check on `m` (the cuda graph just before the precision pass:
+/// main graph only, static shapes, float32) for `to` (DType::f16 or
+/// DType::bf16). `given`: sample inputs by name (SessionOptions::
+/// precision_check_inputs; one whose dtype or shape differs from the
+/// model's input is replaced by a random one, and `inputs` says so).
+/// Random inputs: floats uniform in [0, 1), integers in [0, 9] and below the
+/// axis size of any Gather they index (token ids), all ones for an integer
+/// input whose name contains "mask"; seed 0.
+/// Never throws for a model the ref kernels cannot run (subgraphs, an
+/// operator without a reference kernel, an input it cannot make): the
+/// result is "skipped" with the reason; throws Error(internal) for `to`
+/// another dtype. `threads` > 0 limits the ref runs' threads.
+PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::map<std::string, Tensor>& given,
+                                     int threads = 0);
+
+}  // namespace kiln

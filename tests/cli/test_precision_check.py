@@ -1,0 +1,102 @@
+"""The precision check of fp16 / bf16 cuda compiles (issue 17, Build 4),
+without a GPU: a cross-compile (`--arch sm_90 --tuning heuristic`) runs the
+check on the host (ref kernels, 16-bit rounding emulated) and records it in
+the artifact; `kiln inspect` shows it; `--precision-check off` skips it and
+changes the cache key; a bad value is exit 2 naming the option. On a kiln
+built without CUDA the cross-compile tests are SKIPPED, never passed."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from clihelp import assert_error
+
+KEPT = {"sub", "conv_a", "conv_b", "conv_a_bias", "conv_b_bias"}
+
+
+def cross(kiln, model, out, *extra):
+    res = kiln("compile", model, "-o", out, "--target", "cuda", "--arch", "sm_90", "--tuning", "heuristic",
+               "--precision", "fp16", *extra)
+    if res.rc == 5 and "without CUDA" in res.stderr:
+        pytest.skip("SKIPPED: this kiln was built without CUDA support (no toolkit at build time)")
+    return res
+
+
+def test_cross_compile_keeps_the_cancelling_subtraction_in_fp32(kiln, sigmoid_cancellation, tmp_path):
+    model, _ = sigmoid_cancellation
+    out = tmp_path / "sig.kiln"
+    res = cross(kiln, model, out)
+    assert res.rc == 0, res.describe()
+    # The compile's note names the nodes and the first reason.
+    assert "kiln: note: precision check (fp16): kept 5 of 8 nodes in float32" in res.stderr, res.describe()
+    assert "sub amplifies the 16-bit rounding of its inputs" in res.stderr, res.describe()
+
+    ins = kiln("inspect", out, "--json")
+    assert ins.rc == 0, ins.describe()
+    check = ins.json()["precision_check"]
+    assert check == ins.json()["metadata"]["precision_check"]
+    assert check["state"] == "checked" and check["precision"] == "fp16", check
+    assert check["inputs"] == "random (seed 0)" and check["bound"] == 0.01, check
+    kept = {k["node"]: k for k in check["kept"]}
+    assert set(kept) == KEPT, check["kept"]
+    assert kept["sub"]["op"] == "Sub" and kept["sub"]["round"] == 1
+    assert kept["sub"]["reason"].startswith("amplifies the 16-bit rounding of its inputs"), kept["sub"]
+    assert kept["sub"]["error"] > 8 * kept["sub"]["input_error"], kept["sub"]
+    assert kept["conv_a"]["reason"] == "feeds 'sub' (Sub), which amplifies its 16-bit rounding", kept["conv_a"]
+    # Emulated: the output goes from far off to within fp16's tolerance.
+    assert check["output_error_before"] > 0.1 and check["output_error_after"] < 1e-2, check
+    assert check["rounds"] == 3, check
+
+    text = kiln("inspect", out)
+    assert text.rc == 0, text.describe()
+    assert "precision check (fp16): 5 of 8 nodes kept in float32 (random (seed 0) inputs;" in text.stdout, text.stdout
+    assert "  sub (Sub): amplifies the 16-bit rounding of its inputs" in text.stdout, text.stdout
+    assert "  conv_b (Conv): feeds 'sub' (Sub)" in text.stdout, text.stdout
+
+
+def test_precision_check_off_skips_it_and_changes_the_key(kiln, sigmoid_cancellation, tmp_path):
+    model, _ = sigmoid_cancellation
+    on, off = tmp_path / "on.kiln", tmp_path / "off.kiln"
+    assert cross(kiln, model, on, "--json").rc == 0
+    res = cross(kiln, model, off, "--precision-check", "off", "--json")
+    assert res.rc == 0, res.describe()
+    assert res.json()["notes"] == ["precision check (fp16) off: every node follows the precision policy"]
+    i_on, i_off = kiln("inspect", on, "--json").json(), kiln("inspect", off, "--json").json()
+    assert i_off["precision_check"] == {"state": "off", "precision": "fp16"}, i_off["precision_check"]
+    assert "precision-check=off" in i_off["metadata"]["options"]
+    assert i_on["compat"]["options_digest"] != i_off["compat"]["options_digest"]
+    assert i_on["compat"]["cache_key"] != i_off["compat"]["cache_key"] or not i_on["compat"]["cache_key"]
+    assert "precision check (fp16): off (--precision-check off)" in kiln("inspect", off).stdout
+    # fp32 programs have no check, and the flag does not change their key.
+    f1, f2 = tmp_path / "f1.kiln", tmp_path / "f2.kiln"
+    args = ["--target", "cuda", "--arch", "sm_90", "--tuning", "heuristic"]
+    assert kiln("compile", model, "-o", f1, *args).rc == 0
+    assert kiln("compile", model, "-o", f2, *args, "--precision-check", "off").rc == 0
+    j1, j2 = kiln("inspect", f1, "--json").json(), kiln("inspect", f2, "--json").json()
+    assert j1["precision_check"] is None and j1["compat"]["options_digest"] == j2["compat"]["options_digest"]
+
+
+def test_check_inputs_are_used_and_keyed(kiln, sigmoid_cancellation, tmp_path):
+    model, _ = sigmoid_cancellation
+    zeros = tmp_path / "zeros.npy"
+    np.save(zeros, np.zeros((1, 4, 8, 8), np.float32))  # a == b exactly: nothing to amplify
+    out = tmp_path / "z.kiln"
+    res = cross(kiln, model, out, "--check-input", f"x={zeros}")
+    assert res.rc == 0, res.describe()
+    check = kiln("inspect", out, "--json").json()["precision_check"]
+    assert check["inputs"] == "given for x" and check["kept"] == [], check
+    digest = kiln("inspect", out, "--json").json()["compat"]["options_digest"]
+    plain = tmp_path / "p.kiln"
+    assert cross(kiln, model, plain).rc == 0
+    assert kiln("inspect", plain, "--json").json()["compat"]["options_digest"] != digest
+    assert_error(cross(kiln, model, out, "--check-input", "x"), 2, "--check-input 'x'")
+    assert_error(cross(kiln, model, out, "--check-input", f"x={zeros}", "--precision-check", "off"), 2,
+                 "precision_check_inputs")
+
+
+@pytest.mark.parametrize("command", ["compile", "run", "verify", "perf"])
+def test_a_bad_precision_check_value_is_exit_2_naming_the_option(kiln, demo_onnx, tmp_path, command):
+    extra = ["-o", str(tmp_path / "x.kiln")] if command == "compile" else []
+    res = kiln(command, demo_onnx, *extra, "--precision-check", "sometimes")
+    assert_error(res, 2, "--precision-check", "sometimes")
