@@ -278,5 +278,39 @@ TEST(CudaPrecision, CacheSeparatesPrecisions) {
   EXPECT_EQ(with_cache(Precision::fp16, false), C::hit);
 }
 
+// The fp16 head, Sigmoid(50 * (a - b)) of feature maps near 100:
+// with the precision check (on by default) the output is within 1e-2 of
+// the ref target's float32 (max|diff| / max|ref|); with it off, 16-bit a and
+// b (spacing 1/16 there) put it far off.
+TEST(CudaPrecisionCheck, SigmoidHeadIsWithinOnePercentAfterTheCheck) {
+  TempDir dir;
+  sigmoid_head_model(50.f).save(dir / "sig.onnx");
+  Tensor x(DType::f32, {1, 4, 8, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.5f + 0.5f * std::sin(0.37f * i + 0.2f);
+  const std::map<std::string, Tensor> in{{"x", x}};
+  const Tensor ref = Session(dir / "sig.onnx", make_options(Target::ref())).run(in).at("out");
+  auto rel = [&](const Tensor& got) {
+    double d = 0, s = 0;
+    for (int64_t i = 0; i < ref.numel(); ++i) {
+      d = std::max(d, std::fabs(double(got.data<float>()[i]) - ref.data<float>()[i]));
+      s = std::max(s, std::fabs(double(ref.data<float>()[i])));
+    }
+    return d / s;
+  };
+  SessionOptions on = make_options(Target::cuda(), Precision::fp16);
+  Session checked(dir / "sig.onnx", on);
+  const double err_on = rel(checked.run(in).at("out"));
+  SessionOptions off = on;
+  off.precision_check = PrecisionCheck::off;
+  const double err_off = rel(Session(dir / "sig.onnx", off).run(in).at("out"));
+  std::printf("sigmoid head k=50 fp16: max|diff|/max|ref| %.3e with the precision check, %.3e without\n", err_on,
+              err_off);
+  EXPECT_LE(err_on, 1e-2);
+  EXPECT_GT(err_off, 5e-2);
+  bool noted = false;
+  for (auto& n : checked.stats().notes) noted |= n.find("precision check (fp16): kept") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 }  // namespace
 }  // namespace kiln::testing
