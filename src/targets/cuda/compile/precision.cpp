@@ -200,7 +200,10 @@ class Converter {
         m_.value(v).dtype = t;
       }
     }
-    if (has_f32_output && role != PrecisionRole::cast) ++st_.fp32_nodes;
+    if (has_f32_output && role != PrecisionRole::cast) {
+      ++st_.fp32_nodes;
+      log().debug("cuda precision: {} '{}' left float32", n.op_type, precision_node_key(m_, n));
+    }
     const std::string name = n.name;
     const int opset = n.opset;
     out_.push_back(std::move(n));
