@@ -191,7 +191,7 @@ def _bool(value: Any, what: str) -> bool:
 def _options(**kw: Any) -> Dict[str, Any]:
     """The option dict the C++ module reads (None: the C++ default)."""
     o: Dict[str, Any] = {}
-    for key in ("target", "precision", "tuning", "arch", "out_of_bucket", "cache_mismatch"):
+    for key in ("target", "precision", "precision_check", "tuning", "arch", "out_of_bucket", "cache_mismatch"):
         if key in kw:
             o[key] = _str(kw[key], key)
     if kw.get("cache_dir") is not None:
@@ -267,6 +267,10 @@ class Session:
         threads: threads one run uses (0: all cores).
         use_cache: False compiles in memory and never reads or writes the cache.
         allow_tf32: cuda fp32 only: TF32 tensor cores for matmuls and convolutions.
+        precision_check: fp16 / bf16 on cuda: "on" (default) checks the 16-bit
+            program against fp32 on random sample inputs at compile time and
+            keeps in fp32 the nodes whose error grows (the notes name them);
+            "off" skips it (docs/cuda.md, "Precision check").
         arch: cuda only: GPU architecture to compile for ("sm_90"); needs
             tuning="heuristic" when it is not the device's.
         out_of_bucket: "compile" (default) or "error" for requests outside every bucket.
@@ -293,8 +297,9 @@ class Session:
                  cache_dir: Optional[PathLike] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
                  dims: Optional[Mapping[str, Union[str, Sequence[int]]]] = None, tuning: Optional[str] = None,
                  threads: int = 0, *, use_cache: bool = True, allow_tf32: bool = False, arch: Optional[str] = None,
-                 out_of_bucket: str = "compile", cache_mismatch: str = "recompile", trust_cache_dir: bool = False,
-                 cache_max_bytes: Optional[int] = None, cache_lock_timeout_s: Optional[float] = None,
+                 precision_check: str = "on", out_of_bucket: str = "compile", cache_mismatch: str = "recompile",
+                 trust_cache_dir: bool = False, cache_max_bytes: Optional[int] = None,
+                 cache_lock_timeout_s: Optional[float] = None,
                  on_note: Optional[Callable[[str], None]] = None) -> None:
         path = _path(model, "model")
         if _is_artifact(path):
@@ -302,8 +307,9 @@ class Session:
                                 f"(an explicit artifact is never recompiled)")
         opts = _options(target=target, precision=precision, cache_dir=cache_dir, shapes=shapes, dims=dims,
                         tuning=tuning, threads=threads, use_cache=use_cache, allow_tf32=allow_tf32, arch=arch,
-                        out_of_bucket=out_of_bucket, cache_mismatch=cache_mismatch, trust_cache_dir=trust_cache_dir,
-                        cache_max_bytes=cache_max_bytes, cache_lock_timeout_s=cache_lock_timeout_s, on_note=on_note)
+                        precision_check=precision_check, out_of_bucket=out_of_bucket, cache_mismatch=cache_mismatch,
+                        trust_cache_dir=trust_cache_dir, cache_max_bytes=cache_max_bytes,
+                        cache_lock_timeout_s=cache_lock_timeout_s, on_note=on_note)
         self._attach(_kiln.Session.create(path, opts))
 
     @classmethod
@@ -500,7 +506,7 @@ class Binding:
 def compile(model: PathLike, out: PathLike, target: str = "cpu", precision: str = "fp32",
             shapes: Optional[Mapping[str, Sequence[int]]] = None,
             dims: Optional[Mapping[str, Union[str, Sequence[int]]]] = None, tuning: Optional[str] = None, *,
-            allow_tf32: bool = False, arch: Optional[str] = None) -> CompileResult:
+            allow_tf32: bool = False, arch: Optional[str] = None, precision_check: str = "on") -> CompileResult:
     """Compiles an ONNX model to an explicit artifact file (``kiln compile``).
 
     The file is written atomically (no partial file on any error). Options as
@@ -511,7 +517,7 @@ def compile(model: PathLike, out: PathLike, target: str = "cpu", precision: str 
         kiln.InvalidOption, kiln.InvalidModel, kiln.Unsupported, kiln.IOError.
     """
     opts = _options(target=target, precision=precision, shapes=shapes, dims=dims, tuning=tuning,
-                    allow_tf32=allow_tf32, arch=arch)
+                    allow_tf32=allow_tf32, arch=arch, precision_check=precision_check)
     d = _kiln.compile(_path(model, "model"), _path(out, "out"), opts)
     return CompileResult(**d)
 

@@ -41,6 +41,7 @@ def test_class_hierarchy():
     ({"shapes": {"image": [1, 3, 64.5, 64]}}, "shapes"),
     ({"cache_dir": ""}, "cache_dir"),
     ({"out_of_bucket": "maybe"}, "out_of_bucket"),
+    ({"precision_check": "sometimes"}, "precision_check"),
     ({"precision": "fp16"}, "precision"),  # the cpu target is fp32 only
     ({"tuning": "fast"}, "tuning"),  # cpu does not tune
 ])

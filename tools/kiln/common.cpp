@@ -104,8 +104,6 @@ void apply_specialize(const SpecializeArgs& a, SessionOptions& opt) {
   opt.specialize_values = !a.no_values;
 }
 
-}
-
 void parse_dims(const std::vector<std::string>& specs, SessionOptions& opt) {
   for (auto& spec : specs) {
     auto eq = spec.find('=');
