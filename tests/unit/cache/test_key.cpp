@@ -51,6 +51,17 @@ TEST(CacheKey, EveryFieldChangedAloneChangesTheKey) {
       {"target", [](auto&, SessionOptions& o, auto&) { o.target = Target::ref(); }},
       {"precision fp16", [](auto&, SessionOptions& o, auto&) { o.precision = Precision::fp16; }},
       {"precision bf16", [](auto&, SessionOptions& o, auto&) { o.precision = Precision::bf16; }},
+      // The precision check decides which nodes of a 16-bit cuda program stay fp32.
+      {"cuda fp16", [](auto&, SessionOptions& o, auto&) { o.target = Target::cuda(), o.precision = Precision::fp16; }},
+      {"cuda fp16, check off",
+       [](auto&, SessionOptions& o, auto&) {
+         o.target = Target::cuda(), o.precision = Precision::fp16, o.precision_check = PrecisionCheck::off;
+       }},
+      {"cuda fp16, check inputs",
+       [](auto&, SessionOptions& o, auto&) {
+         o.target = Target::cuda(), o.precision = Precision::fp16;
+         o.precision_check_inputs["x"] = Tensor(DType::f32, {2});
+       }},
       {"input shape", [](auto&, SessionOptions& o, auto&) { o.input_shapes["x"] = {2, 4}; }},
       {"other input shape", [](auto&, SessionOptions& o, auto&) { o.input_shapes["x"] = {4, 4}; }},
       {"rank-0 shape", [](auto&, SessionOptions& o, auto&) { o.input_shapes["x"] = {}; }},

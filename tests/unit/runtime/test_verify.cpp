@@ -438,6 +438,12 @@ TEST(VerifyCuda, Fp16FindsTheSigmoidThatLosesPrecision) {
   SessionOptions opt;
   opt.target = Target::cuda();
   opt.precision = Precision::fp16;
+  // The precision check (on by default) keeps the cancellation in fp32 and
+  // the model passes; with it off, verify finds where fp16 loses it.
+  verify::Report checked =
+      verify::verify_model(dir / "s.onnx", opt, sigmoid_inputs(), Tolerance::defaults(Precision::fp16, false));
+  EXPECT_TRUE(checked.ok()) << dump(checked);
+  opt.precision_check = PrecisionCheck::off;
   verify::Report r =
       verify::verify_model(dir / "s.onnx", opt, sigmoid_inputs(), Tolerance::defaults(Precision::fp16, false));
   EXPECT_FALSE(r.ok()) << dump(r);
@@ -458,6 +464,7 @@ TEST(VerifyCuda, Fp16FindsTheSigmoidThatLosesPrecision) {
   // feature maps near 100 into ~1e-4 after the Sigmoid: a looser bound than
   // the fp32 default).
   opt.precision = Precision::fp32;
+  opt.precision_check = PrecisionCheck::on;
   r = verify::verify_model(dir / "s.onnx", opt, sigmoid_inputs(), Tolerance{1e-3, 1e-4});
   EXPECT_TRUE(r.ok()) << dump(r);
 }
