@@ -62,10 +62,11 @@ std::string decline_reason(const NodeInfo& n, const std::map<std::string, int64_
       if (t.known && (!t.tensor || !supported_elem(t.elem_type)))
         return fmt::format("output '{}' has a type kiln does not take", value_name(v));
     }
-  // ORT before 1.32 (1.24.4 seen; 1.25 to 1.31 not checked) leaves the
-  // outer-scope values a subgraph reads out of the fused node's inputs, so
-  // a partition could not be given them: such a node stays with ORT there.
-  if (g_ort_version < 1032 && n.subgraphs > 0) {
+  // ORT 1.24.4 leaves the outer-scope values a subgraph reads out of the
+  // fused node's inputs (1.31.1 and 1.32.0 pass them; 1.25 to 1.30 not
+  // checked, taken as 1.24), so a partition could not be given them: such a
+  // node stays with ORT there.
+  if (g_ort_version < 1031 && n.subgraphs > 0) {
     size_t implicit = 0;
     check(ORT_API(Node_GetNumImplicitInputs)(n.node, &implicit), "Node_GetNumImplicitInputs");
     if (implicit > 0)

@@ -28,8 +28,8 @@ def test_dev_model_matches_cpu_ep_and_runs_whole_on_kiln(lib, name, opt_level):
     names, refs = reference(path, feeds)
     sess = kiln_session(path, session_options(opt_level))
     where = assignment(sess)
-    if name == "silero_vad" and tuple(int(x) for x in ort().__version__.split(".")[:2]) < (1, 32):
-        # ORT before 1.32 does not pass the outer-scope values of the If's
+    if name == "silero_vad" and tuple(int(x) for x in ort().__version__.split(".")[:2]) < (1, 31):
+        # ORT before 1.31 does not pass the outer-scope values of the If's
         # branches to a fused node: kiln leaves the If (and so its branches)
         # to ORT there, and takes every other node of the main graph.
         import onnx
