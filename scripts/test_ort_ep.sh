@@ -28,7 +28,7 @@ if ! "$OLD_VENV/bin/python" -c "import onnxruntime, sys; sys.exit(onnxruntime.__
   rm -rf "$OLD_VENV"
   /usr/bin/python3 -m venv --system-site-packages "$OLD_VENV"
   "$OLD_VENV/bin/python" -m pip install -q --disable-pip-version-check "onnxruntime==$OLD" \
-    $(grep -E '^(numpy|onnx|pytest)' requirements.txt)
+    $(grep -E '^(numpy|onnx==|pytest==)' requirements.txt)
 fi
 
 export KILN_ORT_EP_LIB=$LIB KILN_ORT_EP_CACHE=$ROOT/build/ort_ep_cache
