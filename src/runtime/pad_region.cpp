@@ -10,10 +10,32 @@ namespace kiln::pad_region {
 bool is_neg(Kind k) { return k.tag == Tag::neg || (k.tag == Tag::konst && k.c <= kMaskBias); }
 bool finite(Kind k) { return k.tag == Tag::konst ? std::isfinite(k.c) : k.tag != Tag::any; }
 
+Sign sign_of(Kind k) {
+  if (k.tag == Tag::konst) return k.c > 0 ? Sign::positive : k.c >= 0 ? Sign::nonneg : Sign::unknown;
+  return k.tag == Tag::finite ? k.sign : Sign::unknown;
+}
+
 Kind join(Kind a, Kind b) {
   if (a.tag == Tag::konst && b.tag == Tag::konst && a.c == b.c) return a;
   if (is_neg(a) && is_neg(b)) return kNeg;
-  return finite(a) && finite(b) ? kFinite : kAny;
+  return finite(a) && finite(b) ? finite_with(std::min(sign_of(a), sign_of(b))) : kAny;
+}
+
+Kind reduced(Kind k, const std::string& op) {
+  if (!finite(k) || is_neg(k)) return finite(k) ? kFinite : kAny;
+  if (op == "ReduceSumSquare" || op == "ReduceL1" || op == "ReduceL2") return finite_with(Sign::nonneg);
+  const bool keeps = op == "ReduceSum" || op == "ReduceMean" || op == "ReduceMax" || op == "ReduceMin";
+  return finite_with(keeps ? sign_of(k) : Sign::unknown);
+}
+
+std::string describe(Kind k) {
+  switch (k.tag) {
+    case Tag::konst: return "exactly " + std::to_string(k.c);
+    case Tag::neg: return "a bias <= -1e4";
+    case Tag::finite: return "finite values";
+    case Tag::any: break;
+  }
+  return "anything (NaN or infinity possible)";
 }
 
 Kind product_sum(Kind x, Kind y) {
@@ -100,9 +122,14 @@ Kind ew_kind(const std::string& op, const std::vector<Kind>& k, DType out) {
   const Kind y = k.size() > 1 ? k[1] : kAny;
   if (op == "Add" || op == "Sum") {
     // A large negative bias plus finite values stays one (the header's assumption).
-    for (auto v : k)
+    Sign s = Sign::nonneg;
+    bool positive = false;
+    for (auto v : k) {
       if (is_neg(v)) return kNeg;
-    return kFinite;
+      s = std::min(s, sign_of(v));
+      positive |= sign_of(v) == Sign::positive;
+    }
+    return finite_with(s == Sign::nonneg && positive ? Sign::positive : s);
   }
   if (op == "Sub") return is_neg(x) && !is_neg(y) ? kNeg : kFinite;
   if (op == "Mul") {
@@ -111,7 +138,8 @@ Kind ew_kind(const std::string& op, const std::vector<Kind>& k, DType out) {
     return kFinite;
   }
   if (op == "Div") {
-    if (y.tag != Tag::konst || y.c == 0) return kAny;  // a divisor the padding may make 0
+    if (y.tag != Tag::konst) return sign_of(y) == Sign::positive ? finite_with(std::min(sign_of(x), Sign::nonneg)) : kAny;
+    if (y.c == 0) return kAny;
     if (is_zero(x)) return konst(0);
     return is_neg(x) && y.c > 0 && y.c <= 1 ? kNeg : kFinite;
   }
@@ -122,8 +150,15 @@ Kind ew_kind(const std::string& op, const std::vector<Kind>& k, DType out) {
   if (op == "Identity" || op == "Dropout" || ((op == "Cast" || op == "CastLike") && !integer_dtype(out))) return x;
   if (op == "Cast" || op == "CastLike") return is_neg(x) ? kAny : kFinite;  // -3.4e38 as an integer is undefined
   if (op == "Exp") return is_neg(x) ? konst(0) : kAny;                      // finite garbage may overflow
-  if (op == "Pow") return y.tag == Tag::konst && y.c >= 0 && y.c == std::trunc(y.c) ? kFinite : kAny;
-  if (op == "Log" || op == "Sqrt" || op == "Reciprocal") return kAny;  // a pole or NaN for some garbage
+  if (op == "Pow") {
+    if (y.tag != Tag::konst || y.c < 0 || y.c != std::trunc(y.c)) return kAny;
+    return finite_with(std::fmod(y.c, 2) == 0 ? Sign::nonneg : Sign::unknown);
+  }
+  // A pole or NaN for garbage of unknown sign.
+  if (op == "Sqrt") return sign_of(x) != Sign::unknown ? finite_with(sign_of(x)) : kAny;
+  if (op == "Reciprocal") return sign_of(x) == Sign::positive ? finite_with(Sign::positive) : kAny;
+  if (op == "Log") return kAny;
+  if (op == "Relu" || op == "Abs") return finite_with(Sign::nonneg);
   return kFinite;
 }
 

@@ -412,8 +412,8 @@ class Prover {
         continue;
       }
       if (!is_neg(x.pad[j]))
-        refuse("{} normalizes over the dim and the padded entries are not masked out (not a bias <= {}): they "
-               "would take part of every row's weight", n.label(), kMaskBias);
+        refuse("{} normalizes over the dim and the padded entries are not masked out (they hold {}, not a bias <= "
+               "{}): they would take part of every row's weight", n.label(), describe(x.pad[j]), kMaskBias);
       // exp(masked - max) underflows to exactly 0, in every row whose
       // entries are finite: a row padded along another axis must be too.
       for (size_t o = 0; o < x.axes.size(); ++o)
@@ -454,9 +454,9 @@ class Prover {
     s.axes = carried(n.outputs[0]);
     std::vector<Kind> kept;
     for (size_t j = 0; j < x.axes.size(); ++j) {
-      const bool reduced = std::find(axes.begin(), axes.end(), x.axes[j]) != axes.end();
-      if (!reduced) {
-        kept.push_back(is_zero(x.pad[j]) ? konst(0) : rowwise(x.pad[j]));
+      const bool over = std::find(axes.begin(), axes.end(), x.axes[j]) != axes.end();
+      if (!over) {
+        kept.push_back(is_zero(x.pad[j]) ? konst(0) : reduced(x.pad[j], n.op_type));
         continue;
       }
       if (!sums || !is_zero(x.pad[j]))
@@ -465,6 +465,7 @@ class Prover {
     }
     if (kept.size() != s.axes.size()) refuse("{}: the kept axes do not line up", n.label());
     s.pad = kept;
+    s.real = reduced(x.real, n.op_type);
     inherit(s, in);
     put(n.outputs[0], std::move(s));
   }

@@ -40,6 +40,7 @@ enum class Variant {
   hf,               ///< bias = (1 - mask) * finfo(float32).min added to the scores (transformers today)
   hf_10000,         ///< the same with -10000 (older transformers)
   masked_mean,      ///< hf, plus a pooled output sum(h * mask) / sum(mask) over the sequence
+  rms,              ///< hf with T5's RMS normalization before the projections: x / Sqrt(ReduceMean(x^2) + eps)
   no_mask,          ///< the mask only scales the output: the Softmax sees the padded keys
   mask_after,       ///< Softmax first, then multiplied by the mask: the padded keys share the weight
   float_mask,       ///< the mask input is float and added as is (0 attend, -1e4 not): zero padding attends
@@ -73,9 +74,20 @@ ModelBuilder attention(Variant v) {
   b.node("Unsqueeze", {"pos", "ax0"}, {"pos2"});
   b.node("Gather", {"pos_table", "pos2"}, {"pemb"});
   b.node("Add", {"x", "pemb"}, {"h0"});
+  std::string src = "h0";
+  if (v == Variant::rms) {
+    b.initializer("two", {}, {2.f}).initializer("eps", {}, {1e-6f}).initializer_i64("last", {1}, {-1});
+    b.node("Pow", {"h0", "two"}, {"sq"});
+    b.node("ReduceMean", {"sq", "last"}, {"ms"});
+    b.node("Add", {"ms", "eps"}, {"mse"});
+    b.node("Sqrt", {"mse"}, {"rms"});
+    b.node("Div", {"one", "rms"}, {"inv_rms"});
+    b.node("Mul", {"h0", "inv_rms"}, {"h0n"});
+    src = "h0n";
+  }
   // Heads.
   auto heads = [&](const std::string& w, const std::string& out, std::vector<int64_t> perm) {
-    b.node("MatMul", {"h0", w}, {out + "_p"});
+    b.node("MatMul", {src, w}, {out + "_p"});
     b.node("Reshape", {out + "_p", "heads"}, {out + "_r"});
     ModelBuilder::attr_ints(b.node("Transpose", {out + "_r"}, {out}), "perm", perm);
   };
@@ -158,7 +170,7 @@ bool decide(Variant v, std::string* why) {
 }
 
 TEST(SequenceProver, HfMaskedAttentionIsAccepted) {
-  for (Variant v : {Variant::hf, Variant::hf_10000, Variant::masked_mean}) {
+  for (Variant v : {Variant::hf, Variant::hf_10000, Variant::masked_mean, Variant::rms}) {
     std::string why;
     EXPECT_TRUE(decide(v, &why)) << static_cast<int>(v) << ": " << why;
   }
@@ -301,7 +313,7 @@ std::vector<std::vector<int64_t>> stream(Variant v, Target target, const std::ve
 
 TEST(SequenceProver, PaddedRunsEqualExactRunsOnRefAndCpu) {
   for (Target t : {Target::ref(), Target::cpu()}) {
-    for (Variant v : {Variant::hf, Variant::hf_10000, Variant::masked_mean}) {
+    for (Variant v : {Variant::hf, Variant::hf_10000, Variant::masked_mean, Variant::rms}) {
       std::string mode;
       auto programs = stream(v, t, {{3, Row0::right_padded}, {6, Row0::right_padded}, {5, Row0::right_padded}, {9, Row0::right_padded}, {11, Row0::right_padded}}, &mode);
       // 3 and 6 exact; 5 rounds up to the held 6; 9 -> 16 (compiled), 11 -> the held 16.
