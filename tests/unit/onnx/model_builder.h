@@ -91,6 +91,20 @@ class ModelBuilder {
   onnx::ModelProto model_;
 };
 
+/// Types graph input/output `v` as `name`, ONNX elem type `elem`, with dims
+/// `dims`: a negative dim is symbolic, named syms[i] (one symbol per axis).
+inline void typed(onnx::ValueInfoProto* v, const std::string& name, int elem, const std::vector<int64_t>& dims,
+                  const std::vector<std::string>& syms) {
+  v->set_name(name);
+  auto* tt = v->mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  for (size_t i = 0; i < dims.size(); ++i) {
+    auto* d = tt->mutable_shape()->add_dim();
+    if (dims[i] >= 0) d->set_dim_value(dims[i]);
+    else d->set_dim_param(syms[i]);
+  }
+}
+
 /// A fresh empty directory under the system temp dir, removed by the destructor.
 class TempDir {
  public:

@@ -30,19 +30,6 @@ std::vector<uint8_t> read_all(const fs::path& p) {
   return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
 }
 
-// Graph input/output with named symbolic dims ("" entries are static).
-void typed(onnx::ValueInfoProto* v, const std::string& name, int elem, const std::vector<int64_t>& dims,
-           const std::vector<std::string>& syms) {
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(elem);
-  for (size_t i = 0; i < dims.size(); ++i) {
-    auto* d = tt->mutable_shape()->add_dim();
-    if (dims[i] >= 0) d->set_dim_value(dims[i]);
-    else d->set_dim_param(syms[i]);
-  }
-}
-
 // y[N,3] = x[N,4] @ W + b, W 4x3 (W[i][j] = i - j), b = {1, 2, 3}.
 ModelBuilder batch_model() {
   ModelBuilder b;

@@ -16,19 +16,6 @@
 namespace kiln::testing {
 namespace {
 
-// Graph input/output with named symbolic dims ("" entries are static).
-void typed(onnx::ValueInfoProto* v, const std::string& name, int elem, const std::vector<int64_t>& dims,
-           const std::vector<std::string>& syms) {
-  v->set_name(name);
-  auto* tt = v->mutable_type()->mutable_tensor_type();
-  tt->set_elem_type(elem);
-  for (size_t i = 0; i < dims.size(); ++i) {
-    auto* d = tt->mutable_shape()->add_dim();
-    if (dims[i] >= 0) d->set_dim_value(dims[i]);
-    else d->set_dim_param(syms[i]);
-  }
-}
-
 std::vector<float> ramp_values(size_t n, float scale, int mod = 7) {
   std::vector<float> v;
   for (size_t i = 0; i < n; ++i) v.push_back(scale * static_cast<float>(static_cast<int>(i * 5) % mod) - scale * 3);
