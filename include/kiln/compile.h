@@ -24,7 +24,8 @@ struct CompileResult {
   std::string cache_key;      ///< the key this program has in a cache
   /// What the compile wants the user to know: for 16-bit cuda programs, the
   /// precision check's result (which nodes stay float32 and why, or that it
-  /// was off or skipped). The first program's, with buckets.
+  /// was off or skipped); for cuda programs with host fallback, which nodes
+  /// run on the host (SessionOptions::fallback). The first program's, with buckets.
   std::vector<std::string> notes;
 };
 

@@ -77,6 +77,20 @@ const char* tuning_name(Tuning t);
 /// Parses "heuristic" / "fast" / "exhaustive"; throws Error(invalid_option) naming `tuning`.
 Tuning parse_tuning(const std::string& text);
 
+/// What the cuda target does with a node it cannot lower (no kernel for the
+/// operator or its dtypes, a subgraph operator If / Loop / Scan, a shape
+/// that depends on tensor values):
+///  - host: the node runs on the host inside the same program (a host
+///    segment on the cpu target's kernels, reference kernels where cpu has
+///    none), with device-to-host / host-to-device copies of the values that
+///    cross the boundary; a note names the nodes and op types (default).
+///  - error: the compile is refused, naming each such node and why.
+/// The cpu and ref targets run everything on the host and ignore it.
+enum class Fallback { host, error };
+const char* fallback_name(Fallback f);
+/// Parses "host" / "error"; throws Error(invalid_option) naming `fallback`.
+Fallback parse_fallback(const std::string& text);
+
 /// What to do when an artifact does not match this machine, model or options.
 enum class MismatchPolicy {
   recompile,  ///< compile again and replace the cache entry (default for the cache)
@@ -160,6 +174,10 @@ struct SessionOptions {
   /// Empty: the device's own. Another architecture than the device's (or no
   /// device at all) is a cross-compilation and needs Tuning::heuristic.
   std::string arch;
+  /// cuda only: nodes the cuda target cannot lower run on the host (host)
+  /// or refuse the compile (error); see Fallback. error is part of the cache
+  /// key (host, the default, adds nothing to it).
+  Fallback fallback = Fallback::host;
 
   /// Cache directory. Unset: $XDG_CACHE_HOME/kiln, else $HOME/.cache/kiln.
   /// Set to an empty path: invalid (an error naming "cache_dir").

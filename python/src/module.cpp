@@ -80,6 +80,7 @@ SessionOptions make_options(const nb::dict& d) {
       else if (key == "allow_tf32") o.allow_tf32 = nb::cast<bool>(v);
       else if (key == "precision_check") o.precision_check = parse_precision_check(nb::cast<std::string>(v));
       else if (key == "tuning") o.tuning = parse_tuning(nb::cast<std::string>(v));
+      else if (key == "fallback") o.fallback = parse_fallback(nb::cast<std::string>(v));
       else if (key == "arch") o.arch = nb::cast<std::string>(v);
       else if (key == "cache_dir") o.cache_dir = std::filesystem::path(nb::cast<std::string>(v));
       else if (key == "use_cache") o.use_cache = nb::cast<bool>(v);

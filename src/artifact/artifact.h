@@ -15,13 +15,14 @@
 
 namespace kiln::artifact {
 
-/// Current artifact format version (3: specialized dims and value guards in
+/// Current artifact format version (4: the device partition of a
+/// heterogeneous program, Program.segments, ir::Segment; 3: specialized dims and value guards in
 /// the bucket table, BucketDim::kind; 2: shape buckets, several programs
 /// sharing one constants section). Readers also read versions 1 and 2 (so
 /// that `kiln inspect` can show them), but an artifact of another version
 /// than this one never runs: check_runnable reports its format_version, so
 /// the cache recompiles it and an explicit one is refused naming the version.
-constexpr uint32_t kFormatVersion = 3;
+constexpr uint32_t kFormatVersion = 4;
 /// Oldest format version read_file / read_compat still accept.
 constexpr uint32_t kOldestFormatVersion = 1;
 
@@ -322,6 +323,10 @@ ir::Model decode_program(const uint8_t* p, size_t n, const uint8_t* consts, size
 std::vector<uint8_t> encode_memory_plan(const ir::MemoryPlan& plan, size_t nvalues);
 /// Verifies and decodes; Error(corrupt_artifact) naming "section 'memory_plan'".
 ir::MemoryPlan decode_memory_plan(const uint8_t* p, size_t n, size_t nvalues, const std::string& what);
+
+/// The device of the non-host segments of m.segments ("cuda"), or "cuda"
+/// when there are none (what ir::check_segments checks them against).
+std::string segment_device(const ir::Model& m);
 
 /// Empty when `text` is "" or a JSON object; otherwise why it is not.
 std::string metadata_problem(const std::string& text);

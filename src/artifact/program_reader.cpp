@@ -54,6 +54,22 @@ class ProgramReader {
     } catch (const Error& e) {
       bad(fmt::format("the program is malformed: {}", e.what()));
     }
+    if (auto segs = prog->segments())
+      for (flatbuffers::uoffset_t i = 0; i < segs->size(); ++i) {
+        const fb::SegmentDef* sd = segs->Get(i);
+        ir::Segment s;
+        s.device = str(sd->device());
+        s.first = sd->first();
+        s.count = sd->count();
+        s.to_host = vec(sd->to_host());
+        s.to_device = vec(sd->to_device());
+        m.segments.push_back(std::move(s));
+      }
+    try {
+      ir::check_segments(m, segment_device(m));
+    } catch (const Error& e) {
+      bad(fmt::format("the device partition is malformed: {}", e.what()));
+    }
     return m;
   }
 
@@ -219,6 +235,12 @@ ir::Model decode_program(const uint8_t* p, size_t n, const uint8_t* consts, size
   if (n >= FLATBUFFERS_MAX_BUFFER_SIZE)
     corrupt(what, "section 'program'", fmt::format("{} bytes is more than FlatBuffers allows", n));
   return ProgramReader(p, n, consts, nconsts, keepalive, what).run();
+}
+
+std::string segment_device(const ir::Model& m) {
+  for (auto& s : m.segments)
+    if (s.device != "host") return s.device;
+  return "cuda";
 }
 
 }  // namespace kiln::artifact::detail

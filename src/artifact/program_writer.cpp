@@ -30,6 +30,7 @@ class ProgramWriter {
     // names the real culprit (the compiler) instead of a "corrupt" file.
     try {
       ir::verify(m_);
+      ir::check_segments(m_, segment_device(m_));
     } catch (const Error& e) {
       fail(ErrorCode::internal, "cannot serialise the program: it is malformed: {}", e.what());
     }
@@ -44,7 +45,12 @@ class ProgramWriter {
     auto graphs_v = b_.CreateVector(graphs_);
     auto producer = b_.CreateString(m_.producer);
     auto tensors_v = b_.CreateVector(tensors_);
-    b_.Finish(fb::CreateProgram(b_, values_v, graphs_v, m_.opset, producer, tensors_v));
+    std::vector<Offset<fb::SegmentDef>> segments;
+    for (auto& s : m_.segments)
+      segments.push_back(fb::CreateSegmentDef(b_, b_.CreateString(s.device), s.first, s.count,
+                                              b_.CreateVector(s.to_host), b_.CreateVector(s.to_device)));
+    auto segments_v = b_.CreateVector(segments);
+    b_.Finish(fb::CreateProgram(b_, values_v, graphs_v, m_.opset, producer, tensors_v, segments_v));
     out_.bytes.assign(b_.GetBufferPointer(), b_.GetBufferPointer() + b_.GetSize());
     return std::move(out_);
   }

@@ -2,6 +2,7 @@
 // refer to values by index. Subgraphs (If/Loop/Scan bodies) share the model's
 // value table, so a subgraph node can read an outer value by its index.
 #pragma once
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -68,12 +69,34 @@ struct Graph {
   std::vector<ValueId> outputs;
 };
 
+/// A run of consecutive main-graph nodes on one device (heterogeneous
+/// programs, DESIGN.md): a device target's program whose nodes are not all
+/// lowered for the device is a sequence of segments tiling its main graph,
+/// alternating between the device and the host. Values crossing a boundary
+/// are copied; nothing else moves.
+struct Segment {
+  std::string device;              ///< "host", or the target's device ("cuda")
+  size_t first = 0;                ///< index of its first main-graph node
+  size_t count = 0;                ///< number of nodes (>= 1)
+  /// Host segments: values computed on the device (or main-graph inputs)
+  /// that its nodes read, subgraphs included: copied device -> host before it
+  /// runs. Empty for device segments.
+  std::vector<ValueId> to_host;
+  /// Host segments: values its nodes produce that a later device node reads:
+  /// copied host -> device after it runs. Empty for device segments.
+  std::vector<ValueId> to_device;
+};
+
 /// A whole model.
 struct Model {
   std::vector<Value> values;
   Graph main;
   int opset = 0;              ///< default-domain opset
   std::string producer;       ///< producer_name + version, for messages
+  /// The device partition of a device target's program (Segment); empty:
+  /// every node runs on the program's target (every ref / cpu program, and a
+  /// cuda program without host fallback).
+  std::vector<Segment> segments;
 
   ValueId add_value(Value v) {
     values.push_back(std::move(v));
@@ -107,6 +130,22 @@ void for_each_graph(Graph& g, F&& f) {
 /// with outer-scope values visible in subgraphs). Throws Error(invalid_model)
 /// naming the node.
 void verify(const Model& m);
+
+/// The segments of main graph of `m` for a program of device `device`
+/// ("cuda"): maximal runs of consecutive nodes for which `on_host` is true
+/// become host segments, the rest device segments, with the copies each
+/// host segment needs (Segment::to_host, to_device; a value the host already
+/// holds, a constant or an earlier host segment's result, is not copied).
+/// Empty when no node is on the host.
+std::vector<Segment> partition_segments(const Model& m, const std::string& device,
+                                        const std::function<bool(const Node&)>& on_host);
+
+/// Checks m.segments against m (nothing when empty): they tile the main
+/// graph in order, alternate between "host" and `device`, copy only from
+/// host segments, and every copied value is what partition_segments would
+/// copy (to_host: read in the segment and not produced by it; to_device:
+/// produced by it). Throws Error(invalid_model) saying which segment is wrong.
+void check_segments(const Model& m, const std::string& device);
 
 /// Human-readable listing of the model (one node per line), for --dump and debugging.
 std::string print(const Model& m);

@@ -13,6 +13,7 @@
 #include "runtime/bucket_plan.h"
 #include "runtime/precision_check.h"
 #include "runtime/program.h"
+#include "runtime/reference_nodes.h"
 #include "support/error.h"
 #include "support/hash.h"
 #include "support/log.h"
@@ -50,6 +51,7 @@ std::string options_text(const SessionOptions& opt) {
       s += ";precision-check-inputs=" + h.hex_digest();
     }
   }
+  if (opt.target.kind == Target::Kind::cuda && opt.fallback == Fallback::error) s += ";fallback=error";
   return s;
 }
 
@@ -235,6 +237,15 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
     report->model_digest = request.model_digest;
     report->cache_key = cache_key;
     if (check) report->notes.push_back(check->note());
+  }
+  // Host fallback is worth a note wherever the program was compiled: the
+  // caller's notes when it takes a report, else the log (a program a run
+  // compiled for a new shape).
+  if (std::string note = host_fallback_note(cp.model); !note.empty()) {
+    if (report)
+      report->notes.push_back(note);
+    else
+      log().warn("{}", note);
   }
   log().info("compiled '{}' for {} in {:.1f} ms ({} nodes -> {})", onnx_path.string(), opt.target.name(), sw.ms(),
              imported, cp.model.main.nodes.size());

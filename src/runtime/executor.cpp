@@ -24,11 +24,11 @@ struct Program::Arena {
   std::unique_ptr<uint8_t, Free> data;
 };
 
-void Program::bind_all() {
-  std::vector<const ir::Node*> nodes;
-  for_each_graph(cp_.model.main, [&](ir::Graph& g) {
-    for (auto& n : g.nodes) nodes.push_back(&n);
-  });
+void Program::bind_all(std::vector<const ir::Node*> nodes) {
+  if (nodes.empty())
+    for_each_graph(cp_.model.main, [&](ir::Graph& g) {
+      for (auto& n : g.nodes) nodes.push_back(&n);
+    });
   // Binding creates the oneDNN primitives (JIT code generation): most of a
   // cpu load. The nodes are independent, so up to build_threads_ threads bind
   // them. std::thread, not an OpenMP region: inside one, oneDNN would see a
@@ -37,7 +37,10 @@ void Program::bind_all() {
   std::vector<targets::BoundKernel> bound(nodes.size());
   std::vector<std::exception_ptr> errors(nodes.size());
   std::atomic<size_t> next{0};
-  const std::string target = cp_.compat.target;
+  // A device program's host segments run on the cpu target's kernels
+  // (reference kernels where it has none: ONNX-domain nodes are never
+  // lowered for cpu inside a cuda program).
+  const std::string target = device_ || host_side_ ? std::string("cpu") : cp_.compat.target;
   auto work = [&] {
     omp_set_num_threads(build_threads_);
     for (size_t i; (i = next.fetch_add(1)) < nodes.size();) {
@@ -71,15 +74,46 @@ TensorInfo tensor_info(const ir::Value& v) {
   return t;
 }
 
+/// The host segments of a device program (targets::HostSegments): the
+/// program's own host executor (Run) over main-graph node ranges.
+class Program::HostSide final : public targets::HostSegments {
+ public:
+  explicit HostSide(const Program& p) : p_(p) {}
+  std::vector<Tensor> environment() const override { return p_.base_env_; }
+  void run(size_t first, size_t count, std::vector<Tensor>& env) const override;
+
+ private:
+  const Program& p_;
+};
+
 Program::Program(artifact::CompiledProgram cp, int device) : cp_(std::move(cp)) {
   build_threads_ = std::max(1, omp_get_max_threads());
-  // Device targets run the whole program themselves (device memory, modules).
-  device_ = targets::make_device_program(cp_, device);
-  if (device_) return;
-  bind_all();
   base_env_.resize(cp_.model.values.size());
   for (size_t i = 0; i < cp_.model.values.size(); ++i)
     if (cp_.model.values[i].constant) base_env_[i] = *cp_.model.values[i].constant;
+  if (!cp_.model.segments.empty()) {
+    if (cp_.compat.target != "cuda")
+      fail(ErrorCode::invalid_model, "the {} program has device segments (only cuda programs have them)",
+           cp_.compat.target);
+    // Host fallback: bind the host segments' nodes (and their subgraphs).
+    host_side_ = std::make_unique<HostSide>(*this);
+    std::vector<const ir::Node*> host_nodes;
+    for (auto& s : cp_.model.segments)
+      for (size_t i = s.first; i < s.first + s.count && s.device == "host"; ++i) {
+        ir::Node& n = cp_.model.main.nodes.at(i);
+        host_nodes.push_back(&n);
+        for (auto& [k, a] : n.attrs)
+          if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
+            for_each_graph(**sg, [&](ir::Graph& g) {
+              for (auto& inner : g.nodes) host_nodes.push_back(&inner);
+            });
+      }
+    bind_all(std::move(host_nodes));
+  }
+  // Device targets run the whole program themselves (device memory, modules).
+  device_ = targets::make_device_program(cp_, device, host_side_.get());
+  if (device_) return;
+  bind_all();
   // Heap values die after their last reader in the main graph.
   const auto& nodes = cp_.model.main.nodes;
   std::vector<int> last(cp_.model.values.size(), -1);
@@ -179,6 +213,16 @@ void Program::give_back(std::unique_ptr<Arena> a) const {
 class Program::Run {
  public:
   Run(const Program& p, uint8_t* arena) : p_(p), arena_(arena), env_(p.base_env_) {}
+  /// A run over an environment kept by the caller (a device program's host
+  /// segments): no arena, every value in its own buffer.
+  Run(const Program& p, std::vector<Tensor>&& env) : p_(p), arena_(nullptr), env_(std::move(env)) {}
+
+  /// Main-graph nodes [first, first + count) (a host segment).
+  void nodes(size_t first, size_t count) {
+    const auto& nodes = p_.cp_.model.main.nodes;
+    for (size_t i = first; i < first + count; ++i) node(nodes.at(i), /*planned=*/false);
+  }
+  std::vector<Tensor> take_env() { return std::move(env_); }
 
   void bind(ir::ValueId id, Tensor t) { env_[id] = std::move(t); }
   Tensor& at(ir::ValueId id) { return env_[id]; }
@@ -261,6 +305,17 @@ class Program::Run {
   std::vector<Tensor> env_;
 };
 
+void Program::HostSide::run(size_t first, size_t count, std::vector<Tensor>& env) const {
+  Run r(p_, std::move(env));
+  try {
+    r.nodes(first, count);
+  } catch (...) {
+    env = r.take_env();
+    throw;
+  }
+  env = r.take_env();
+}
+
 void Program::run_device(const std::map<std::string, DeviceTensor>& inputs,
                          const std::map<std::string, DeviceTensor>& outputs) const {
   if (!device_)
@@ -272,8 +327,8 @@ void Program::run_device(const std::map<std::string, DeviceTensor>& inputs,
 std::map<std::string, Tensor> Program::run_observed(const std::map<std::string, Tensor>& inputs, int threads,
                                                     const targets::ValueObserver& observe) const {
   validate_inputs(inputs);
-  if (device_) return device_->run_observed(inputs, observe);
   omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
+  if (device_) return device_->run_observed(inputs, observe);
   // No arena: every value gets its own buffer, so nothing the observer sees
   // is overwritten by a later node.
   Run r(*this, nullptr);
@@ -290,6 +345,7 @@ std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& 
   if (profile) *profile = RunProfile{};
   validate_inputs(inputs);
   if (device_) {
+    if (host_side_) omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
     auto out = device_->run(inputs, profile);
     if (profile)
       profile->total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();

@@ -93,7 +93,8 @@ json buckets_json(const artifact::CompiledProgram& cp) {
     const char* kind = !declared ? "exact" : specialized ? "specialized" : "bucket";
     programs.push_back({{"sizes", sz}, {"kind", kind}, {"nodes", m.main.nodes.size()},
                         {"arena_bytes", plan.arena_bytes},
-                        {"reference_nodes", reference_json(reference_nodes(m, cp.compat.target))}});
+                        {"reference_nodes", reference_json(reference_nodes(m, cp.compat.target))},
+                        {"segments", segments_json(m)}});
   };
   program_json(cp.sizes, cp.model, cp.plan);
   for (auto& v : cp.more) program_json(v.sizes, v.model, v.plan);
@@ -148,6 +149,34 @@ std::pair<int, uint64_t> constant_totals(const ir::Model& m) {
   return {count, bytes};
 }
 
+json segments_json(const ir::Model& m) {
+  json out = json::array();
+  auto value = [&](ir::ValueId id) {
+    const ir::Value& v = m.value(id);
+    uint64_t bytes = dtype_size(v.dtype);
+    if (v.shape && ir::is_static(*v.shape))
+      for (auto d : ir::to_sizes(*v.shape)) bytes *= static_cast<uint64_t>(d);
+    return json{{"value", v.name}, {"dtype", dtype_name(v.dtype)}, {"shape", ir::shape_str(v.shape)}, {"bytes", bytes}};
+  };
+  for (auto& s : m.segments) {
+    json seg = {{"device", s.device}, {"first_node", s.first}, {"node_count", s.count}};
+    if (s.device == "host") {
+      json nodes = json::array(), to_host = json::array(), to_device = json::array();
+      for (size_t i = s.first; i < s.first + s.count; ++i) {
+        const ir::Node& n = m.main.nodes.at(i);
+        nodes.push_back({{"name", n.name.empty() ? fmt::format("{} #{}", n.op_type, i) : n.name}, {"op", n.op_type}});
+      }
+      for (auto id : s.to_host) to_host.push_back(value(id));
+      for (auto id : s.to_device) to_device.push_back(value(id));
+      seg["nodes"] = nodes;
+      seg["copies_to_host"] = to_host;
+      seg["copies_to_device"] = to_device;
+    }
+    out.push_back(seg);
+  }
+  return out;
+}
+
 json reference_json(const std::vector<ReferenceNode>& nodes) {
   json out = json::array();
   for (auto& r : nodes) out.push_back({{"node", r.node}, {"op", r.op}, {"reason", r.reason}});
@@ -189,6 +218,7 @@ json inspect_artifact(const std::string& path) {
           {"arena_bytes", cp.plan.arena_bytes},
           {"buckets", buckets_json(cp)},
           {"reference_nodes", reference_json(reference_nodes(cp.model, cp.compat.target))},
+          {"segments", segments_json(cp.model)},
           {"library_algorithms", library_algorithms(cp.model)},
           {"kernels", cuda_kernels(path, cp)},
           // 16-bit cuda artifacts: the precision check (precision_check.h), from the metadata; else null.

@@ -34,6 +34,13 @@ std::pair<nlohmann::ordered_json, size_t> operator_histogram(ir::Graph& main);
 /// Number and total bytes of the constants (weights) of `m`'s values.
 std::pair<int, uint64_t> constant_totals(const ir::Model& m);
 
+/// The device partition of a program (ir::Model::segments) as a JSON array,
+/// one entry per segment: {"device" ("cuda" | "host"), "first_node",
+/// "node_count"}, host segments also {"nodes": [{"name", "op"}],
+/// "copies_to_host" / "copies_to_device": [{"value", "dtype", "shape",
+/// "bytes"}]}. Empty: every node on the program's target.
+nlohmann::ordered_json segments_json(const ir::Model& m);
+
 /// Reference-kernel nodes as a JSON array of {"node", "op", "reason"}.
 nlohmann::ordered_json reference_json(const std::vector<ReferenceNode>& nodes);
 
@@ -42,7 +49,8 @@ nlohmann::ordered_json reference_json(const std::vector<ReferenceNode>& nodes);
 /// count, "domain.op" outside the default domain, subgraphs included),
 /// "constants", "constant_bytes", "constants_stored_bytes" (distinct buffers
 /// over every program, as stored), "arena_bytes", "buckets" {"dims",
-/// "programs"}, "reference_nodes", "library_algorithms" (cuda: cuBLASLt /
+/// "programs" (each with its "segments")}, "reference_nodes", "segments"
+/// (segments_json: host fallback of a cuda program), "library_algorithms" (cuda: cuBLASLt /
 /// cuDNN decisions stored vs chosen at load), "kernels" (cuda: cubins checked
 /// against every Kernel node's digest; null elsewhere or without CUDA),
 /// "metadata"}. Reads the whole file and validates every checksum. Throws

@@ -62,14 +62,19 @@ class Program {
  private:
   struct Arena;
   class Run;
+  class HostSide;
   void validate_inputs(const std::map<std::string, Tensor>& inputs) const;
   std::unique_ptr<Arena> take_arena() const;
   void give_back(std::unique_ptr<Arena> a) const;
 
   artifact::CompiledProgram cp_;
-  /// Binds every node of every graph into kernels_ (in parallel: bind_all in executor.cpp).
-  void bind_all();
+  /// Binds `nodes` (default: every node of every graph) into kernels_ (in
+  /// parallel: bind_all in executor.cpp).
+  void bind_all(std::vector<const ir::Node*> nodes = {});
   std::unordered_map<const ir::Node*, targets::BoundKernel> kernels_;
+  /// Runs the host segments of a device program (host fallback); declared
+  /// before device_, which calls it, so that it is destroyed after it.
+  std::unique_ptr<targets::HostSegments> host_side_;
   std::unique_ptr<targets::DeviceProgram> device_;  ///< the whole program, for device targets (cuda)
   std::vector<std::vector<ir::ValueId>> free_after_;  ///< per main node: heap values dead after it
   std::vector<Tensor> base_env_;                      ///< constants bound by value id

@@ -52,6 +52,9 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
     if (auto& sh = m.value(id).shape)
       for (auto& d : *sh)
         if (!d.is_static() && !d.symbol.empty()) input_symbols.insert(d.symbol);
+  std::vector<bool> host(m.main.nodes.size(), false);
+  for (auto& s : m.segments)
+    for (size_t i = s.first; i < s.first + s.count && s.device == "host"; ++i) host.at(i) = true;
   for (size_t i = 0; i < m.main.nodes.size(); ++i) {
     const ir::Node& n = m.main.nodes[i];
     // Target kernels live in the target's own domain (kiln.cpu, kiln.cuda).
@@ -80,9 +83,40 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
     } else {
       r.reason = fmt::format("no {} kernel for {}", target, n.op_type);
     }
+    if (host[i]) r.reason = "host segment (cuda host fallback): " + r.reason;
     out.push_back(std::move(r));
   }
   return out;
+}
+
+std::string host_fallback_note(const ir::Model& m) {
+  int nodes = 0, segments = 0;
+  size_t copies = 0;
+  uint64_t bytes = 0;
+  std::string list;
+  for (auto& s : m.segments) {
+    if (s.device != "host") continue;
+    ++segments;
+    for (size_t i = s.first; i < s.first + s.count; ++i) {
+      const ir::Node& n = m.main.nodes.at(i);
+      if (++nodes <= 8)
+        list += fmt::format("{}{} '{}'", list.empty() ? "" : ", ", n.op_type, n.name.empty() ? "#" + std::to_string(i) : n.name);
+    }
+    for (const auto* side : {&s.to_host, &s.to_device})
+      for (auto id : *side) {
+        ++copies;
+        const ir::Value& v = m.value(id);
+        if (v.shape && ir::is_static(*v.shape)) {
+          uint64_t b = dtype_size(v.dtype);
+          for (auto d : ir::to_sizes(*v.shape)) b *= static_cast<uint64_t>(d);
+          bytes += b;
+        }
+      }
+  }
+  if (!nodes) return {};
+  return fmt::format("{} node(s) of the cuda program run on the host (host fallback): {}{} in {} host segment(s), {} "
+                     "value(s) copied across the boundaries ({:.1f} KiB per run); --fallback error refuses instead",
+                     nodes, list, nodes > 8 ? ", ..." : "", segments, copies, bytes / 1024.0);
 }
 
 std::string reference_nodes_note(const std::vector<ReferenceNode>& nodes) {

@@ -30,4 +30,10 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
 /// (dynamic shapes); "" when none does.
 std::string reference_nodes_note(const std::vector<ReferenceNode>& nodes);
 
+/// The note of a cuda program with host fallback (m.segments): "2 node(s) of
+/// the cuda program run on the host (host fallback): Einsum 'e', TopK 't'
+/// in 1 host segment, 3 values copied across the boundaries (12.0 KiB);
+/// --fallback error refuses instead"; "" when every node runs on the device.
+std::string host_fallback_note(const ir::Model& m);
+
 }  // namespace kiln

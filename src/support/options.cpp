@@ -71,6 +71,14 @@ Tuning parse_tuning(const std::string& text) {
   fail(ErrorCode::invalid_option, "tuning: unknown tuning mode '{}' (expected heuristic, fast or exhaustive)", text);
 }
 
+const char* fallback_name(Fallback f) { return f == Fallback::host ? "host" : "error"; }
+
+Fallback parse_fallback(const std::string& text) {
+  if (text == "host") return Fallback::host;
+  if (text == "error") return Fallback::error;
+  fail(ErrorCode::invalid_option, "fallback: unknown value '{}' (expected host or error)", text);
+}
+
 std::optional<Tuning> SessionOptions::effective_tuning() const {
   if (target.kind != Target::Kind::cuda) return std::nullopt;
   return tuning.value_or(Tuning::fast);

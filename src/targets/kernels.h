@@ -7,6 +7,7 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "artifact/artifact.h"
 #include "kiln/session.h"
@@ -60,12 +61,34 @@ class DeviceProgram {
                           const std::map<std::string, DeviceTensor>& outputs) const = 0;
 };
 
+/// The host side of a heterogeneous device program (ir::Segment, "host"
+/// segments): runs main-graph nodes on the host with the host executor's
+/// kernels (the cpu target's kernels, reference kernels where cpu has none;
+/// If / Loop / Scan with their subgraphs). The runtime owns it and hands it
+/// to make_device_program; the device program calls it between its CUDA
+/// graphs. Both functions are thread-safe.
+class HostSegments {
+ public:
+  virtual ~HostSegments() = default;
+  /// A value environment for one run: one slot per value of the program
+  /// (ir::Model::values), constants bound, everything else undefined.
+  virtual std::vector<Tensor> environment() const = 0;
+  /// Runs main-graph nodes [first, first + count) in order; their inputs are
+  /// in `env`, their outputs are written there (each in its own buffer).
+  /// Throws what a kernel throws, naming the node.
+  virtual void run(size_t first, size_t count, std::vector<Tensor>& env) const = 0;
+};
+
 /// The DeviceProgram of a compiled program whose target runs on a device
-/// ("cuda"), or null for host targets (ref, cpu). Throws Error(unsupported)
+/// ("cuda"), or null for host targets (ref, cpu). `host` runs the program's
+/// host segments (ir::Model::segments); it must outlive the DeviceProgram,
+/// and a program with host segments and no `host` is Error(invalid_option).
+/// Throws Error(unsupported)
 /// "this kiln was built without CUDA support" for a cuda program in a build
 /// without CUDA, and the device errors of loading (no device, a module or
 /// matmul algorithm this machine refuses) otherwise.
-std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgram& cp, int device);
+std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgram& cp, int device,
+                                                   const HostSegments* host = nullptr);
 
 /// Starts, in the background, the device setup that loading a program of
 /// `target` ("cuda") on `device` needs first (cuda::prewarm: the CUDA

@@ -84,6 +84,50 @@ def test_compile_only_flags_are_refused_for_an_artifact(kiln, demo_onnx, tmp_pat
     art = tmp_path / "demo.kiln"
     res = kiln("compile", demo_onnx, "-o", art)
     assert res.rc == 0, res.describe()
-    for flag, value in (("--tuning", "fast"), ("--arch", "sm_90")):
+    for flag, value in (("--tuning", "fast"), ("--arch", "sm_90"), ("--fallback", "error")):
         res = kiln("run", art, "--random-inputs", flag, value)
         assert_error(res, 2, flag, "already compiled", str(art))
+
+
+def test_host_fallback_partition_and_a_bad_fallback_value(kiln, tmp_path):
+    """An Einsum (no cuda kernel) in the middle of a cross-compiled cuda program
+    becomes a host segment with one copy each way, shown by `kiln inspect`;
+    --fallback error refuses it naming the node; a bad --fallback value is a
+    usage error naming the option, for every command that compiles."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.eye(8, dtype=np.float32), "W")
+    nodes = [helper.make_node("MatMul", ["x", "W"], ["a"], name="mm"),
+             helper.make_node("Einsum", ["a"], ["e"], equation="bi->ib", name="einsum"),
+             helper.make_node("Relu", ["e"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 2])], [w])
+    model = tmp_path / "einsum.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "e.kiln"
+    res = compile_cross(kiln, model, out, "--tuning", "heuristic")
+    if res.rc == 5 and "without CUDA" in res.stderr:
+        pytest.skip("SKIPPED: this kiln was built without CUDA support")
+    assert res.rc == 0, res.describe()
+    assert "note: 1 node(s) of the cuda program run on the host" in res.stderr and "Einsum 'einsum'" in res.stderr, \
+        res.describe()
+    ins = kiln("inspect", out, "--json")
+    assert ins.rc == 0, ins.describe()
+    segs = ins.json()["segments"]
+    assert [s["device"] for s in segs] == ["cuda", "host", "cuda"], segs
+    assert segs[1]["nodes"] == [{"name": "einsum", "op": "Einsum"}]
+    assert [c["value"] for c in segs[1]["copies_to_host"]] == ["a"]
+    assert [c["value"] for c in segs[1]["copies_to_device"]] == ["e"]
+    assert segs[1]["copies_to_device"][0]["bytes"] == 64
+    text = kiln("inspect", out)
+    assert "segments: 3" in text.stdout and "copy device -> host: 'a' float32[2,8]" in text.stdout, text.describe()
+
+    res = compile_cross(kiln, model, tmp_path / "r.kiln", "--tuning", "heuristic", "--fallback", "error")
+    assert_error(res, 5, "Einsum node 'einsum'", "--fallback error")
+    assert not (tmp_path / "r.kiln").exists()
+    for cmd in (["compile", model, "-o", tmp_path / "b.kiln"], ["run", model, "--random-inputs"],
+                ["perf", model, "--runs", "1"], ["verify", model]):
+        res = kiln(*cmd, "--target", "cuda", "--fallback", "gpu")
+        assert_error(res, 2, "--fallback", "gpu")

@@ -49,6 +49,7 @@ namespace {
 struct Options {
   fs::path data_dir, out_md, baseline, tolerances;
   std::string target = "ref", filter, onnx_version;
+  Fallback fallback = Fallback::host;  ///< --fallback: cuda's host fallback (SessionOptions::fallback)
   bool update_baseline = false;
   int timeout_s = 120;
   int jobs = 1;  ///< tests run at once (each in its own forked child)
@@ -138,7 +139,7 @@ std::string node_op(const fs::path& model, bool* default_domain) {
 }
 
 // Runs one test in this process; returns "status\tmessage".
-std::string run_one(const fs::path& dir, const std::string& target, Tolerance tol) {
+std::string run_one(const fs::path& dir, const std::string& target, Fallback fallback, Tolerance tol) {
   try {
     std::vector<fs::path> sets;
     for (auto& e : fs::directory_iterator(dir))
@@ -146,6 +147,7 @@ std::string run_one(const fs::path& dir, const std::string& target, Tolerance to
     std::sort(sets.begin(), sets.end());
     SessionOptions opt;
     opt.target = Target::parse(target);
+    opt.fallback = fallback;
     opt.use_cache = false;
     // Compile once with the model's own (possibly symbolic) shapes first: an
     // unsupported model is reported before any data file is read (sequence and
@@ -227,7 +229,7 @@ Result run_forked(const fs::path& dir, const Options& o, Tolerance tol) {
   if (pid == 0) {
     close(fds[0]);
     alarm(static_cast<unsigned>(o.timeout_s));
-    std::string line = run_one(dir, o.target, tol);
+    std::string line = run_one(dir, o.target, o.fallback, tol);
     (void)!write(fds[1], line.data(), line.size());
     close(fds[1]);
     _exit(0);
@@ -295,11 +297,13 @@ int main(int argc, char** argv) {
     else if (a == "--onnx-version") o.onnx_version = next();
     else if (a == "--timeout") o.timeout_s = std::stoi(next());
     else if (a == "--jobs") o.jobs = std::max(1, std::stoi(next()));
+    else if (a == "--fallback") o.fallback = parse_fallback(next());
     else if (a == "--update-baseline") o.update_baseline = true;
     else {
       std::fprintf(stderr,
                    "usage: %s --data DIR [--target ref|cpu|cuda] [--markdown OUT.md] [--baseline FILE] "
-                   "[--tolerances FILE] [--filter SUBSTR] [--onnx-version V] [--timeout S] [--jobs N] [--update-baseline]\n",
+                   "[--tolerances FILE] [--filter SUBSTR] [--onnx-version V] [--timeout S] [--jobs N] [--fallback host|error] "
+                   "[--update-baseline]\n",
                    argv[0]);
       return 2;
     }

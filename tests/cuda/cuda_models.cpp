@@ -543,6 +543,80 @@ ModelBuilder transposes_model() {
   return b;
 }
 
+ModelBuilder einsum_middle_model(bool einsum) {
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 64});
+  auto weights = [](size_t n, float phase) {
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; ++i) w[i] = 0.1f * std::sin(0.71f * static_cast<float>(i) + phase);
+    return w;
+  };
+  b.initializer("W1", {64, 64}, weights(64 * 64, 0.1f));
+  b.initializer("W2", {64, 64}, weights(64 * 64, 0.7f));
+  b.initializer("W3", {64, 32}, weights(64 * 32, 1.3f));
+  b.node("MatMul", {"x", "W1"}, {"a"}, "mm1");
+  b.node("Relu", {"a"}, {"r"}, "relu");
+  if (einsum) {
+    auto& e = b.node("Einsum", {"r", "W2"}, {"e"}, "einsum");
+    auto* eq = e.add_attribute();
+    eq->set_name("equation");
+    eq->set_type(onnx::AttributeProto::STRING);
+    eq->set_s("bi,ij->bj");
+  }
+  b.node("Tanh", {einsum ? "e" : "r"}, {"t"}, "tanh");
+  b.node("MatMul", {"t", "W3"}, {"y"}, "mm2");
+  b.output("y", 1, {4, 32});
+  return b;
+}
+
+namespace {
+/// A branch graph computing `out` = op(x[, c]) from the outer scope's x.
+void branch(onnx::AttributeProto* a, const std::string& name, const std::string& op, const std::string& out,
+            const std::vector<std::string>& ins) {
+  a->set_name(name);
+  a->set_type(onnx::AttributeProto::GRAPH);
+  auto* g = a->mutable_g();
+  g->set_name(name);
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  n->set_name(name + "_" + op);
+  for (auto& i : ins) n->add_input(i);
+  n->add_output(out);
+  auto* o = g->add_output();
+  o->set_name(out);
+  o->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+  o->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(8);
+}
+}  // namespace
+
+ModelBuilder data_if_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {8});
+  b.initializer("two", {}, {2.f});
+  b.initializer("zero", {}, {0.f});
+  b.initializer_i64("axes", {1}, {0});
+  auto& sum = b.node("ReduceSum", {"x", "axes"}, {"s"}, "sum");
+  ModelBuilder::attr_int(sum, "keepdims", 0);
+  b.node("Greater", {"s", "zero"}, {"cond"}, "positive");
+  auto& n = b.node("If", {"cond"}, {"branch"}, "if");
+  branch(n.add_attribute(), "then_branch", "Mul", "then_out", {"x", "two"});
+  branch(n.add_attribute(), "else_branch", "Neg", "else_out", {"x"});
+  b.node("Add", {"branch", "x"}, {"y"}, "add");
+  b.output("y", 1, {8});
+  return b;
+}
+
+ModelBuilder nonzero_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {16});
+  b.node("Relu", {"x"}, {"r"}, "relu");
+  b.node("NonZero", {"r"}, {"idx"}, "nonzero");
+  b.node("Sigmoid", {"x"}, {"s"}, "sigmoid");
+  b.output("idx");
+  b.output("s", 1, {16});
+  return b;
+}
+
 }  // namespace kiln::testing
 
 namespace kiln::testing {

@@ -144,4 +144,21 @@ ModelBuilder transposes_model();
 /// 'conv_out'(y) float32[1,4,8,8].
 ModelBuilder sigmoid_head_model(float k = 50.f);
 
+/// Host fallback: one node the cuda target has no kernel for in the middle
+/// of a device program: x float32[4,64] -> MatMul(W1[64,64]) -> Relu ->
+/// Einsum("bi,ij->bj", W2[64,64]) -> Tanh -> MatMul(W3[64,32]) = y [4,32].
+/// With `einsum` false the Einsum is left out (Relu feeds Tanh): the same
+/// program without its host node.
+ModelBuilder einsum_middle_model(bool einsum = true);
+
+/// Host fallback of control flow: x float32[8]; an If whose condition
+/// comes from the data (ReduceSum(x) > 0): then Mul(x, 2), else Neg(x)
+/// (both read the outer x), then y = If + x on the device [8].
+ModelBuilder data_if_model();
+
+/// Host fallback of a data-dependent shape: x float32[16] -> Relu -> r;
+/// idx = NonZero(r) int64 [1, N] (N from the data; a host output) and
+/// s = Sigmoid(x) [16] (a device output).
+ModelBuilder nonzero_model();
+
 }  // namespace kiln::testing

@@ -27,7 +27,8 @@ namespace {
 using targets::cuda::KernelBundle;
 
 /// Imports and lowers for sm_90 with no device (matmul / convolution algorithms left to the load).
-artifact::CompiledProgram lower(const ModelBuilder& b, targets::cuda::LowerStats* st = nullptr, DType dtype = DType::f32) {
+artifact::CompiledProgram lower(const ModelBuilder& b, targets::cuda::LowerStats* st = nullptr, DType dtype = DType::f32,
+                                bool fallback = true) {
   auto bytes = b.bytes();
   artifact::CompiledProgram cp;
   cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
@@ -38,6 +39,7 @@ artifact::CompiledProgram lower(const ModelBuilder& b, targets::cuda::LowerStats
   opt.arch = "sm_90";
   opt.device = -1;
   opt.dtype = dtype;
+  opt.fallback = fallback;
   auto s = targets::cuda::lower_for_cuda(cp, opt);
   if (st) *st = s;
   cp.compat.target = "cuda";
@@ -317,8 +319,15 @@ TEST(CudaCodegen, UnsupportedNodeNamesNodeOpAndCuda) {
   b.input("x", 1, {2, 3, 3});
   b.node("Det", {"x"}, {"y"}, "det1");
   b.output("y", 1, {2});
+  // With host fallback (the default) the node is a host segment ...
+  targets::cuda::LowerStats st;
+  auto cp = lower(b, &st);
+  EXPECT_EQ(st.host_nodes, 1);
+  ASSERT_EQ(cp.model.segments.size(), 1u);
+  EXPECT_EQ(cp.model.segments[0].device, "host");
+  // ... without, the compile is refused naming it.
   try {
-    lower(b);
+    lower(b, nullptr, DType::f32, /*fallback=*/false);
     FAIL() << "no error";
   } catch (const Error& e) {
     std::string m = e.what();
@@ -335,7 +344,7 @@ TEST(CudaCodegen, SymbolicShapesAreRefused) {
   b.node("Relu", {"x"}, {"y"}, "relu1");
   b.output("y", 1, {-1, 4});
   try {
-    lower(b);
+    lower(b, nullptr, DType::f32, /*fallback=*/false);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);

@@ -33,10 +33,12 @@ struct Common {
 struct CodegenArgs {
   std::string tuning;  ///< --tuning heuristic|fast|exhaustive (empty: the default)
   std::string arch;    ///< --arch sm_XY (empty: the device's)
+  std::string fallback;  ///< --fallback host|error (empty: host)
 };
-/// Adds --tuning and --arch to `sub` (their help explains cross-compiling).
+/// Adds --tuning, --arch and --fallback to `sub` (their help explains
+/// cross-compiling and host fallback).
 void add_codegen_options(CLI::App* sub, CodegenArgs& a);
-/// Sets opt.tuning / opt.arch. Throws Error(invalid_option) naming the flag.
+/// Sets opt.tuning / opt.arch / opt.fallback. Throws Error(invalid_option) naming the flag.
 void apply_codegen(const CodegenArgs& a, SessionOptions& opt);
 /// The numeric-precision flags of every subcommand that compiles.
 struct PrecisionArgs {

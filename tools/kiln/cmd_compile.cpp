@@ -114,6 +114,7 @@ void add_compile(CLI::App& app, Common& common) {
                   r.naive_bytes / 1048576.0);
     if (r.programs > 1) std::printf("buckets: %d programs, constants stored once\n", r.programs);
     std::printf("wrote %s (%.2f MiB) in %.1f ms\n", args->out.c_str(), r.artifact_bytes / 1048576.0, r.write_ms);
+    for (auto& n : r.notes) std::fprintf(stderr, "kiln: note: %s\n", n.c_str());
   });
 }
 

@@ -73,6 +73,27 @@ void print_reference_nodes(const json& nodes, const char* indent) {
                 r["reason"].get<std::string>().c_str());
 }
 
+/// segments_json's partition as text, indented by `indent`; nothing when empty.
+void print_segments(const json& segs, const char* indent) {
+  if (segs.empty()) return;
+  std::printf("%ssegments: %zu (host fallback: nodes the cuda target cannot lower run on the host)\n", indent,
+              segs.size());
+  for (auto& s : segs) {
+    const size_t first = s["first_node"].get<size_t>(), count = s["node_count"].get<size_t>();
+    std::printf("%s  %-4s nodes %zu..%zu (%zu)\n", indent, s["device"].get<std::string>().c_str(), first,
+                first + count - 1, count);
+    if (s["device"] != "host") continue;
+    for (auto& n : s["nodes"])
+      std::printf("%s    %s '%s'\n", indent, n["op"].get<std::string>().c_str(), n["name"].get<std::string>().c_str());
+    for (const char* way : {"copies_to_host", "copies_to_device"})
+      for (auto& c : s[way])
+        std::printf("%s    copy %s: '%s' %s%s (%s bytes)\n", indent,
+                    std::string(way) == "copies_to_host" ? "device -> host" : "host -> device",
+                    c["value"].get<std::string>().c_str(), c["dtype"].get<std::string>().c_str(),
+                    c["shape"].get<std::string>().c_str(), json_text(c["bytes"]).c_str());
+  }
+}
+
 /// kiln inspect ART.kiln as text, from inspect_artifact's JSON.
 void print_artifact(const json& j) {
   std::printf("%s: kiln artifact, %.2f MiB\n", j["artifact"].get<std::string>().c_str(),
@@ -107,6 +128,7 @@ void print_artifact(const json& j) {
       std::printf("nodes on reference kernels: %zu\n", j["reference_nodes"].size());
       print_reference_nodes(j["reference_nodes"], "  ");
     }
+    print_segments(j["segments"], "");
   } else {
     std::printf("buckets: %zu program(s), constants stored once (%.2f MiB)\n", buckets["programs"].size(),
                 j["constants_stored_bytes"].get<uint64_t>() / 1048576.0);
@@ -114,8 +136,10 @@ void print_artifact(const json& j) {
     for (auto& p : buckets["programs"]) {
       json brief = p;
       brief.erase("reference_nodes");
+      brief.erase("segments");
       std::printf("  program %s\n", json_text(brief).c_str());
       print_reference_nodes(p["reference_nodes"], "    on reference kernels: ");
+      print_segments(p["segments"], "    ");
     }
   }
   print_precision_check(j["precision_check"]);

@@ -78,11 +78,18 @@ void add_codegen_options(CLI::App* sub, CodegenArgs& a) {
       ->check(CLI::Validator(
           [](std::string& v) { return v.empty() ? std::string("an empty architecture (expected sm_XY, e.g. sm_90)") : ""; },
           "sm_XY"));
+  sub->add_option("--fallback", a.fallback,
+                  "cuda: a node the cuda target cannot lower (no kernel for its operator, If / Loop / Scan, a shape "
+                  "that depends on tensor values) runs on the host inside the same program, with copies at the "
+                  "boundaries (host, the default; a note names the nodes), or refuses the compile naming each node "
+                  "(error)")
+      ->check(CLI::IsMember({"host", "error"}));
 }
 
 void apply_codegen(const CodegenArgs& a, SessionOptions& opt) {
   if (!a.tuning.empty()) opt.tuning = parse_tuning(a.tuning);
   opt.arch = a.arch;
+  if (!a.fallback.empty()) opt.fallback = parse_fallback(a.fallback);
 }
 
 void add_specialize_flags(CLI::App* sub, SpecializeArgs& a, bool shapes) {

@@ -449,6 +449,39 @@ def summarize_reference_nodes(nodes: list) -> dict:
     return out
 
 
+def host_share(path: Path, run_cmd: list, limit: float) -> dict:
+    """KILN_ZOO_PROFILE=1 (scripts/device/zoo_cuda.sh): `kiln perf` of a model that
+    passed, with the run's inputs and options: the median latency and, from the
+    profiled runs, the host segments of a cuda program with host fallback (each
+    entry of op "host" is one segment: its device-to-host copies, its nodes and
+    issuing the copies back), their ms and share of the median latency."""
+    args = [a for a in run_cmd[3:] if a not in ("--json",)]
+    cmd = [run_cmd[0], "perf", str(path)]
+    skip = False
+    for a in args:  # keep --input / kiln options, drop --output-dir / --cache-dir and their values
+        if skip:
+            skip = False
+            continue
+        if a in ("--output-dir", "--cache-dir"):
+            skip = True
+            continue
+        cmd.append(a)
+    cmd += ["--profile", "--runs", "20", "--warmup", "5", "--json"]
+    code, out, err, secs = run_kiln(cmd, limit)
+    if code != 0:
+        return {"perf_error": kiln_error_line(err) if code is not None else "timeout"}
+    try:
+        obj = json.loads(out)
+    except ValueError:
+        return {"perf_error": "no JSON"}
+    lat = obj.get("latency_ms_median")
+    prof = obj.get("profile") or {}
+    segs = [n for n in prof.get("top_nodes") or [] if n.get("op") == "host"]
+    host_ms = sum(o.get("ms", 0) for o in prof.get("by_op") or [] if o.get("op") == "host")
+    return {"latency_ms": lat, "host_ms": host_ms, "host_share": host_ms / lat if lat else None,
+            "host_segments": [{"segment": n.get("node"), "ms": n.get("ms")} for n in segs]}
+
+
 def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, keep: bool,
               log_dir: Path, with_shapes: bool = False) -> dict:
     import numpy as np
@@ -524,6 +557,8 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
                                                   if len(res["problems"]) > 1 else "")
         else:
             res["result"] = "PASS"
+            if os.environ.get("KILN_ZOO_PROFILE"):
+                res.update(host_share(path, cmd, limit))
         return res
     except Exception as e:  # an ORT or harness error is reported in the table, not a crash
         res["reason"] = f"harness: {type(e).__name__}: {str(e)[:300]}"

@@ -101,6 +101,7 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
                                                   : DType::f32;
     lo.tf32 = opt.allow_tf32;
     lo.precision_check = precision_check;
+    lo.fallback = opt.fallback == Fallback::host;
     cuda::lower_for_cuda(cp, lo);
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
 #else

@@ -10,12 +10,14 @@
 
 namespace kiln::targets {
 
-std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgram& cp, int device) {
+std::unique_ptr<DeviceProgram> make_device_program(const artifact::CompiledProgram& cp, int device,
+                                                   const HostSegments* host) {
   if (cp.compat.target != "cuda") return nullptr;
 #ifdef KILN_WITH_CUDA
-  return cuda::load_program(cp, device);
+  return cuda::load_program(cp, device, host);
 #else
   (void)device;
+  (void)host;
   fail(ErrorCode::unsupported, "the artifact is for target cuda, but this kiln was built without CUDA support");
 #endif
 }

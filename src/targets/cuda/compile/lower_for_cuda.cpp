@@ -38,6 +38,18 @@ Uses uses_of(const ir::Model& m) {
 int alias_copies(ir::Model& m) {
   std::vector<bool> is_output(m.values.size(), false);
   for (auto v : m.main.outputs) is_output[v] = true;
+  // A value read inside a subgraph (an If / Loop of a host segment) keeps
+  // its Copy: the renaming below reaches main-graph inputs only.
+  for (auto& n : m.main.nodes)
+    for (auto& [k, a] : n.attrs)
+      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
+        ir::for_each_graph(**sg, [&](ir::Graph& g) {
+          for (auto& inner : g.nodes)
+            for (auto v : inner.inputs)
+              if (v != ir::kNoValue) is_output[v] = true;
+          for (auto v : g.outputs)
+            if (v != ir::kNoValue) is_output[v] = true;
+        });
   std::vector<ir::ValueId> alias(m.values.size(), ir::kNoValue);
   auto resolve = [&](ir::ValueId v) { return v != ir::kNoValue && alias[v] != ir::kNoValue ? alias[v] : v; };
   std::vector<ir::Node> kept;
@@ -72,20 +84,20 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   const auto nodes = m.main.nodes;  // a copy: lowering adds values, the graph is rebuilt below
   const int count = static_cast<int>(nodes.size());
   Uses uses = uses_of(m);
-  for (auto& n : nodes) {
-    // Static shapes everywhere (a dim left symbolic is named with its node).
-    for (auto v : n.inputs)
-      if (v != ir::kNoValue) L.dims(n, v);
-    for (auto v : n.outputs)
-      if (v != ir::kNoValue) L.dims(n, v);
-  }
-  for (auto& n : nodes)
-    for (auto& [k, a] : n.attrs)
-      if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a))
-        refuse(n, "operators with subgraphs (If, Loop, Scan) are not supported");
+  // Host fallback: a node with a subgraph or a shape that is not static
+  // cannot run here, whatever is tried; the others are tried below and a
+  // refusal sends them to the host too. Host nodes are `done` before any
+  // fusion looks at them, so no kernel absorbs one.
+  std::map<int, std::string> host;  // node index -> why it runs on the host
+  std::vector<bool> done(count, false);
+  for (int i = 0; i < count; ++i)
+    if (std::string why = host_only_reason(L, nodes[i]); !why.empty()) host[i] = why, done[i] = true;
+  auto to_host = [&](int i, const std::string& why) {
+    host[i] = why;
+    done[i] = true;
+  };
 
   std::map<int, ir::Node> placed;  // node index -> lowered node emitted there
-  std::vector<bool> done(count, false);
   // A lowered node that absorbed several ONNX nodes is emitted where the
   // last of them was (everything it reads is computed by then).
   auto place = [&](ir::Node lowered, const std::vector<int>& absorbed) {
@@ -112,7 +124,12 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // 1. Matmuls and the nodes their epilogues absorb.
   for (int i = 0; i < count; ++i) {
     if (done[i] || !nodes[i].domain.empty() || (nodes[i].op_type != "MatMul" && nodes[i].op_type != "Gemm")) continue;
-    GemmLowered g = lower_gemm(L, i, uses, opt, done);
+    GemmLowered g;
+    std::string why;
+    if (!try_lower(L, why, [&] { g = lower_gemm(L, i, uses, opt, done); })) {
+      to_host(i, why);
+      continue;
+    }
     place(std::move(g.node), g.absorbed);
     ++st.gemms;
   }
@@ -152,12 +169,16 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     }
   }
 
-  // 3. The new node list.
+  // 3. The new node list (a node no kernel family takes joins the host).
   std::vector<ir::Node> lowered;
   for (int i = 0; i < count; ++i) {
     const ir::Node& n = nodes[i];
     if (auto it = placed.find(i); it != placed.end()) {
       lowered.push_back(std::move(it->second));
+      continue;
+    }
+    if (host.count(i)) {
+      lowered.push_back(n);  // as it is: an ONNX node of a host segment
       continue;
     }
     if (done[i]) continue;
@@ -172,34 +193,47 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
       ++st.kernels;
       continue;
     }
-    if (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) {
-      if (auto g = lower_pointwise_conv(L, n, opt)) {
-        lowered.push_back(std::move(*g));
-        ++st.gemms;
-        continue;
+    std::vector<ir::Node> out;
+    std::string why;
+    const bool lowered_here = try_lower(L, why, [&] {
+      if (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) {
+        auto g = lower_pointwise_conv(L, n, opt);
+        out.push_back(g ? std::move(*g) : lower_conv(L, n, opt));
+        ++(g ? st.gemms : st.convs);
+        return;
       }
-      lowered.push_back(lower_conv(L, n, opt));
-      ++st.convs;
+      out = gen_data(L, n);
+      if (out.empty()) out = gen_reduce(L, n);
+      if (out.empty()) out = gen_pool(L, n);
+      if (out.empty()) out = gen_resize(L, n);
+      if (out.empty()) out = gen_loss(L, n);
+      if (out.empty()) out = gen_quant(L, n);
+      if (out.empty())
+        refuse(n, n.domain.empty() ? "the cuda target has no kernel for this operator yet"
+                                   : fmt::format("domain '{}' is not supported", n.domain));
+    });
+    if (!lowered_here) {
+      host[i] = why;
+      lowered.push_back(n);
       continue;
     }
-    auto out = gen_data(L, n);
-    if (out.empty()) out = gen_reduce(L, n);
-    if (out.empty()) out = gen_pool(L, n);
-    if (out.empty()) out = gen_resize(L, n);
-    if (out.empty()) out = gen_loss(L, n);
-    if (out.empty()) out = gen_quant(L, n);
-    if (out.empty())
-      refuse(n, n.domain.empty() ? "the cuda target has no kernel for this operator yet"
-                                 : fmt::format("domain '{}' is not supported", n.domain));
+    if (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) {
+      lowered.push_back(std::move(out.front()));
+      continue;
+    }
     for (auto& k : out) {
       (k.op_type == "Copy" ? st.copies : st.kernels)++;
       lowered.push_back(std::move(k));
     }
   }
+  if (!opt.fallback && !host.empty()) refuse_host_nodes(nodes, host);
   m.main.nodes = std::move(lowered);
   st.copies -= alias_copies(m);
   passes::eliminate_dead_code(m);
   ir::verify(m);
+  // The partition: every node left in an ONNX domain runs on the host.
+  m.segments = ir::partition_segments(m, "cuda", [](const ir::Node& n) { return n.domain != kCudaDomain; });
+  report_host_nodes(m, host, nodes, st);
 
   // 4. Device code and memory plan.
   std::string source = std::string(kernel_prelude()) + L.source;

@@ -3,6 +3,7 @@
 // artifact's kernels section, cuBLASLt algorithms chosen and stored.
 #pragma once
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 #include <string>
@@ -40,6 +41,10 @@ struct LowerOptions {
   /// convert; returns the nodes (precision_node_key) it keeps in float32
   /// (runtime/precision_check.h). Empty: none.
   std::function<std::set<std::string>(const ir::Model&, DType)> precision_check;
+  /// A node the cuda target cannot lower runs on the host (a host segment of
+  /// the program, ir::Segment) when true; refuses the compile when false
+  /// (SessionOptions::fallback).
+  bool fallback = true;
 };
 
 /// What the lowering did, for reports and tests.
@@ -50,6 +55,8 @@ struct LowerStats {
   int convs = 0;         ///< kiln.cuda.Conv nodes
   int copies = 0;        ///< kiln.cuda.Copy nodes
   int attentions = 0;    ///< fused attention kernels (lower_attention)
+  int host_nodes = 0;    ///< nodes left to the host (opt.fallback)
+  int host_segments = 0; ///< host segments of the program (ir::Segment)
   size_t cubin_bytes = 0;
   size_t ptx_bytes = 0;
   TuningStats tuning;    ///< matmul / convolution algorithm decisions
@@ -57,10 +64,36 @@ struct LowerStats {
 
 /// Lowers every node of cp.model's main graph (shapes inferred and static),
 /// compiles the generated kernels with NVRTC into cp.kernels (KernelBundle)
-/// and makes the memory plan (cp.plan). A node the cuda target cannot run is
-/// Error(unsupported) naming the node, its op_type and "cuda": nothing falls
-/// back to the host.
+/// and makes the memory plan (cp.plan). A node the cuda target cannot run (no
+/// kernel for its operator or dtypes, a subgraph, a shape that is not
+/// static) stays as it is, an ONNX node run on the host, and
+/// cp.model.segments records the partition with its copies (opt.fallback);
+/// without fallback the compile is Error(unsupported) naming every such
+/// node, its op_type and why.
 LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt);
+
+/// Why node `n` cannot run on the cuda target whatever the lowering tries
+/// (a subgraph attribute: If / Loop / Scan; an input or output whose shape
+/// is not static), or "" when the lowering should try it.
+std::string host_only_reason(const Lowering& L, const ir::Node& n);
+
+/// Runs `lower` (one attempt at lowering a node) and returns true; when it
+/// refuses the node (refuse(): Error(unsupported) "... cannot be compiled
+/// for target cuda: ..."), undoes what it appended to the
+/// lowering state (kernel source, kernel names, new values), stores the
+/// refusal in `why` and returns false. Other errors propagate.
+bool try_lower(Lowering& L, std::string& why, const std::function<void()>& lower);
+
+/// Fills st.host_nodes / host_segments from m.segments and logs which nodes
+/// (`reasons`: index into `nodes`, the graph before lowering -> why) run on
+/// the host.
+void report_host_nodes(const ir::Model& m, const std::map<int, std::string>& reasons,
+                       const std::vector<ir::Node>& nodes, LowerStats& st);
+
+/// Error(unsupported) for a compile with fallback off (SessionOptions::fallback
+/// = error): "N node(s) cannot be compiled for target cuda: <label> (op_type
+/// X): <why>; ..." naming every node in `reasons` (node index -> why).
+[[noreturn]] void refuse_host_nodes(const std::vector<ir::Node>& nodes, const std::map<int, std::string>& reasons);
 
 /// The uses of each value by the main graph's nodes (node indices, one entry
 /// per reading input), and whether it is a graph output.

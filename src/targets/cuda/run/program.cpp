@@ -24,6 +24,7 @@
 #include "targets/cuda/run/cudnn_graph.h"
 #include "targets/cuda/run/node_checks.h"
 #include "targets/cuda/run/driver.h"
+#include "targets/cuda/run/host_segments.h"
 
 namespace kiln::targets::cuda {
 
@@ -97,7 +98,8 @@ class ConstantUpload {
 
 class CudaProgram final : public DeviceProgram {
  public:
-  CudaProgram(const artifact::CompiledProgram& cp, int device) : device_(device) {
+  CudaProgram(const artifact::CompiledProgram& cp, int device, const HostSegments* host)
+      : device_(device), host_(host) {
     Stopwatch sw;
     const ir::Model& m = cp.model;
     await_prewarm();
@@ -126,6 +128,19 @@ class CudaProgram final : public DeviceProgram {
     check(d.cuStreamCreate(&stream_, CU_STREAM_NON_BLOCKING), "cuStreamCreate");
 
     addr_.assign(m.values.size(), 0);
+    // Host fallback: which nodes run on the host, and which of their results
+    // the device reads (those alone get device memory).
+    host_node_.assign(m.main.nodes.size(), false);
+    std::vector<bool> sent_to_device(m.values.size(), false);
+    for (auto& s : m.segments) {
+      if (s.device != "host" && s.device != "cuda")
+        fail(ErrorCode::invalid_model, "the cuda program has a segment on device '{}'", s.device);
+      for (size_t i = s.first; i < s.first + s.count && s.device == "host"; ++i) host_node_.at(i) = true;
+      for (auto id : s.to_device) sent_to_device.at(static_cast<size_t>(id)) = true;
+    }
+    const bool any_host = std::find(host_node_.begin(), host_node_.end(), true) != host_node_.end();
+    if (any_host && !host_)
+      fail(ErrorCode::invalid_option, "the cuda program has host segments (host fallback) and nothing to run them");
     // Constants: one buffer, each at a 256-byte aligned offset, uploaded once.
     std::vector<size_t> const_off(m.values.size(), 0);
     size_t const_total = 0;
@@ -172,9 +187,11 @@ class CudaProgram final : public DeviceProgram {
       inputs_.push_back({id, m.value(id).name, value_bytes(m, id, nullptr)});
     }
     if (cp.plan.arena_bytes) arena_ = DeviceBuffer(cp.plan.arena_bytes, "the arena");
-    for (auto& n : m.main.nodes)
-      for (auto id : n.outputs) {
+    for (size_t i = 0; i < m.main.nodes.size(); ++i)
+      for (auto id : m.main.nodes[i].outputs) {
+        const ir::Node& n = m.main.nodes[i];
         if (id == ir::kNoValue || addr_[id]) continue;
+        if (host_node_[i] && !sent_to_device[static_cast<size_t>(id)]) continue;  // stays on the host
         size_t bytes = value_bytes(m, id, &n);
         if (!cp.plan.offsets.empty() && cp.plan.offsets[id] >= 0) {
           if (bytes > cp.plan.sizes[id]) fail(ErrorCode::invalid_model, "{}: the memory plan's slot is too small", n.label());
@@ -184,15 +201,25 @@ class CudaProgram final : public DeviceProgram {
           addr_[id] = own_.back().get();
         }
       }
+    std::vector<bool> host_value(m.values.size(), false);
+    for (size_t i = 0; i < m.main.nodes.size(); ++i)
+      for (auto id : m.main.nodes[i].outputs)
+        if (id != ir::kNoValue && host_node_[i]) host_value[static_cast<size_t>(id)] = true;
     for (auto id : m.main.outputs) {
       const ir::Value& v = m.value(id);
+      if (host_value[static_cast<size_t>(id)]) {  // computed on the host; its shape may depend on data
+        const bool fixed = v.shape && ir::is_static(*v.shape);
+        outputs_.push_back({id, v.name, v.dtype, fixed ? ir::to_sizes(*v.shape) : std::vector<int64_t>{},
+                            fixed ? value_bytes(m, id, nullptr) : 0, true, fixed});
+        continue;
+      }
       outputs_.push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
     }
     // What run_observed reads back after each node (kiln verify).
     node_outputs_.resize(m.main.nodes.size());
     for (size_t i = 0; i < m.main.nodes.size(); ++i)
       for (auto id : m.main.nodes[i].outputs)
-        if (id != ir::kNoValue) {
+        if (id != ir::kNoValue && !host_node_[i]) {  // host nodes are observed from their environment
           const ir::Value& v = m.value(id);
           node_outputs_[i].push_back({id, v.name, v.dtype, ir::to_sizes(*v.shape), value_bytes(m, id, nullptr)});
         }
@@ -205,6 +232,10 @@ class CudaProgram final : public DeviceProgram {
       const ir::Node& n = m.main.nodes[i];
       size_t before = steps_.size();
       Stopwatch node_sw;
+      if (host_node_[i]) {  // runs in a host segment (run_host_step)
+        node_steps_[i + 1] = steps_.size();
+        continue;
+      }
       bind(m, n, i);
       node_steps_[i + 1] = steps_.size();
       if (n.op_type != "Gemm" && n.op_type != "Conv") {
@@ -251,31 +282,21 @@ class CudaProgram final : public DeviceProgram {
                   v.size(), k == 1 ? "cuBLASLt" : "cuDNN", v[v.size() / 2].first, v.back().first, v.back().second,
                   v.front().first);
     }
+    make_phases(m);
     const char* g = std::getenv("KILN_CUDA_GRAPH");
     use_graph_ = !(g && std::string(g) == "0");
     if (use_graph_ && !steps_.empty()) {
-      CUgraph graph;
-      check(d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
-      // Each step's capture time, for the log: a step's first launch loads
-      // its kernels (lazy module loading), which is most of a capture.
+      // One CUDA graph per device segment (host segments run between them).
       std::vector<std::pair<double, size_t>> step_ms;
-      try {
-        for (size_t i = 0; i < steps_.size(); ++i) {
-          Stopwatch step_sw;
-          steps_[i](stream_);
-          step_ms.emplace_back(step_sw.ms(), i);
-        }
-      } catch (...) {
-        d.cuStreamEndCapture(stream_, &graph);
-        throw;
+      double captured_ms = uploaded_ms;
+      for (auto& ph : phases_) {
+        if (ph.host >= 0 || ph.first_step == ph.last_step) continue;
+        Stopwatch capture_sw;
+        ph.exec = capture(ph.first_step, ph.last_step, step_ms);
+        captured_ms += capture_sw.ms();
       }
-      check(d.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
-      const double captured_ms = sw.ms();
-      CUresult r = d.cuGraphInstantiateWithFlags(&exec_, graph, 0);
-      d.cuGraphDestroy(graph);
-      check(r, "cuGraphInstantiate");
-      log().debug("cuda: CUDA graph: capture {:.1f} ms (first launches load their kernels), instantiate {:.1f} ms",
-                  captured_ms - uploaded_ms, sw.ms() - captured_ms);
+      log().debug("cuda: CUDA graph(s): capture and instantiate {:.1f} ms (first launches load their kernels)",
+                  captured_ms - uploaded_ms);
       if (log().should_log(spdlog::level::debug)) {
         std::sort(step_ms.rbegin(), step_ms.rend());
         std::string slow;
@@ -286,9 +307,10 @@ class CudaProgram final : public DeviceProgram {
         log().debug("cuda: slowest steps to capture: {}", slow);
       }
     }
-    log().info("cuda: program loaded on {} ({}) in {:.1f} ms: {} steps, arena {} bytes, constants {} bytes{}",
+    log().info("cuda: program loaded on {} ({}) in {:.1f} ms: {} steps, arena {} bytes, constants {} bytes{}{}",
                facts.name, facts.arch, sw.ms(), steps_.size(), cp.plan.arena_bytes, const_total,
-               use_graph_ ? ", captured into a CUDA graph" : "");
+               use_graph_ ? ", captured into CUDA graphs" : "",
+               hosts_.empty() ? "" : fmt::format(", {} host segment(s)", hosts_.size()));
     log().info("cuda: load phases (ms): CUDA context {:.1f}, module {:.1f}, constants allocated {:.1f}, "
                "cuBLASLt/cuDNN handles {:.1f}, plans {:.1f}, constants upload wait {:.1f}, graph {:.1f}",
                context_ms, module_ms - context_ms, constants_ms - module_ms, handles_ms - constants_ms,
@@ -297,67 +319,19 @@ class CudaProgram final : public DeviceProgram {
 
   ~CudaProgram() override {
     const DriverApi& d = driver();
-    if (exec_) d.cuGraphExecDestroy(exec_);
+    for (auto& ph : phases_)
+      if (ph.exec) d.cuGraphExecDestroy(ph.exec);
     if (stream_) d.cuStreamDestroy(stream_);
     if (module_) d.cuModuleUnload(module_);
   }
 
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    const DriverApi& d = driver();
-    use_device(device_);
-    for (auto& in : inputs_) {
-      const Tensor& t = inputs.at(in.name);
-      if (t.nbytes() != in.bytes) fail(ErrorCode::invalid_input, "input '{}' has {} bytes, the program needs {}", in.name, t.nbytes(), in.bytes);
-      if (in.bytes) check(d.cuMemcpyHtoDAsync(addr_[in.id], t.raw(), in.bytes, stream_), "cuMemcpyHtoDAsync (input)");
-    }
-    if (profile)
-      run_profiled(*profile);
-    else if (exec_)
-      check(d.cuGraphLaunch(exec_, stream_), "cuGraphLaunch");
-    else
-      for (auto& s : steps_) s(stream_);
-    std::map<std::string, Tensor> out;
-    for (auto& o : outputs_) {
-      Tensor t(o.dtype, o.shape);
-      if (o.bytes) check(d.cuMemcpyDtoHAsync(t.raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (output)");
-      out[o.name] = t;
-    }
-    check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
-    return out;
+    return run_host_io(inputs, profile, nullptr);
   }
 
   std::map<std::string, Tensor> run_observed(const std::map<std::string, Tensor>& inputs,
                                              const ValueObserver& observe) const override {
-    std::lock_guard<std::mutex> lock(mu_);
-    const DriverApi& d = driver();
-    use_device(device_);
-    for (auto& in : inputs_) {
-      const Tensor& t = inputs.at(in.name);
-      if (t.nbytes() != in.bytes) fail(ErrorCode::invalid_input, "input '{}' has {} bytes, the program needs {}", in.name, t.nbytes(), in.bytes);
-      if (in.bytes) check(d.cuMemcpyHtoDAsync(addr_[in.id], t.raw(), in.bytes, stream_), "cuMemcpyHtoDAsync (input)");
-    }
-    // Node by node, outside the CUDA graph: each node's outputs are copied
-    // back before the next node runs, so an arena slot a later node reuses
-    // is read while it still holds this node's value.
-    for (size_t i = 0; i + 1 < node_steps_.size(); ++i) {
-      for (size_t k = node_steps_[i]; k < node_steps_[i + 1]; ++k) steps_[k](stream_);
-      std::vector<Tensor> got;
-      for (auto& o : node_outputs_[i]) {
-        got.emplace_back(o.dtype, o.shape);
-        if (o.bytes) check(d.cuMemcpyDtoHAsync(got.back().raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (observed value)");
-      }
-      check(d.cuStreamSynchronize(stream_), "running the cuda program node by node (cuStreamSynchronize)");
-      for (size_t k = 0; k < got.size(); ++k) observe(i, node_outputs_[i][k].id, got[k]);
-    }
-    std::map<std::string, Tensor> out;
-    for (auto& o : outputs_) {
-      Tensor t(o.dtype, o.shape);
-      if (o.bytes) check(d.cuMemcpyDtoHAsync(t.raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (output)");
-      out[o.name] = t;
-    }
-    check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
-    return out;
+    return run_host_io(inputs, nullptr, &observe);
   }
 
   void run_device(const std::map<std::string, DeviceTensor>& inputs,
@@ -384,27 +358,154 @@ class CudaProgram final : public DeviceProgram {
     };
     known(inputs, inputs_, "input");
     known(outputs, outputs_, "output");
+    for (auto& o : outputs_)
+      if (o.host && !o.fixed)
+        fail(ErrorCode::invalid_input,
+             "run_device: output '{}' is computed on the host (host fallback) with a shape that depends on the data; "
+             "use run()",
+             o.name);
     for (auto& in : inputs_) {
       CUdeviceptr src = find(inputs, in.name, in.bytes, "input");
       if (in.bytes) check(d.cuMemcpyDtoDAsync(addr_[in.id], src, in.bytes, stream_), "cuMemcpyDtoDAsync (input)");
     }
-    if (exec_)
-      check(d.cuGraphLaunch(exec_, stream_), "cuGraphLaunch");
-    else
-      for (auto& s : steps_) s(stream_);
+    std::vector<Tensor> env = hosts_.empty() ? std::vector<Tensor>{} : host_->environment();
+    run_phases(env, nullptr, nullptr);
     for (auto& o : outputs_) {
       CUdeviceptr dst = find(outputs, o.name, o.bytes, "output");
-      if (o.bytes) check(d.cuMemcpyDtoDAsync(dst, addr_[o.id], o.bytes, stream_), "cuMemcpyDtoDAsync (output)");
+      if (!o.bytes) continue;
+      if (o.host)
+        check(d.cuMemcpyHtoDAsync(dst, env.at(static_cast<size_t>(o.id)).raw(), o.bytes, stream_),
+              "cuMemcpyHtoDAsync (an output computed on the host)");
+      else
+        check(d.cuMemcpyDtoDAsync(dst, addr_[o.id], o.bytes, stream_), "cuMemcpyDtoDAsync (output)");
     }
     check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
   }
 
  private:
-  /// Launches the steps one by one with an event after each, and adds each
-  /// node's device time (its steps' sum) to `profile` in node order.
-  void run_profiled(RunProfile& profile) const {
+  /// One device segment (its steps, captured into `exec`) or one host
+  /// segment (`host`: index into hosts_) of the program, in run order.
+  struct Phase {
+    int host = -1;
+    size_t first_node = 0, count = 0;
+    size_t first_step = 0, last_step = 0;
+    CUgraphExec exec = nullptr;
+  };
+
+  /// phases_ and hosts_ from m.segments (one device phase when there are none).
+  void make_phases(const ir::Model& m) {
+    std::vector<ir::Segment> segs = m.segments;
+    if (segs.empty()) segs.push_back(ir::Segment{"cuda", 0, m.main.nodes.size(), {}, {}});
+    for (auto& s : segs) {
+      Phase ph;
+      ph.first_node = s.first;
+      ph.count = s.count;
+      ph.first_step = node_steps_.at(s.first);
+      ph.last_step = node_steps_.at(s.first + s.count);
+      if (s.device == "host") {
+        ph.host = static_cast<int>(hosts_.size());
+        hosts_.push_back(make_host_step(m, s, hosts_.size() + 1, addr_));
+      }
+      phases_.push_back(ph);
+    }
+  }
+
+  /// Captures steps [first, last) into an instantiated CUDA graph; adds each
+  /// step's capture time to `step_ms` (a step's first launch loads its
+  /// kernels: lazy module loading, most of a capture).
+  CUgraphExec capture(size_t first, size_t last, std::vector<std::pair<double, size_t>>& step_ms) {
     const DriverApi& d = driver();
-    std::vector<CUevent> ev(steps_.size() + 1, nullptr);
+    CUgraph graph;
+    check(d.cuStreamBeginCapture(stream_, CU_STREAM_CAPTURE_MODE_THREAD_LOCAL), "cuStreamBeginCapture");
+    try {
+      for (size_t i = first; i < last; ++i) {
+        Stopwatch step_sw;
+        steps_[i](stream_);
+        step_ms.emplace_back(step_sw.ms(), i);
+      }
+    } catch (...) {
+      d.cuStreamEndCapture(stream_, &graph);
+      throw;
+    }
+    check(d.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture");
+    CUgraphExec exec = nullptr;
+    CUresult r = d.cuGraphInstantiateWithFlags(&exec, graph, 0);
+    d.cuGraphDestroy(graph);
+    check(r, "cuGraphInstantiate");
+    return exec;
+  }
+
+  /// run() and run_observed(): inputs from and outputs to host memory.
+  std::map<std::string, Tensor> run_host_io(const std::map<std::string, Tensor>& inputs, RunProfile* profile,
+                                            const ValueObserver* observe) const {
+    std::lock_guard<std::mutex> lock(mu_);
+    const DriverApi& d = driver();
+    use_device(device_);
+    std::vector<Tensor> env = hosts_.empty() ? std::vector<Tensor>{} : host_->environment();
+    for (auto& in : inputs_) {
+      const Tensor& t = inputs.at(in.name);
+      if (t.nbytes() != in.bytes) fail(ErrorCode::invalid_input, "input '{}' has {} bytes, the program needs {}", in.name, t.nbytes(), in.bytes);
+      if (in.bytes) check(d.cuMemcpyHtoDAsync(addr_[in.id], t.raw(), in.bytes, stream_), "cuMemcpyHtoDAsync (input)");
+      if (!env.empty()) env.at(static_cast<size_t>(in.id)) = t;  // host segments read it here: no copy back
+    }
+    run_phases(env, profile, observe);
+    std::map<std::string, Tensor> out;
+    for (auto& o : outputs_) {
+      if (o.host) {
+        out[o.name] = env.at(static_cast<size_t>(o.id));
+        continue;
+      }
+      Tensor t(o.dtype, o.shape);
+      if (o.bytes) check(d.cuMemcpyDtoHAsync(t.raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (output)");
+      out[o.name] = t;
+    }
+    check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
+    return out;
+  }
+
+  /// Runs every phase in order on stream_ (host segments through host_,
+  /// with `env` as their values): the CUDA graphs, or with `profile` the
+  /// steps timed one by one, or with `observe` node by node with each
+  /// output read back (run_observed).
+  void run_phases(std::vector<Tensor>& env, RunProfile* profile, const ValueObserver* observe) const {
+    for (auto& ph : phases_) {
+      if (ph.host >= 0) {
+        run_host_step(hosts_.at(static_cast<size_t>(ph.host)), *host_, env, stream_, profile, observe);
+      } else if (observe) {
+        run_nodes_observed(ph.first_node, ph.first_node + ph.count, *observe);
+      } else if (profile) {
+        run_profiled(ph.first_step, ph.last_step, *profile);
+      } else if (ph.exec) {
+        check(driver().cuGraphLaunch(ph.exec, stream_), "cuGraphLaunch");
+      } else {
+        for (size_t i = ph.first_step; i < ph.last_step; ++i) steps_[i](stream_);
+      }
+    }
+  }
+
+  /// Device nodes [first, last) one by one, outside any CUDA graph, each
+  /// node's outputs copied back before the next node runs (so an arena slot
+  /// a later node reuses is read while it still holds this node's value).
+  void run_nodes_observed(size_t first, size_t last, const ValueObserver& observe) const {
+    const DriverApi& d = driver();
+    for (size_t i = first; i < last; ++i) {
+      for (size_t k = node_steps_[i]; k < node_steps_[i + 1]; ++k) steps_[k](stream_);
+      std::vector<Tensor> got;
+      for (auto& o : node_outputs_[i]) {
+        got.emplace_back(o.dtype, o.shape);
+        if (o.bytes) check(d.cuMemcpyDtoHAsync(got.back().raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (observed value)");
+      }
+      check(d.cuStreamSynchronize(stream_), "running the cuda program node by node (cuStreamSynchronize)");
+      for (size_t k = 0; k < got.size(); ++k) observe(i, node_outputs_[i][k].id, got[k]);
+    }
+  }
+
+  /// Launches steps [first, last) one by one with an event after each, and
+  /// adds each node's device time (its steps' sum) to `profile` in node order.
+  void run_profiled(size_t first, size_t last, RunProfile& profile) const {
+    if (first == last) return;
+    const DriverApi& d = driver();
+    std::vector<CUevent> ev(last - first + 1, nullptr);
     struct Free {
       const DriverApi& d;
       std::vector<CUevent>& ev;
@@ -415,17 +516,17 @@ class CudaProgram final : public DeviceProgram {
     } free_events{d, ev};
     for (auto& e : ev) check(d.cuEventCreate(&e, CU_EVENT_DEFAULT), "cuEventCreate");
     check(d.cuEventRecord(ev[0], stream_), "cuEventRecord");
-    for (size_t i = 0; i < steps_.size(); ++i) {
+    for (size_t i = first; i < last; ++i) {
       steps_[i](stream_);
-      check(d.cuEventRecord(ev[i + 1], stream_), "cuEventRecord");
+      check(d.cuEventRecord(ev[i - first + 1], stream_), "cuEventRecord");
     }
     check(d.cuEventSynchronize(ev.back()), "cuEventSynchronize");
-    int last = -1;
-    for (size_t i = 0; i < steps_.size(); ++i) {
+    int last_node = -1;
+    for (size_t i = first; i < last; ++i) {
       float ms = 0;
-      check(d.cuEventElapsedTime(&ms, ev[i], ev[i + 1]), "cuEventElapsedTime");
-      if (step_node_[i] != last) profile.nodes.push_back(node_names_[static_cast<size_t>(step_node_[i])]);
-      last = step_node_[i];
+      check(d.cuEventElapsedTime(&ms, ev[i - first], ev[i - first + 1]), "cuEventElapsedTime");
+      if (step_node_[i] != last_node) profile.nodes.push_back(node_names_[static_cast<size_t>(step_node_[i])]);
+      last_node = step_node_[i];
       profile.nodes.back().ms += ms;
     }
   }
@@ -441,6 +542,8 @@ class CudaProgram final : public DeviceProgram {
     DType dtype;
     std::vector<int64_t> shape;
     size_t bytes;
+    bool host = false;   ///< computed by a host segment: taken from its environment
+    bool fixed = true;   ///< its shape is static (else shape / bytes are empty until a run)
   };
 
   /// Builds every Gemm's cuBLASLt plan and every Conv's cuDNN plan into
@@ -659,7 +762,10 @@ class CudaProgram final : public DeviceProgram {
   std::vector<std::vector<Output>> node_outputs_;  ///< each main node's outputs (run_observed)
   std::vector<NodeTime> node_names_;    ///< name and op of each node that has steps (ms 0)
   bool rechoose_ = false;  ///< running an older architecture's PTX: library algorithms chosen here
-  CUgraphExec exec_ = nullptr;
+  const HostSegments* host_ = nullptr;  ///< runs the host segments (owned by the runtime)
+  std::vector<bool> host_node_;         ///< per main node: in a host segment
+  std::vector<HostStep> hosts_;         ///< the host segments, in order
+  std::vector<Phase> phases_;           ///< device and host segments in run order
   bool use_graph_ = true;
   mutable std::mutex mu_;
 };
@@ -701,8 +807,9 @@ void settle_prewarm() {
   await_blaslt_preload();
 }
 
-std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device) {
-  return std::make_unique<CudaProgram>(cp, device);
+std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device,
+                                            const HostSegments* host) {
+  return std::make_unique<CudaProgram>(cp, device, host);
 }
 
 }  // namespace kiln::targets::cuda

@@ -18,9 +18,16 @@ namespace kiln::targets::cuda {
 ///    KILN_CUDA_GRAPH=0 to launch node by node instead, for debugging).
 /// A run copies the inputs to the device, replays the graph and copies the
 /// outputs back (runs are serialised by a mutex: one stream per program).
+/// A program with host segments (ir::Model::segments: host fallback) is one
+/// CUDA graph per device segment; between two, the values a host segment
+/// reads are copied device -> host, `host` runs its nodes, and the values
+/// later device nodes read are copied back. Its outputs computed on the host
+/// never go to the device (run()).
 /// Throws Error(unsupported) when there is no device, Error(invalid_model)
-/// for a node that is not a kiln.cuda node or a value without a static shape.
-std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device);
+/// for a device node that is not a kiln.cuda node or a device value without a
+/// static shape, Error(invalid_option) for host segments without `host`.
+std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device,
+                                            const HostSegments* host = nullptr);
 
 /// Starts, once per process and on a background thread, what the first
 /// load_program on `device` needs before it can do anything else: the CUDA

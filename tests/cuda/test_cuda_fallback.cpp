@@ -1,0 +1,148 @@
+// Host fallback of the cuda target, compile side (label `unit`, no GPU
+// needed: cross-compiled for sm_90 with heuristic tuning): a node the cuda
+// target cannot lower becomes a host segment recorded in the artifact with
+// its boundary copies; --fallback error refuses instead, naming every node.
+// Running such programs on a GPU: test_cuda_fallback_gpu.cpp.
+#include <gtest/gtest.h>
+
+#include "artifact/artifact.h"
+#include "cuda_models.h"
+#include "kiln/compile.h"
+#include "kiln/errors.h"
+#include "targets/cuda/run/cuda_ops.h"
+
+namespace kiln::testing {
+namespace {
+
+SessionOptions cross() {
+  SessionOptions o;
+  o.target = Target::cuda();
+  o.arch = "sm_90";
+  o.tuning = Tuning::heuristic;
+  return o;
+}
+
+std::vector<std::string> names(const ir::Model& m, const std::vector<ir::ValueId>& ids) {
+  std::vector<std::string> out;
+  for (auto id : ids) out.push_back(m.value(id).name);
+  return out;
+}
+
+TEST(CudaFallback, OneUnsupportedNodeInTheMiddleIsAHostSegmentWithTwoCopies) {
+  TempDir dir;
+  einsum_middle_model().save(dir / "e.onnx");
+  CompileResult r = compile(dir / "e.onnx", dir / "e.kiln", cross());
+  ASSERT_EQ(r.notes.size(), 1u);
+  EXPECT_NE(r.notes[0].find("Einsum 'einsum'"), std::string::npos) << r.notes[0];
+  EXPECT_NE(r.notes[0].find("--fallback error"), std::string::npos) << r.notes[0];
+
+  auto cp = artifact::read_file(dir / "e.kiln");
+  EXPECT_EQ(cp.compat.format_version, artifact::kFormatVersion);
+  const ir::Model& m = cp.model;
+  ASSERT_EQ(m.segments.size(), 3u);
+  EXPECT_EQ(m.segments[0].device, "cuda");
+  EXPECT_EQ(m.segments[1].device, "host");
+  EXPECT_EQ(m.segments[2].device, "cuda");
+  ASSERT_EQ(m.segments[1].count, 1u);
+  const ir::Node& host = m.main.nodes.at(m.segments[1].first);
+  EXPECT_EQ(host.op_type, "Einsum");
+  EXPECT_EQ(host.domain, "");
+  // Only the values crossing the boundary: Relu's result down, Einsum's up.
+  EXPECT_EQ(names(m, m.segments[1].to_host), std::vector<std::string>{"r"});
+  EXPECT_EQ(names(m, m.segments[1].to_device), std::vector<std::string>{"e"});
+  for (auto& s : m.segments)
+    for (size_t i = s.first; i < s.first + s.count; ++i)
+      EXPECT_EQ(m.main.nodes[i].domain == targets::cuda::kCudaDomain, s.device == "cuda") << m.main.nodes[i].label();
+  // The two matmuls stay cuBLASLt matmuls on the device.
+  int gemms = 0;
+  for (auto& n : m.main.nodes) gemms += n.op_type == "Gemm" && n.domain == targets::cuda::kCudaDomain;
+  EXPECT_EQ(gemms, 2);
+}
+
+TEST(CudaFallback, FallbackErrorRefusesNamingEveryNode) {
+  TempDir dir;
+  einsum_middle_model().save(dir / "e.onnx");
+  SessionOptions o = cross();
+  o.fallback = Fallback::error;
+  try {
+    compile(dir / "e.onnx", dir / "e.kiln", o);
+    FAIL() << "compiled with --fallback error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("Einsum node 'einsum'"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("--fallback error"), std::string::npos) << msg;
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir / "e.kiln"));
+  // Without the Einsum the same model has no segments at all.
+  einsum_middle_model(false).save(dir / "n.onnx");
+  CompileResult r = compile(dir / "n.onnx", dir / "n.kiln", o);
+  EXPECT_TRUE(r.notes.empty());
+  EXPECT_TRUE(artifact::read_file(dir / "n.kiln").model.segments.empty());
+}
+
+TEST(CudaFallback, IfWithADataConditionRunsOnTheHostWithItsOuterValues) {
+  TempDir dir;
+  data_if_model().save(dir / "if.onnx");
+  compile(dir / "if.onnx", dir / "if.kiln", cross());
+  auto cp = artifact::read_file(dir / "if.kiln");
+  const ir::Model& m = cp.model;
+  ASSERT_FALSE(m.segments.empty());
+  const ir::Segment* host = nullptr;
+  for (auto& s : m.segments)
+    if (s.device == "host")
+      for (size_t i = s.first; i < s.first + s.count; ++i)
+        if (m.main.nodes[i].op_type == "If") host = &s;
+  ASSERT_NE(host, nullptr) << "the If is in a host segment";
+  // The branches read the input x: it is copied along with the condition
+  // (a run() takes x from the caller's host tensor instead: no copy then).
+  auto down = names(m, host->to_host);
+  EXPECT_NE(std::find(down.begin(), down.end(), "x"), down.end());
+  EXPECT_NE(std::find(down.begin(), down.end(), "cond"), down.end());
+  EXPECT_EQ(names(m, host->to_device), std::vector<std::string>{"branch"});  // the Add is on the device
+}
+
+TEST(CudaFallback, ADataDependentShapeStaysOnTheHost) {
+  TempDir dir;
+  nonzero_model().save(dir / "nz.onnx");
+  compile(dir / "nz.onnx", dir / "nz.kiln", cross());
+  auto cp = artifact::read_file(dir / "nz.kiln");
+  const ir::Model& m = cp.model;
+  bool nonzero_on_host = false;
+  for (auto& s : m.segments)
+    for (size_t i = s.first; i < s.first + s.count; ++i)
+      if (m.main.nodes[i].op_type == "NonZero") {
+        nonzero_on_host = s.device == "host";
+        EXPECT_TRUE(s.to_device.empty()) << "its [1, N] result is a program output, never on the device";
+      }
+  EXPECT_TRUE(nonzero_on_host);
+}
+
+TEST(CudaFallback, ACorruptPartitionIsRefusedByTheReader) {
+  TempDir dir;
+  einsum_middle_model().save(dir / "e.onnx");
+  compile(dir / "e.onnx", dir / "e.kiln", cross());
+  auto cp = artifact::read_file(dir / "e.kiln");
+  auto expect_refused = [&](artifact::CompiledProgram bad, const std::string& part) {
+    try {
+      // The writer checks the partition too (ir::check_segments).
+      artifact::serialize(bad);
+      FAIL() << "a bad partition was written (" << part << ")";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(part), std::string::npos) << e.what();
+    }
+  };
+  auto missing_copy = cp;
+  missing_copy.model.segments[1].to_host.clear();
+  expect_refused(missing_copy, "copies to the host");
+  auto gap = cp;
+  gap.model.segments[2].first += 1;
+  gap.model.segments[2].count -= 1;
+  expect_refused(gap, "do not continue");
+  auto twice = cp;
+  twice.model.segments[1].device = "cuda";
+  expect_refused(twice, "segments alternate");
+}
+
+}  // namespace
+}  // namespace kiln::testing

@@ -1,0 +1,113 @@
+// Host fallback on a GPU (label `cuda`; SKIPPED without a device): cuda
+// programs with host segments (an Einsum in the middle, an If on a data
+// condition, a NonZero whose shape depends on the data) run and match the
+// ref target, through run(), run_device() where the outputs allow it, a
+// profiled run (the host segment is one entry) and an artifact file.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "cuda_models.h"
+#include "kiln/compile.h"
+#include "kiln/errors.h"
+#include "kiln/session.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::testing {
+namespace {
+
+SessionOptions options(Target t) {
+  SessionOptions o;
+  o.target = t;
+  o.use_cache = false;
+  return o;
+}
+
+Tensor wave(std::vector<int64_t> shape, float phase) {
+  Tensor t(DType::f32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(0.37f * static_cast<float>(i) + phase);
+  return t;
+}
+
+/// Every output of `got` equals `want`'s: same dtype and shape, floats
+/// within 1e-5 + 1e-4 |want|, integers exactly.
+void expect_same(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want) {
+  ASSERT_EQ(got.size(), want.size());
+  for (auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const Tensor& g = got.at(name);
+    ASSERT_EQ(g.dtype(), w.dtype()) << name;
+    ASSERT_EQ(g.shape(), w.shape()) << name;
+    for (int64_t i = 0; i < w.numel(); ++i) {
+      if (w.dtype() == DType::f32) {
+        double a = g.data<float>()[i], b = w.data<float>()[i];
+        ASSERT_LE(std::fabs(a - b), 1e-5 + 1e-4 * std::fabs(b)) << name << "[" << i << "]";
+      } else {
+        ASSERT_EQ(g.data<int64_t>()[i], w.data<int64_t>()[i]) << name << "[" << i << "]";
+      }
+    }
+  }
+}
+
+void compare(const ModelBuilder& b, const std::vector<std::map<std::string, Tensor>>& inputs) {
+  TempDir dir;
+  b.save(dir / "m.onnx");
+  Session ref(dir / "m.onnx", options(Target::ref()));
+  Session gpu(dir / "m.onnx", options(Target::cuda()));
+  for (auto& in : inputs) expect_same(gpu.run(in), ref.run(in));
+}
+
+TEST(CudaFallbackGpu, EinsumInTheMiddleMatchesRef) {
+  compare(einsum_middle_model(), {{{"x", wave({4, 64}, 0.f)}}, {{"x", wave({4, 64}, 1.f)}}});
+}
+
+TEST(CudaFallbackGpu, DataIfTakesBothBranches) {
+  Tensor pos = wave({8}, 0.f), neg = wave({8}, 0.f);
+  for (int i = 0; i < 8; ++i) pos.data<float>()[i] = std::fabs(pos.data<float>()[i]) + 0.1f;
+  for (int i = 0; i < 8; ++i) neg.data<float>()[i] = -std::fabs(neg.data<float>()[i]) - 0.1f;
+  compare(data_if_model(), {{{"x", pos}}, {{"x", neg}}});
+}
+
+TEST(CudaFallbackGpu, NonZeroOutputShapeFollowsTheData) {
+  Tensor few = wave({16}, 0.f), all = wave({16}, 0.f);
+  for (int i = 0; i < 16; ++i) all.data<float>()[i] = 1.f + static_cast<float>(i);
+  compare(nonzero_model(), {{{"x", few}}, {{"x", all}}});
+}
+
+TEST(CudaFallbackGpu, ArtifactProfileAndDeviceRun) {
+  TempDir dir;
+  einsum_middle_model().save(dir / "e.onnx");
+  SessionOptions o = options(Target::cuda());
+  compile(dir / "e.onnx", dir / "e.kiln", o);
+  Session ref(dir / "e.onnx", options(Target::ref()));
+  auto gpu = Session::load(dir / "e.kiln", o);
+  std::map<std::string, Tensor> in{{"x", wave({4, 64}, 0.5f)}};
+  auto want = ref.run(in);
+  RunProfile prof;
+  expect_same(gpu.run(in, &prof), want);
+  int host_entries = 0;
+  for (auto& n : prof.nodes) host_entries += n.op == "host";
+  EXPECT_EQ(host_entries, 1) << "one host segment, one profile entry";
+
+  // run_device: the input and output in device memory.
+  using namespace targets::cuda;
+  const DriverApi& d = driver();
+  DeviceBuffer x(4 * 64 * 4, "x"), y(4 * 32 * 4, "y");
+  check(d.cuMemcpyHtoD(x.get(), in.at("x").raw(), 4 * 64 * 4), "upload");
+  gpu.run_device({{"x", {x.get(), 4 * 64 * 4}}}, {{"y", {y.get(), 4 * 32 * 4}}});
+  Tensor got(DType::f32, {4, 32});
+  check(d.cuMemcpyDtoH(got.raw(), y.get(), got.nbytes()), "download");
+  expect_same({{"y", got}}, want);
+}
+
+}  // namespace
+}  // namespace kiln::testing
+
+int main(int argc, char** argv) {
+  if (!kiln::targets::cuda::device_present()) {
+    std::printf("SKIPPED: no CUDA device on this machine (the cuda fallback tests need one)\n");
+    return 77;
+  }
+  testing::InitGoogleTest(&argc, argv);
+  return RUN_ALL_TESTS();
+}
