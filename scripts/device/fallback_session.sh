@@ -28,7 +28,7 @@ if want tests; then
   echo "rc=$?" >> "$L/fallback_gpu_tests.log"
   grep -E "^\[  (PASSED|FAILED) |Failure|rc=|error" "$L/fallback_gpu_tests.log" | head -30
   stamp "cuda GPU tests"
-  timeout 200 "$B/tests/cuda/kiln_cuda_gpu_tests" > "$L/gpu_tests.log" 2>&1
+  timeout 150 "$B/tests/cuda/kiln_cuda_gpu_tests" > "$L/gpu_tests.log" 2>&1
   echo "rc=$?" >> "$L/gpu_tests.log"
   grep -E "^\[  (PASSED|FAILED) |^\[  FAILED|rc=" "$L/gpu_tests.log" | head -20
 fi

@@ -49,6 +49,7 @@ namespace {
 struct Options {
   fs::path data_dir, out_md, baseline, tolerances;
   std::string target = "ref", filter, onnx_version;
+  fs::path list;  ///< --list FILE: only the tests named there (one per line)
   Fallback fallback = Fallback::host;  ///< --fallback: cuda's host fallback (SessionOptions::fallback)
   bool update_baseline = false;
   int timeout_s = 120;
@@ -298,11 +299,12 @@ int main(int argc, char** argv) {
     else if (a == "--timeout") o.timeout_s = std::stoi(next());
     else if (a == "--jobs") o.jobs = std::max(1, std::stoi(next()));
     else if (a == "--fallback") o.fallback = parse_fallback(next());
+    else if (a == "--list") o.list = next();
     else if (a == "--update-baseline") o.update_baseline = true;
     else {
       std::fprintf(stderr,
                    "usage: %s --data DIR [--target ref|cpu|cuda] [--markdown OUT.md] [--baseline FILE] "
-                   "[--tolerances FILE] [--filter SUBSTR] [--onnx-version V] [--timeout S] [--jobs N] [--fallback host|error] "
+                   "[--tolerances FILE] [--filter SUBSTR] [--list FILE] [--onnx-version V] [--timeout S] [--jobs N] [--fallback host|error] "
                    "[--update-baseline]\n",
                    argv[0]);
       return 2;
@@ -330,10 +332,12 @@ int main(int argc, char** argv) {
 #endif
   }
   auto tols = load_tolerances(o.tolerances);
+  const std::set<std::string> only = o.list.empty() ? std::set<std::string>{} : load_set(o.list);
   std::vector<fs::path> dirs;
   for (auto& e : fs::directory_iterator(o.data_dir))
     if (e.is_directory() && fs::exists(e.path() / "model.onnx") &&
-        (o.filter.empty() || e.path().filename().string().find(o.filter) != std::string::npos))
+        (o.filter.empty() || e.path().filename().string().find(o.filter) != std::string::npos) &&
+        (o.list.empty() || only.count(e.path().filename().string())))
       dirs.push_back(e.path());
   std::sort(dirs.begin(), dirs.end());
 
@@ -360,9 +364,10 @@ int main(int argc, char** argv) {
       auto it = tols.find(todo[k].first.filename().string());
       Result r = run_forked(todo[k].first, o, it == tols.end() ? Tolerance{} : it->second);
       r.op = todo[k].second;
-      if (r.status != "pass") {
+      if (r.status != "pass" || !o.list.empty()) {  // a --list run names its passes too (a cut-off run keeps them)
         std::lock_guard<std::mutex> lock(print_mu);
         std::printf("%-60s %-11s %s\n", r.test.c_str(), r.status.c_str(), r.message.c_str());
+        std::fflush(stdout);
       }
       slots[k] = std::move(r);
     }

@@ -570,8 +570,18 @@ TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   b.node("Det", {"x"}, {"y"}, "det1");
   b.output("y", 1, {2});
   b.save(dir / "p.onnx");
-  try {
+  // With host fallback (the default) it runs: the whole program is one host segment.
+  {
     Session s(dir / "p.onnx", options(Target::cuda()));
+    Tensor x(DType::f32, {2, 3, 3});
+    for (int i = 0; i < 18; ++i) x.data<float>()[i] = i % 4 == 0 ? 2.f : 0.5f * static_cast<float>(i % 3);
+    Session ref(dir / "p.onnx", options(Target::ref()));
+    expect_close(s.run({{"x", x}}).at("y"), ref.run({{"x", x}}).at("y"), "y");
+  }
+  SessionOptions o = options(Target::cuda());
+  o.fallback = Fallback::error;
+  try {
+    Session s(dir / "p.onnx", o);
     FAIL() << "no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);

@@ -73,7 +73,13 @@ void run_host_step(const HostStep& h, const HostSegments& host, std::vector<Tens
            t.nbytes(), dtype_name(t.dtype()), b.bytes, dtype_name(b.dtype));
     if (b.bytes) check(d.cuMemcpyHtoDAsync(b.addr, t.raw(), b.bytes, stream), "cuMemcpyHtoDAsync (from a host segment)");
   }
-  if (profile) profile->nodes.push_back({h.label, "host", sw.ms()});
+  if (profile) {
+    // Profiled runs wait for the copies back too, so that the entry holds
+    // the whole boundary cost (a normal run overlaps nothing with them either:
+    // the next device segment is ordered after them).
+    check(d.cuStreamSynchronize(stream), "a host segment's copies back (cuStreamSynchronize)");
+    profile->nodes.push_back({h.label, "host", sw.ms()});
+  }
 }
 
 }  // namespace kiln::targets::cuda

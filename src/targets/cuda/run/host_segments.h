@@ -44,7 +44,7 @@ HostStep make_host_step(const ir::Model& m, const ir::Segment& s, size_t index, 
 /// next device segment is ordered after them; `env` keeps the host buffers
 /// alive until the run's final synchronisation). With `profile` non-null,
 /// appends one entry for the segment: its op "host", its time the
-/// device-to-host copies + the host nodes + issuing the copies back.
+/// device-to-host copies + the host nodes + the copies back (waited for).
 void run_host_step(const HostStep& h, const HostSegments& host, std::vector<Tensor>& env, CUstream stream,
                    RunProfile* profile, const ValueObserver* observe);
 
