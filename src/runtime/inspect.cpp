@@ -2,6 +2,8 @@
 // (runtime/inspect.h): one implementation for the command line and Python.
 #include "runtime/inspect.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
