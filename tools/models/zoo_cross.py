@@ -67,6 +67,20 @@ def cross_one(m, directory: Path, kiln: str, timeout: float) -> dict:
     return res
 
 
+def summary(r: dict) -> str:
+    """'3 segments, 7 nodes (Einsum x3, TopK x4), 9 copies'; 'none'."""
+    segs = r["host_segments"]
+    if not segs:
+        return "none"
+    ops: dict[str, int] = {}
+    for s in segs:
+        for op in s["ops"]:
+            ops[op] = ops.get(op, 0) + 1
+    hist = ", ".join(f"{op} x{n}" if n > 1 else op for op, n in sorted(ops.items(), key=lambda kv: -kv[1]))
+    return (f"{len(segs)} segment(s), {sum(ops.values())} node(s) ({hist}), "
+            f"{sum(s['copies'] for s in segs)} copies")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--kiln", required=True)
@@ -93,13 +107,10 @@ def main() -> int:
             r = {"model": m.name, "result": "FAIL", "reason": f"harness: {type(e).__name__}: {e}"[:300],
                  "host_segments": [], "seconds": time.time() - t0}
         rows.append(r)
-        hs = "; ".join(f"{' '.join(s['ops'][:6])}{' ...' if len(s['ops']) > 6 else ''} ({s['copies']} copies)"
-                       for s in r["host_segments"])
-        print(f"{r['model']}: {r['result']} {r.get('seconds') or 0:.1f} s {r['reason']} host: {hs or 'none'}", flush=True)
+        print(f"{r['model']}: {r['result']} {r.get('seconds') or 0:.1f} s {r['reason']} host: {summary(r)}", flush=True)
     lines = ["| model | result | compile s | host segments (op types; boundary copies) | reason |", "|---|---|---|---|---|"]
     for r in rows:
-        hs = "<br>".join(f"{' '.join(sorted(set(s['ops'])))} ({len(s['ops'])} nodes, {s['copies']} copies)"
-                         for s in r["host_segments"]) or "none"
+        hs = summary(r)
         secs = f"{r['seconds']:.1f}" if r.get("seconds") else "-"
         lines.append(f"| {r['model']} | {r['result']} | {secs} | {hs} | {r['reason']} |")
     text = "\n".join(lines) + "\n"
