@@ -16,7 +16,7 @@ struct Interval {
 };
 }  // namespace
 
-ir::MemoryPlan plan_memory(const ir::Model& m) {
+ir::MemoryPlan plan_memory(const ir::Model& m, bool lowered_bodies) {
   ir::MemoryPlan plan;
   plan.offsets.assign(m.values.size(), -1);
   plan.sizes.assign(m.values.size(), 0);
@@ -31,11 +31,16 @@ ir::MemoryPlan plan_memory(const ir::Model& m) {
     };
     for (auto id : nodes[i].inputs) use(id);
     // Values read inside a subgraph stay live until the node that owns it ends.
+    const bool planned_body = lowered_bodies && !nodes[i].domain.empty();
     for (auto& [k, a] : nodes[i].attrs)
       if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
         for_each_graph(**sg, [&](ir::Graph& g) {
-          for (auto& n : g.nodes)
+          for (auto& n : g.nodes) {
             for (auto id : n.inputs) use(id);
+            if (planned_body)
+              for (auto id : n.outputs)
+                if (id != ir::kNoValue && first[id] < 0) first[id] = last[id] = i;
+          }
           for (auto id : g.outputs) use(id);
         });
   }

@@ -60,7 +60,12 @@ int eliminate_dead_code(ir::Model& m);
 /// that fits), the offset-calculation heuristic of Pisarchyk & Lee,
 /// "Efficient Memory Management for Deep Neural Net Inference" (2020).
 /// Offsets are 64-byte aligned.
-ir::MemoryPlan plan_memory(const ir::Model& m);
+/// lowered_bodies: values produced inside the subgraphs of a lowered node
+/// (any domain but ONNX's: the cuda target's kiln.cuda.If, whose branches
+/// run on the device) get slots too, live for the whole node (a branch's
+/// values never share memory with each other or with the node's inputs and
+/// outputs). Off: subgraph values are the host executor's (ONNX If / Loop).
+ir::MemoryPlan plan_memory(const ir::Model& m, bool lowered_bodies = false);
 
 /// Common subexpression elimination (main graph and subgraphs): constants of
 /// at most 64 KiB with equal dtype, shape and bytes become one value; a node

@@ -179,6 +179,23 @@ json segments_json(const ir::Model& m) {
   return out;
 }
 
+json conditionals_json(const ir::Model& m) {
+  json out = json::array();
+  for (size_t i = 0; i < m.main.nodes.size(); ++i) {
+    const ir::Node& n = m.main.nodes[i];
+    if (n.domain != "kiln.cuda" || n.op_type != "If") continue;
+    json e = {{"node", n.name.empty() ? fmt::format("If #{}", i) : n.name}, {"index", i}, {"type", "IF/else"},
+              {"condition", m.value(n.inputs.at(0)).name}};
+    for (const char* b : {"then_branch", "else_branch"}) {
+      std::map<std::string, int> ops;
+      for (auto& inner : n.graph(b).nodes) ++ops[inner.op_type];
+      e[b] = {{"nodes", n.graph(b).nodes.size()}, {"operators", ops}};
+    }
+    out.push_back(e);
+  }
+  return out;
+}
+
 json reference_json(const std::vector<ReferenceNode>& nodes) {
   json out = json::array();
   for (auto& r : nodes) out.push_back({{"node", r.node}, {"op", r.op}, {"reason", r.reason}});
@@ -221,6 +238,7 @@ json inspect_artifact(const std::string& path) {
           {"buckets", buckets_json(cp)},
           {"reference_nodes", reference_json(reference_nodes(cp.model, cp.compat.target))},
           {"segments", segments_json(cp.model)},
+          {"conditional_nodes", conditionals_json(cp.model)},
           {"library_algorithms", library_algorithms(cp.model)},
           {"kernels", cuda_kernels(path, cp)},
           // 16-bit cuda artifacts: the precision check (precision_check.h), from the metadata; else null.

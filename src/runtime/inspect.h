@@ -41,6 +41,12 @@ std::pair<int, uint64_t> constant_totals(const ir::Model& m);
 /// "bytes"}]}. Empty: every node on the program's target.
 nlohmann::ordered_json segments_json(const ir::Model& m);
 
+/// The conditional nodes of a cuda program (kiln.cuda.If: an If run inside
+/// its CUDA graph) as a JSON array of {"node", "index" (main-graph node),
+/// "type" ("IF/else"), "condition" (value name), "then_branch" /
+/// "else_branch": {"nodes", "operators" (op -> count)}}. Empty: none.
+nlohmann::ordered_json conditionals_json(const ir::Model& m);
+
 /// Reference-kernel nodes as a JSON array of {"node", "op", "reason"}.
 nlohmann::ordered_json reference_json(const std::vector<ReferenceNode>& nodes);
 
@@ -50,7 +56,8 @@ nlohmann::ordered_json reference_json(const std::vector<ReferenceNode>& nodes);
 /// "constants", "constant_bytes", "constants_stored_bytes" (distinct buffers
 /// over every program, as stored), "arena_bytes", "buckets" {"dims",
 /// "programs" (each with its "segments")}, "reference_nodes", "segments"
-/// (segments_json: host fallback of a cuda program), "library_algorithms" (cuda: cuBLASLt /
+/// (segments_json: host fallback of a cuda program), "conditional_nodes"
+/// (conditionals_json), "library_algorithms" (cuda: cuBLASLt /
 /// cuDNN decisions stored vs chosen at load), "kernels" (cuda: cubins checked
 /// against every Kernel node's digest; null elsewhere or without CUDA),
 /// "metadata"}. Reads the whole file and validates every checksum. Throws

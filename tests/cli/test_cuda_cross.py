@@ -131,3 +131,45 @@ def test_host_fallback_partition_and_a_bad_fallback_value(kiln, tmp_path):
                 ["perf", model, "--runs", "1"], ["verify", model]):
         res = kiln(*cmd, "--target", "cuda", "--fallback", "gpu")
         assert_error(res, 2, "--fallback", "gpu")
+
+
+def test_data_if_is_a_conditional_node_in_inspect(kiln, tmp_path):
+    """An If whose condition comes from tensor data (ReduceSum(x) > 0),
+    cross-compiled with value specialization off, is a conditional node of the
+    CUDA graph (kiln.cuda.If): no host segment, and `kiln inspect` lists it
+    with its branches' operators (issue 17's acceptance line)."""
+    onnx = pytest.importorskip("onnx")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    def branch(name, nodes, out):
+        return helper.make_graph(nodes, name, [], [helper.make_tensor_value_info(out, TensorProto.FLOAT, [2, 8])])
+
+    w = numpy_helper.from_array((np.arange(64, dtype=np.float32).reshape(8, 8) / 64), "W")
+    zero = numpy_helper.from_array(np.array(0, dtype=np.float32), "zero")
+    then_g = branch("then", [helper.make_node("MatMul", ["x", "W"], ["t"], name="mm")], "t")
+    else_g = branch("else", [helper.make_node("Neg", ["x"], ["e"], name="neg")], "e")
+    nodes = [helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0, name="sum"),
+             helper.make_node("Greater", ["s", "zero"], ["c"], name="positive"),
+             helper.make_node("If", ["c"], ["b"], then_branch=then_g, else_branch=else_g, name="if"),
+             helper.make_node("Relu", ["b"], ["y"], name="relu")]
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 8])], [w, zero])
+    model = tmp_path / "if.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), model)
+    out = tmp_path / "if.kiln"
+    res = compile_cross(kiln, model, out, "--tuning", "heuristic", "--no-value-specialization")
+    if res.rc == 5 and "without CUDA" in res.stderr:
+        pytest.skip("SKIPPED: this kiln was built without CUDA support")
+    assert res.rc == 0, res.describe()
+    assert "run on the host" not in res.stderr, res.describe()
+    ins = kiln("inspect", out, "--json")
+    assert ins.rc == 0, ins.describe()
+    assert ins.json()["segments"] == []
+    conds = ins.json()["conditional_nodes"]
+    assert len(conds) == 1, conds
+    assert conds[0]["node"] == "if" and conds[0]["condition"] == "c" and conds[0]["type"] == "IF/else"
+    assert conds[0]["then_branch"]["operators"] == {"Gemm": 1}, conds
+    assert conds[0]["else_branch"]["operators"] == {"Kernel": 1}, conds
+    text = kiln("inspect", out)
+    assert "conditional node (in the CUDA graph): IF/else 'if' on 'c'" in text.stdout, text.describe()

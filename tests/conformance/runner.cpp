@@ -52,6 +52,9 @@ struct Options {
   fs::path list;  ///< --list FILE: only the tests named there (one per line)
   Fallback fallback = Fallback::host;  ///< --fallback: cuda's host fallback (SessionOptions::fallback)
   bool update_baseline = false;
+  /// --no-value-specialization: SessionOptions::specialize_values off (an If
+  /// on a scalar input is then compiled with both branches, not folded).
+  bool specialize_values = true;
   int timeout_s = 120;
   int jobs = 1;  ///< tests run at once (each in its own forked child)
 };
@@ -140,7 +143,8 @@ std::string node_op(const fs::path& model, bool* default_domain) {
 }
 
 // Runs one test in this process; returns "status\tmessage".
-std::string run_one(const fs::path& dir, const std::string& target, Fallback fallback, Tolerance tol) {
+std::string run_one(const fs::path& dir, const std::string& target, Fallback fallback, bool specialize_values,
+                    Tolerance tol) {
   try {
     std::vector<fs::path> sets;
     for (auto& e : fs::directory_iterator(dir))
@@ -149,6 +153,7 @@ std::string run_one(const fs::path& dir, const std::string& target, Fallback fal
     SessionOptions opt;
     opt.target = Target::parse(target);
     opt.fallback = fallback;
+    opt.specialize_values = specialize_values;
     opt.use_cache = false;
     // Compile once with the model's own (possibly symbolic) shapes first: an
     // unsupported model is reported before any data file is read (sequence and
@@ -230,7 +235,7 @@ Result run_forked(const fs::path& dir, const Options& o, Tolerance tol) {
   if (pid == 0) {
     close(fds[0]);
     alarm(static_cast<unsigned>(o.timeout_s));
-    std::string line = run_one(dir, o.target, o.fallback, tol);
+    std::string line = run_one(dir, o.target, o.fallback, o.specialize_values, tol);
     (void)!write(fds[1], line.data(), line.size());
     close(fds[1]);
     _exit(0);
@@ -301,11 +306,12 @@ int main(int argc, char** argv) {
     else if (a == "--fallback") o.fallback = parse_fallback(next());
     else if (a == "--list") o.list = next();
     else if (a == "--update-baseline") o.update_baseline = true;
+    else if (a == "--no-value-specialization") o.specialize_values = false;
     else {
       std::fprintf(stderr,
                    "usage: %s --data DIR [--target ref|cpu|cuda] [--markdown OUT.md] [--baseline FILE] "
                    "[--tolerances FILE] [--filter SUBSTR] [--list FILE] [--onnx-version V] [--timeout S] [--jobs N] [--fallback host|error] "
-                   "[--update-baseline]\n",
+                   "[--no-value-specialization] [--update-baseline]\n",
                    argv[0]);
       return 2;
     }

@@ -4,6 +4,7 @@
 #include "onnx/importer.h"
 #include "passes/passes.h"
 
+#include <array>
 #include <cmath>
 
 namespace kiln::testing {
@@ -603,6 +604,45 @@ ModelBuilder data_if_model() {
   branch(n.add_attribute(), "else_branch", "Neg", "else_out", {"x"});
   b.node("Add", {"branch", "x"}, {"y"}, "add");
   b.output("y", 1, {8});
+  return b;
+}
+
+ModelBuilder data_if_gemm_model(int64_t batch, int64_t dim) {
+  ModelBuilder b(17);
+  b.input("x", 1, {batch, dim});
+  std::vector<float> w(static_cast<size_t>(dim * dim));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = 0.05f * std::sin(0.7f * static_cast<float>(i) + 0.3f);
+  b.initializer("W", {dim, dim}, w);
+  b.initializer("three", {}, {3.f});
+  b.initializer("zero", {}, {0.f});
+  auto& sum = b.node("ReduceSum", {"x"}, {"s"}, "sum");
+  ModelBuilder::attr_int(sum, "keepdims", 0);
+  b.node("Greater", {"s", "zero"}, {"cond"}, "positive");
+  auto& n = b.node("If", {"cond"}, {"branch"}, "if");
+  auto body = [&](const std::string& name, const std::vector<std::array<std::string, 4>>& nodes, const std::string& out) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* g = a->mutable_g();
+    g->set_name(name);
+    for (auto& [op, in0, in1, o] : nodes) {
+      auto* k = g->add_node();
+      k->set_op_type(op);
+      k->set_name(name + "_" + o);
+      k->add_input(in0);
+      if (!in1.empty()) k->add_input(in1);
+      k->add_output(o);
+    }
+    auto* v = g->add_output();
+    v->set_name(out);
+    v->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+    v->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(batch);
+    v->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(dim);
+  };
+  body("then_branch", {{"MatMul", "x", "W", "mm"}, {"Relu", "mm", "", "then_out"}}, "then_out");
+  body("else_branch", {{"Tanh", "x", "", "t"}, {"Mul", "t", "three", "else_out"}}, "else_out");
+  b.node("Add", {"branch", "x"}, {"y"}, "add");
+  b.output("y", 1, {batch, dim});
   return b;
 }
 

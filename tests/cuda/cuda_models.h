@@ -156,6 +156,12 @@ ModelBuilder einsum_middle_model(bool einsum = true);
 /// (both read the outer x), then y = If + x on the device [8].
 ModelBuilder data_if_model();
 
+/// A conditional node with library work in a body: x float32[B,D]; cond =
+/// ReduceSum(x) > 0; then_branch: Relu(MatMul(x, W[D,D])) (a cuBLASLt
+/// matmul captured into the body); else_branch: Tanh(x) * 3 (a fused
+/// kernel); y = If + x [B,D]. W is seeded (deterministic).
+ModelBuilder data_if_gemm_model(int64_t batch = 4, int64_t dim = 64);
+
 /// Host fallback of a data-dependent shape: x float32[16] -> Relu -> r;
 /// idx = NonZero(r) int64 [1, N] (N from the data; a host output) and
 /// s = Sigmoid(x) [16] (a device output).

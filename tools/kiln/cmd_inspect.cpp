@@ -143,6 +143,12 @@ void print_artifact(const json& j) {
     }
   }
   print_precision_check(j["precision_check"]);
+  for (auto& c : j["conditional_nodes"])
+    std::printf("conditional node (in the CUDA graph): %s '%s' on '%s', then_branch %s nodes %s, else_branch %s nodes %s\n",
+                c["type"].get<std::string>().c_str(), c["node"].get<std::string>().c_str(),
+                c["condition"].get<std::string>().c_str(), json_text(c["then_branch"]["nodes"]).c_str(),
+                json_text(c["then_branch"]["operators"]).c_str(), json_text(c["else_branch"]["nodes"]).c_str(),
+                json_text(c["else_branch"]["operators"]).c_str());
   std::printf("operators: %s\n", histogram_text(j["operators"]).c_str());
   std::printf("metadata: %s\n", json_text(j["metadata"]).c_str());
 }

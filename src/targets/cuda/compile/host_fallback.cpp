@@ -11,10 +11,12 @@
 namespace kiln::targets::cuda {
 
 std::string host_only_reason(const Lowering& L, const ir::Node& n) {
+  const bool conditional = n.domain.empty() && n.op_type == "If" && conditional_nodes_enabled();
   for (auto& [k, a] : n.attrs)
-    if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a))
-      return "operators with subgraphs (If, Loop, Scan) have no cuda lowering (a condition or trip count from tensor "
-             "data runs on the host)";
+    if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a) && !conditional)
+      return n.op_type == "If" ? "conditional nodes are off (KILN_CUDA_CONDITIONAL=0): If runs on the host"
+                               : "Loop and Scan have no cuda lowering yet (a trip count or condition from tensor data "
+                                 "runs on the host)";
   auto dynamic = [&](ir::ValueId v) {
     if (v == ir::kNoValue) return false;
     const ir::Value& val = L.model.value(v);

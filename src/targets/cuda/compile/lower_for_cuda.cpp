@@ -14,6 +14,7 @@
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
+#include "targets/cuda/run/conditional.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/host.h"
 
@@ -68,19 +69,9 @@ int alias_copies(ir::Model& m) {
   return removed;
 }
 
-LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt) {
-  Stopwatch sw;
-  ir::Model& m = cp.model;
-  LowerStats st;
-  Lowering L{m};
-  L.sm_count = opt.sm_count;
-  int conv_bias = split_conv_bias(m);
-  // fp16 / bf16: float32 values become 16-bit before anything is lowered
-  // (the model's inputs and outputs keep their dtypes; precision.h).
-  if (opt.dtype != DType::f32)
-    convert_precision(m, opt.dtype, opt.precision_check ? opt.precision_check(m, opt.dtype) : std::set<std::string>{});
-  const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
-  if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
+std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, LowerStats& st,
+                                        std::map<int, std::string>& host) {
+  ir::Model& m = L.model;
   const auto nodes = m.main.nodes;  // a copy: lowering adds values, the graph is rebuilt below
   const int count = static_cast<int>(nodes.size());
   Uses uses = uses_of(m);
@@ -88,7 +79,6 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // cannot run here, whatever is tried; the others are tried below and a
   // refusal sends them to the host too. Host nodes are `done` before any
   // fusion looks at them, so no kernel absorbs one.
-  std::map<int, std::string> host;  // node index -> why it runs on the host
   std::vector<bool> done(count, false);
   for (int i = 0; i < count; ++i)
     if (std::string why = host_only_reason(L, nodes[i]); !why.empty()) host[i] = why, done[i] = true;
@@ -136,13 +126,12 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
 
   // 1b. Convolutions whose bias, residual Add and Relu a cuDNN graph-API
   // engine fuses (with a device only: whether cuDNN has one is known there).
-  int conv_epilogues = 0;
   for (int i = 0; i < count; ++i) {
     auto c = lower_conv_fused(L, i, nodes, uses, opt, done);
     if (!c) continue;
     place(std::move(c->node), c->absorbed);
     ++st.convs;
-    ++conv_epilogues;
+    ++st.conv_epilogues;
   }
 
   // 2. Element-wise groups: a node joins the group of an input's producer
@@ -196,6 +185,10 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     std::vector<ir::Node> out;
     std::string why;
     const bool lowered_here = try_lower(L, why, [&] {
+      if (n.domain.empty() && n.op_type == "If") {
+        out.push_back(lower_if(L, n, opt, st));
+        return;
+      }
       if (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) {
         auto g = lower_pointwise_conv(L, n, opt);
         out.push_back(g ? std::move(*g) : lower_conv(L, n, opt));
@@ -221,13 +214,36 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
       lowered.push_back(std::move(out.front()));
       continue;
     }
+    if (n.domain.empty() && n.op_type == "If") {
+      lowered.push_back(std::move(out.front()));
+      ++st.conditionals;
+      continue;
+    }
     for (auto& k : out) {
       (k.op_type == "Copy" ? st.copies : st.kernels)++;
       lowered.push_back(std::move(k));
     }
   }
-  if (!opt.fallback && !host.empty()) refuse_host_nodes(nodes, host);
   m.main.nodes = std::move(lowered);
+  return nodes;
+}
+
+LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt) {
+  Stopwatch sw;
+  ir::Model& m = cp.model;
+  LowerStats st;
+  Lowering L{m};
+  L.sm_count = opt.sm_count;
+  int conv_bias = split_conv_bias(m);
+  // fp16 / bf16: float32 values become 16-bit before anything is lowered
+  // (the model's inputs and outputs keep their dtypes; precision.h).
+  if (opt.dtype != DType::f32)
+    convert_precision(m, opt.dtype, opt.precision_check ? opt.precision_check(m, opt.dtype) : std::set<std::string>{});
+  const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
+  if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
+  std::map<int, std::string> host;  // node index -> why it runs on the host
+  const std::vector<ir::Node> nodes = lower_graph_nodes(L, opt, st, host);
+  if (!opt.fallback && !host.empty()) refuse_host_nodes(nodes, host);
   st.copies -= alias_copies(m);
   passes::eliminate_dead_code(m);
   ir::verify(m);
@@ -236,7 +252,9 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   report_host_nodes(m, host, nodes, st);
 
   // 4. Device code and memory plan.
-  std::string source = std::string(kernel_prelude()) + L.source;
+  // Conditional nodes' kernels call the device builtin cudaGraphSetConditional,
+  // which NVRTC has no header for: kiln declares it (conditional.h).
+  std::string source = std::string(kernel_prelude()) + (st.conditionals ? std::string(kSetConditionalDecl) : "") + L.source;
   // Debugging aid: KILN_CUDA_DUMP_SOURCE=FILE writes the program's CUDA C++.
   if (const char* dump = std::getenv("KILN_CUDA_DUMP_SOURCE"); dump && *dump) {
     std::ofstream f(dump, std::ios::binary);
@@ -252,8 +270,16 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   st.ptx_bytes = bundle.ptx.size();
   cp.kernels = encode_bundle(bundle);
   const std::string digest = cubin_digest(bundle);
-  for (auto& n : m.main.nodes)
+  for (auto& n : m.main.nodes) {
     if (n.op_type == "Kernel" && n.domain == kCudaDomain) n.attrs["cubin"] = digest;
+    if (n.op_type == "If" && n.domain == kCudaDomain) {
+      n.attrs["cubin"] = digest;  // its cond_fn
+      for (auto& [k, a] : n.attrs)
+        if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
+          for (auto& b : (*sg)->nodes)
+            if (b.op_type == "Kernel" && b.domain == kCudaDomain) b.attrs["cubin"] = digest;
+    }
+  }
   // The program carries its own kernels (shape buckets: one cubin each).
   ir::Value kv;
   kv.name = std::string(kKernelsValue);
@@ -262,7 +288,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   kv.constant = Tensor::from_bytes(DType::u8, {static_cast<int64_t>(cp.kernels.size())}, cp.kernels.data(),
                                    cp.kernels.size());
   m.add_value(std::move(kv));
-  cp.plan = passes::plan_memory(m);
+  cp.plan = passes::plan_memory(m, /*lowered_bodies=*/true);
   st.tuning = L.tuning;
   if (opt.device >= 0)
     log().info("cuda tuning ({}): {} matmul / convolution problems decided, {} reused, {} candidate runs timed, {:.0f} ms",
@@ -272,9 +298,10 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
                "algorithms by the cuBLASLt / cuDNN heuristics at load",
                opt.arch, st.gemms, st.convs);
   log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off, {} "
-             "with fused epilogues), {} copies, {} fused attentions, {} nodes fused, {} nodes NHWC; cubin {} bytes, PTX {} "
-             "bytes ({:.0f} ms)",
-             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, conv_epilogues, st.copies, st.attentions, st.fused, nhwc,
+             "with fused epilogues), {} copies, {} fused attentions, {} conditional nodes, {} nodes fused, {} nodes NHWC; "
+             "cubin {} bytes, PTX {} bytes ({:.0f} ms)",
+             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.conv_epilogues, st.copies, st.attentions,
+             st.conditionals, st.fused, nhwc,
              st.cubin_bytes, st.ptx_bytes, sw.ms());
   return st;
 }

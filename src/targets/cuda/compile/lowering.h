@@ -57,6 +57,8 @@ struct LowerStats {
   int attentions = 0;    ///< fused attention kernels (lower_attention)
   int host_nodes = 0;    ///< nodes left to the host (opt.fallback)
   int host_segments = 0; ///< host segments of the program (ir::Segment)
+  int conditionals = 0;  ///< kiln.cuda.If nodes (conditional nodes of the CUDA graph)
+  int conv_epilogues = 0; ///< convolutions with cuDNN-fused epilogues
   size_t cubin_bytes = 0;
   size_t ptx_bytes = 0;
   TuningStats tuning;    ///< matmul / convolution algorithm decisions
@@ -72,9 +74,34 @@ struct LowerStats {
 /// node, its op_type and why.
 LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt);
 
+/// Lowers the nodes of L.model.main in place (fused attentions, matmuls,
+/// convolutions, element-wise groups, every other node through its kernel
+/// family, If through lower_if), counting into `st`. A node the cuda target
+/// cannot lower stays as it is (ONNX) and `host` gets its index (into the
+/// returned list) and why. Returns the graph's nodes before lowering. Used
+/// for the main graph and, swapped in as the main graph, for each branch of
+/// an If (lower_if).
+std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, LowerStats& st,
+                                        std::map<int, std::string>& host);
+
+/// Lowers an ONNX If `n` whose condition is one bool on the device to a
+/// kiln.cuda.If node (run/cuda_ops.h): its then_branch / else_branch
+/// lowered by lower_graph_nodes, each writing the If's outputs, and a
+/// generated kernel `cond_fn` that sets the conditional from the condition
+/// (run/conditional.h). Refuses `n` (it then runs on the host) for 16-bit
+/// or TF32 programs, branch outputs whose shape or dtype differ from the
+/// If's outputs, a value of a branch without a static shape, nested
+/// subgraphs, or a branch node the cuda target cannot lower.
+ir::Node lower_if(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st);
+
+/// False when KILN_CUDA_CONDITIONAL=0 (measurement aid: every If then runs
+/// on the host, as before conditional nodes).
+bool conditional_nodes_enabled();
+
 /// Why node `n` cannot run on the cuda target whatever the lowering tries
-/// (a subgraph attribute: If / Loop / Scan; an input or output whose shape
-/// is not static), or "" when the lowering should try it.
+/// (a subgraph attribute: Loop / Scan, and If when conditional nodes are
+/// off; an input or output whose shape is not static), or "" when the
+/// lowering should try it (lower_if decides an If).
 std::string host_only_reason(const Lowering& L, const ir::Node& n);
 
 /// Runs `lower` (one attempt at lowering a node) and returns true; when it

@@ -37,6 +37,16 @@
 //  (compile/precision.h); its inputs and outputs keep the model's dtypes.
 //  - kiln.cuda.Copy: output 0 = input 0 byte for byte (Reshape, Flatten,
 //    Squeeze, Unsqueeze, Identity after lowering).
+//  - kiln.cuda.If: an ONNX If whose condition is computed on the device,
+//    run as a conditional node of the CUDA graph (conditional.h). Input 0:
+//    the condition (bool, one element). Attributes: then_branch and
+//    else_branch (subgraphs of kiln.cuda nodes, no inputs, outputs = the
+//    node's outputs: both branches write the same buffers, planned in the
+//    program's arena with every other branch value live for the whole
+//    node), cond_fn (string: the generated kernel (handle, const bool*)
+//    that sets the conditional with cudaGraphSetConditional) and cubin (the
+//    digest, as for Kernel). Outside a capture (profiled runs) the runtime
+//    reads the condition back and runs the chosen branch's steps.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -20,6 +20,7 @@
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/run/cuda_ops.h"
+#include "targets/cuda/run/conditional.h"
 #include "targets/cuda/run/cudnn_conv.h"
 #include "targets/cuda/run/cudnn_graph.h"
 #include "targets/cuda/run/node_checks.h"
@@ -175,7 +176,9 @@ class CudaProgram final : public DeviceProgram {
     // Library handles first (cuDNN's creation loads its engine libraries), so
     // that the log says what they cost apart from the plans.
     bool gemms = false, convs = false;
-    for (auto& n : m.main.nodes) gemms |= n.op_type == "Gemm", convs |= n.op_type == "Conv";
+    auto needs = [&](const ir::Node& n) { gemms |= n.op_type == "Gemm", convs |= n.op_type == "Conv"; };
+    for (auto& n : m.main.nodes) needs(n);
+    for_each_body_node(m, needs);
     if (gemms) blaslt_handle();
     if (convs) cudnn_handle();
     const double handles_ms = sw.ms();
@@ -187,20 +190,28 @@ class CudaProgram final : public DeviceProgram {
       inputs_.push_back({id, m.value(id).name, value_bytes(m, id, nullptr)});
     }
     if (cp.plan.arena_bytes) arena_ = DeviceBuffer(cp.plan.arena_bytes, "the arena");
+    auto place = [&](const ir::Node& n, ir::ValueId id) {
+      size_t bytes = value_bytes(m, id, &n);
+      if (!cp.plan.offsets.empty() && cp.plan.offsets[id] >= 0) {
+        if (bytes > cp.plan.sizes[id]) fail(ErrorCode::invalid_model, "{}: the memory plan's slot is too small", n.label());
+        addr_[id] = arena_.get() + static_cast<size_t>(cp.plan.offsets[id]);
+      } else {
+        own_.emplace_back(bytes, "an output");
+        addr_[id] = own_.back().get();
+      }
+    };
     for (size_t i = 0; i < m.main.nodes.size(); ++i)
       for (auto id : m.main.nodes[i].outputs) {
-        const ir::Node& n = m.main.nodes[i];
         if (id == ir::kNoValue || addr_[id]) continue;
         if (host_node_[i] && !sent_to_device[static_cast<size_t>(id)]) continue;  // stays on the host
-        size_t bytes = value_bytes(m, id, &n);
-        if (!cp.plan.offsets.empty() && cp.plan.offsets[id] >= 0) {
-          if (bytes > cp.plan.sizes[id]) fail(ErrorCode::invalid_model, "{}: the memory plan's slot is too small", n.label());
-          addr_[id] = arena_.get() + static_cast<size_t>(cp.plan.offsets[id]);
-        } else {
-          own_.emplace_back(bytes, "an output");
-          addr_[id] = own_.back().get();
-        }
+        place(m.main.nodes[i], id);
       }
+    // The values of conditional bodies (kiln.cuda.If branches): the plan
+    // keeps them live for the whole node.
+    for_each_body_node(m, [&](const ir::Node& n) {
+      for (auto id : n.outputs)
+        if (id != ir::kNoValue && !addr_[id]) place(n, id);
+    });
     std::vector<bool> host_value(m.values.size(), false);
     for (size_t i = 0; i < m.main.nodes.size(); ++i)
       for (auto id : m.main.nodes[i].outputs)
@@ -322,6 +333,7 @@ class CudaProgram final : public DeviceProgram {
     for (auto& ph : phases_)
       if (ph.exec) d.cuGraphExecDestroy(ph.exec);
     if (stream_) d.cuStreamDestroy(stream_);
+    if (side_) d.cuStreamDestroy(side_);
     if (module_) d.cuModuleUnload(module_);
   }
 
@@ -719,32 +731,70 @@ class CudaProgram final : public DeviceProgram {
     } else if (n.op_type == "Gemm") {
       GemmSpec spec = gemm_spec_from(n);
       CUdeviceptr c = spec.has_c ? addr_[n.inputs.at(spec.has_bias ? 3 : 2)] : 0;
-      gemms_.push_back(gemm_at_.at(index) ? std::move(gemm_at_[index]) : make_gemm(n));
+      gemms_.push_back(index < gemm_at_.size() && gemm_at_[index] ? std::move(gemm_at_[index]) : make_gemm(n));
       const GemmPlan* plan = gemms_.back().get();
       CUdeviceptr a = addr_[n.inputs.at(0)], b = addr_[n.inputs.at(1)], dd = addr_[n.outputs.at(0)];
       steps_.push_back([this, plan, a, b, c, dd](CUstream s) {
         plan->run(s, a, b, c, dd, workspace_.get(), workspace_.bytes());
       });
     } else if (n.op_type == "Conv" && is_graph_conv(n)) {
-      gconvs_.push_back(gconv_at_.at(index) ? std::move(gconv_at_[index]) : make_graph_conv(m, n));
+      gconvs_.push_back(index < gconv_at_.size() && gconv_at_[index] ? std::move(gconv_at_[index]) : make_graph_conv(m, n));
       const GraphConvPlan* plan = gconvs_.back().get();
       const ConvEpilogue ep = conv_epilogue_from(n);
       CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
       CUdeviceptr bias = ep.bias ? addr_[n.inputs.at(2)] : 0, z = ep.residual ? addr_[n.inputs.back()] : 0;
       steps_.push_back([this, plan, x, w, bias, z, y](CUstream s) { plan->run(s, x, w, bias, z, y, workspace_.get()); });
     } else if (n.op_type == "Conv") {
-      convs_.push_back(conv_at_.at(index) ? std::move(conv_at_[index]) : make_conv(m, n));
+      convs_.push_back(index < conv_at_.size() && conv_at_[index] ? std::move(conv_at_[index]) : make_conv(m, n));
       const ConvPlan* plan = convs_.back().get();
       CUdeviceptr x = addr_[n.inputs.at(0)], w = addr_[n.inputs.at(1)], y = addr_[n.outputs.at(0)];
       steps_.push_back([this, plan, x, w, y](CUstream s) { plan->run(s, x, w, y, workspace_.get(), workspace_.bytes()); });
+    } else if (n.op_type == "If") {
+      bind_if(m, n);
     } else {
       fail(ErrorCode::unsupported, "{}: kiln.cuda.{} is not an operator of this kiln's cuda runtime", n.label(), n.op_type);
+    }
+  }
+
+  /// The step of a kiln.cuda.If node (conditional.h: if_step), its branches'
+  /// nodes bound like main nodes into steps of their own.
+  void bind_if(const ir::Model& m, const ir::Node& n) {
+    const DriverApi& d = driver();
+    std::vector<Step> bodies[2];
+    const char* names[2] = {"then_branch", "else_branch"};
+    for (int b = 0; b < 2; ++b) {
+      std::vector<Step> saved = std::move(steps_);
+      steps_.clear();
+      for (auto& inner : n.graph(names[b]).nodes) {
+        if (inner.domain == kCudaDomain && inner.op_type == "If")
+          fail(ErrorCode::invalid_model, "{}: its {} holds {} (nested conditional nodes are not supported)", n.label(),
+               names[b], inner.label());
+        bind(m, inner, SIZE_MAX);
+      }
+      bodies[b] = std::move(steps_);
+      steps_ = std::move(saved);
+    }
+    std::string fn = n.s("cond_fn", "");
+    CUfunction f;
+    check(d.cuModuleGetFunction(&f, module_, fn.c_str()), fmt::format("{}: cuModuleGetFunction('{}')", n.label(), fn).c_str());
+    if (!side_) check(d.cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING), "cuStreamCreate (conditional bodies)");
+    steps_.push_back(if_step(f, addr_[n.inputs.at(0)], std::move(bodies[0]), std::move(bodies[1]), side_, n.label()));
+  }
+
+  /// Calls f on every node of a conditional body (kiln.cuda.If branches).
+  template <class F>
+  static void for_each_body_node(const ir::Model& m, F&& f) {
+    for (auto& n : m.main.nodes) {
+      if (n.domain != kCudaDomain || n.op_type != "If") continue;
+      for (const char* b : {"then_branch", "else_branch"})
+        for (auto& inner : n.graph(b).nodes) f(inner);
     }
   }
 
   int device_;
   CUmodule module_ = nullptr;
   CUstream stream_ = nullptr;
+  CUstream side_ = nullptr;  ///< captures conditional bodies (kiln.cuda.If)
   DeviceBuffer consts_, arena_, workspace_;
   std::vector<DeviceBuffer> own_;
   std::vector<CUdeviceptr> addr_;
@@ -756,7 +806,7 @@ class CudaProgram final : public DeviceProgram {
   std::vector<std::unique_ptr<ConvPlan>> conv_at_;
   std::vector<std::unique_ptr<GraphConvPlan>> gconvs_;
   std::vector<std::unique_ptr<GraphConvPlan>> gconv_at_;
-  std::vector<std::function<void(CUstream)>> steps_;
+  std::vector<Step> steps_;
   std::vector<int> step_node_;          ///< node (index into node_names_) of each step
   std::vector<size_t> node_steps_;      ///< main node i runs steps [node_steps_[i], node_steps_[i+1])
   std::vector<std::vector<Output>> node_outputs_;  ///< each main node's outputs (run_observed)

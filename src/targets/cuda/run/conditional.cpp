@@ -1,0 +1,128 @@
+// Conditional nodes of captured CUDA graphs (conditional.h).
+#include "targets/cuda/run/conditional.h"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "support/error.h"
+#include "targets/cuda/run/driver.h"
+
+namespace kiln::targets::cuda {
+
+std::string set_conditional_kernel(const std::string& name, const std::string& cond_ctype) {
+  return fmt::format(
+      "extern \"C\" __global__ void {}(unsigned long long handle, const {}* cond) {{\n"
+      "  cudaGraphSetConditional(handle, *cond != 0 ? 1u : 0u);\n"
+      "}}\n",
+      name, cond_ctype);
+}
+
+namespace {
+
+/// The graph `stream` is capturing and the nodes its next work depends on.
+struct CaptureState {
+  CUgraph graph = nullptr;
+  const CUgraphNode* deps = nullptr;
+  size_t count = 0;
+};
+
+CaptureState capture_state(CUstream stream, const char* what) {
+  CaptureState s;
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(driver().cuStreamGetCaptureInfo(stream, &status, nullptr, &s.graph, &s.deps, nullptr, &s.count),
+        fmt::format("cuStreamGetCaptureInfo ({})", what).c_str());
+  if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE)
+    fail(ErrorCode::internal, "{}: the stream is not capturing a CUDA graph (status {})", what, int(status));
+  return s;
+}
+
+}  // namespace
+
+CUgraphConditionalHandle create_conditional_handle(CUstream stream, unsigned default_value, bool assign_default) {
+  const DriverApi& d = driver();
+  CaptureState s = capture_state(stream, "conditional handle");
+  CUcontext ctx = nullptr;
+  check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  CUgraphConditionalHandle h = 0;
+  check(d.cuGraphConditionalHandleCreate(&h, s.graph, ctx, default_value, assign_default ? CU_GRAPH_COND_ASSIGN_DEFAULT : 0),
+        "cuGraphConditionalHandleCreate");
+  return h;
+}
+
+std::vector<CUgraph> add_conditional_node(CUstream stream, CUgraphConditionalHandle h,
+                                          CUgraphConditionalNodeType type, unsigned bodies) {
+  const DriverApi& d = driver();
+  if (bodies < 1 || bodies > (type == CU_GRAPH_COND_TYPE_IF ? 2u : 1u))
+    fail(ErrorCode::internal, "a conditional node of type {} cannot have {} bodies", int(type), bodies);
+  CaptureState s = capture_state(stream, "conditional node");
+  CUcontext ctx = nullptr;
+  check(d.cuCtxGetCurrent(&ctx), "cuCtxGetCurrent");
+  CUgraphNodeParams p;
+  std::memset(&p, 0, sizeof p);  // the reserved words must be zero
+  p.type = CU_GRAPH_NODE_TYPE_CONDITIONAL;
+  p.conditional.handle = h;
+  p.conditional.type = type;
+  p.conditional.size = bodies;
+  p.conditional.ctx = ctx;
+  CUgraphNode node = nullptr;
+  check(d.cuGraphAddNode(&node, s.graph, s.deps, nullptr, s.count, &p),
+        type == CU_GRAPH_COND_TYPE_IF ? "cuGraphAddNode (conditional IF)" : "cuGraphAddNode (conditional WHILE)");
+  // Everything captured next depends on the conditional node alone (it
+  // depends on everything before it).
+  check(d.cuStreamUpdateCaptureDependencies(stream, &node, nullptr, 1, CU_STREAM_SET_CAPTURE_DEPENDENCIES),
+        "cuStreamUpdateCaptureDependencies");
+  return std::vector<CUgraph>(p.conditional.phGraph_out, p.conditional.phGraph_out + bodies);
+}
+
+void capture_into(CUstream side, CUgraph body, const std::function<void(CUstream)>& record, const std::string& what) {
+  const DriverApi& d = driver();
+  check(d.cuStreamBeginCaptureToGraph(side, body, nullptr, nullptr, 0, CU_STREAM_CAPTURE_MODE_RELAXED),
+        fmt::format("cuStreamBeginCaptureToGraph ({})", what).c_str());
+  try {
+    record(side);
+  } catch (...) {
+    CUgraph g = nullptr;
+    d.cuStreamEndCapture(side, &g);  // ends the capture; the body stays the node's
+    throw;
+  }
+  CUgraph g = nullptr;
+  CUresult r = d.cuStreamEndCapture(side, &g);
+  if (r != CUDA_SUCCESS) {
+    const char* name = nullptr;
+    d.cuGetErrorName(r, &name);
+    fail(ErrorCode::unsupported,
+         "{}: its work cannot be a conditional body (cuStreamEndCapture: {}; a body holds only kernel, memset, "
+         "memcpy, child-graph, empty and conditional nodes)",
+         what, name ? name : std::to_string(int(r)));
+  }
+}
+
+Step if_step(CUfunction set_cond, CUdeviceptr cond, std::vector<Step> then_steps, std::vector<Step> else_steps,
+             CUstream side, std::string label) {
+  return [=](CUstream s) {
+    const DriverApi& d = driver();
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(d.cuStreamGetCaptureInfo(s, &status, nullptr, nullptr, nullptr, nullptr, nullptr),
+          (label + ": cuStreamGetCaptureInfo").c_str());
+    if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      bool c = false;
+      check(d.cuMemcpyDtoHAsync(&c, cond, 1, s), (label + ": reading the condition").c_str());
+      check(d.cuStreamSynchronize(s), (label + ": reading the condition").c_str());
+      for (auto& step : c ? then_steps : else_steps) step(s);
+      return;
+    }
+    CUgraphConditionalHandle h = create_conditional_handle(s, 0, true);
+    CUdeviceptr cond_arg = cond;
+    void* args[] = {&h, &cond_arg};
+    check(d.cuLaunchKernel(set_cond, 1, 1, 1, 1, 1, 1, 0, s, args, nullptr),
+          (label + ": cuLaunchKernel (the condition)").c_str());
+    std::vector<CUgraph> bodies = add_conditional_node(s, h, CU_GRAPH_COND_TYPE_IF, 2);
+    for (int b = 0; b < 2; ++b)
+      capture_into(side, bodies[b], [&](CUstream t) {
+        for (auto& step : b == 0 ? then_steps : else_steps) step(t);
+      }, label + (b == 0 ? " then_branch" : " else_branch"));
+  };
+}
+
+}  // namespace kiln::targets::cuda
