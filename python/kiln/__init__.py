@@ -191,7 +191,8 @@ def _bool(value: Any, what: str) -> bool:
 def _options(**kw: Any) -> Dict[str, Any]:
     """The option dict the C++ module reads (None: the C++ default)."""
     o: Dict[str, Any] = {}
-    for key in ("target", "precision", "precision_check", "tuning", "arch", "out_of_bucket", "cache_mismatch"):
+    for key in ("target", "precision", "precision_check", "tuning", "arch", "fallback", "out_of_bucket",
+                "cache_mismatch"):
         if key in kw:
             o[key] = _str(kw[key], key)
     if kw.get("cache_dir") is not None:
@@ -273,6 +274,10 @@ class Session:
             "off" skips it (docs/cuda.md, "Precision check").
         arch: cuda only: GPU architecture to compile for ("sm_90"); needs
             tuning="heuristic" when it is not the device's.
+        fallback: cuda only: "host" (default) runs the nodes the cuda target
+            cannot lower in host segments of the same program (a note names
+            them); "error" refuses the compile naming each such node
+            (docs/cuda.md, "Host fallback").
         out_of_bucket: "compile" (default) or "error" for requests outside every bucket.
         cache_mismatch: "recompile" (default) or "error" when the cache entry is damaged or stale.
         trust_cache_dir: use a cache directory writable by others (off: kiln
@@ -297,7 +302,8 @@ class Session:
                  cache_dir: Optional[PathLike] = None, shapes: Optional[Mapping[str, Sequence[int]]] = None,
                  dims: Optional[Mapping[str, Union[str, Sequence[int]]]] = None, tuning: Optional[str] = None,
                  threads: int = 0, *, use_cache: bool = True, allow_tf32: bool = False, arch: Optional[str] = None,
-                 precision_check: str = "on", out_of_bucket: str = "compile", cache_mismatch: str = "recompile",
+                 precision_check: str = "on", fallback: str = "host", out_of_bucket: str = "compile",
+                 cache_mismatch: str = "recompile",
                  trust_cache_dir: bool = False, cache_max_bytes: Optional[int] = None,
                  cache_lock_timeout_s: Optional[float] = None,
                  on_note: Optional[Callable[[str], None]] = None) -> None:
@@ -307,7 +313,8 @@ class Session:
                                 f"(an explicit artifact is never recompiled)")
         opts = _options(target=target, precision=precision, cache_dir=cache_dir, shapes=shapes, dims=dims,
                         tuning=tuning, threads=threads, use_cache=use_cache, allow_tf32=allow_tf32, arch=arch,
-                        precision_check=precision_check, out_of_bucket=out_of_bucket, cache_mismatch=cache_mismatch,
+                        precision_check=precision_check, fallback=fallback, out_of_bucket=out_of_bucket,
+                        cache_mismatch=cache_mismatch,
                         trust_cache_dir=trust_cache_dir, cache_max_bytes=cache_max_bytes,
                         cache_lock_timeout_s=cache_lock_timeout_s, on_note=on_note)
         self._attach(_kiln.Session.create(path, opts))
@@ -506,7 +513,8 @@ class Binding:
 def compile(model: PathLike, out: PathLike, target: str = "cpu", precision: str = "fp32",
             shapes: Optional[Mapping[str, Sequence[int]]] = None,
             dims: Optional[Mapping[str, Union[str, Sequence[int]]]] = None, tuning: Optional[str] = None, *,
-            allow_tf32: bool = False, arch: Optional[str] = None, precision_check: str = "on") -> CompileResult:
+            allow_tf32: bool = False, arch: Optional[str] = None, precision_check: str = "on",
+            fallback: str = "host") -> CompileResult:
     """Compiles an ONNX model to an explicit artifact file (``kiln compile``).
 
     The file is written atomically (no partial file on any error). Options as
@@ -517,7 +525,7 @@ def compile(model: PathLike, out: PathLike, target: str = "cpu", precision: str 
         kiln.InvalidOption, kiln.InvalidModel, kiln.Unsupported, kiln.IOError.
     """
     opts = _options(target=target, precision=precision, shapes=shapes, dims=dims, tuning=tuning,
-                    allow_tf32=allow_tf32, arch=arch, precision_check=precision_check)
+                    allow_tf32=allow_tf32, arch=arch, precision_check=precision_check, fallback=fallback)
     d = _kiln.compile(_path(model, "model"), _path(out, "out"), opts)
     return CompileResult(**d)
 

@@ -42,6 +42,7 @@ def test_class_hierarchy():
     ({"cache_dir": ""}, "cache_dir"),
     ({"out_of_bucket": "maybe"}, "out_of_bucket"),
     ({"precision_check": "sometimes"}, "precision_check"),
+    ({"fallback": "gpu"}, "fallback"),
     ({"precision": "fp16"}, "precision"),  # the cpu target is fp32 only
     ({"tuning": "fast"}, "tuning"),  # cpu does not tune
 ])
