@@ -21,6 +21,7 @@
 #include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/conditional.h"
+#include "targets/cuda/run/constant_upload.h"
 #include "targets/cuda/run/cudnn_conv.h"
 #include "targets/cuda/run/cudnn_graph.h"
 #include "targets/cuda/run/node_checks.h"
@@ -31,71 +32,7 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-/// prewarm()'s work: the CUDA context and the library handles.
-struct Prewarm {
-  std::mutex mu;
-  std::shared_future<void> done;
-};
-Prewarm& prewarm_state() {
-  static Prewarm p;
-  return p;
-}
-
-/// Waits for prewarm()'s thread, if one was started.
-void await_prewarm() {
-  std::shared_future<void> f;
-  {
-    std::lock_guard<std::mutex> lock(prewarm_state().mu);
-    f = prewarm_state().done;
-  }
-  if (f.valid()) f.wait();
-}
-
 constexpr size_t align256(size_t n) { return (n + 255) / 256 * 256; }
-
-/// Runs `upload` (host-to-device copies) on its own thread with `device`'s
-/// context current. finish() waits for it, rethrows what it threw and returns
-/// how long it took (ms); the destructor waits too, so no copy outlives the
-/// buffers it writes (a load that throws first).
-class ConstantUpload {
- public:
-  // The function is kept in a member, not moved into the thread's closure:
-  // when std::thread cannot start, the fallback below must still have it.
-  ConstantUpload(int device, std::function<void()> upload) : upload_(std::move(upload)) {
-    try {
-      thread_ = std::thread([this, device] {
-        Stopwatch sw;
-        try {
-          use_device(device);
-          upload_();
-        } catch (...) {
-          error_ = std::current_exception();
-        }
-        ms_ = sw.ms();
-      });
-    } catch (const std::system_error&) {  // no thread to be had: upload here
-      Stopwatch sw;
-      upload_();
-      ms_ = sw.ms();
-    }
-  }
-  ConstantUpload(const ConstantUpload&) = delete;
-  ConstantUpload& operator=(const ConstantUpload&) = delete;
-  ~ConstantUpload() {
-    if (thread_.joinable()) thread_.join();
-  }
-  double finish() {
-    if (thread_.joinable()) thread_.join();
-    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
-    return ms_;
-  }
-
- private:
-  std::function<void()> upload_;
-  std::thread thread_;
-  std::exception_ptr error_;
-  double ms_ = 0;
-};
 
 class CudaProgram final : public DeviceProgram {
  public:
@@ -821,41 +758,6 @@ class CudaProgram final : public DeviceProgram {
 };
 
 }  // namespace
-
-bool prewarm(int device) {
-  Prewarm& p = prewarm_state();
-  std::lock_guard<std::mutex> lock(p.mu);
-  if (p.done.valid()) return false;
-  bool started = false;
-  try {
-    preload_blaslt();  // its own thread: opening the library overlaps the driver's initialisation
-    started = true;
-  // Measured on the H200 (bench/results/cuda/warm_two_stage_prewarm.log): a first-use
-  // matmul here as well made warm starts slower, since its cost is per
-  // data type and kernel family and it then delayed the plans.
-  p.done = std::async(std::launch::async, [device] {
-             try {
-               Stopwatch sw;
-               use_device(device);
-               const double context_ms = sw.ms();
-               blaslt_handle();
-               cudnn_handle();
-               log().debug("cuda: prewarm: CUDA context {:.1f} ms, cuBLASLt / cuDNN handles {:.1f} ms", context_ms,
-                           sw.ms() - context_ms);
-             } catch (...) {
-               // The load itself reports what is wrong (no driver, no such device).
-             }
-           }).share();
-  } catch (const std::exception& e) {  // no thread to be had: the load does it all itself
-    log().debug("cuda: prewarm not started: {}", e.what());
-  }
-  return started;
-}
-
-void settle_prewarm() {
-  await_prewarm();
-  await_blaslt_preload();
-}
 
 std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp, int device,
                                             const HostSegments* host) {

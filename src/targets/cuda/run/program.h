@@ -46,4 +46,8 @@ bool prewarm(int device);
 /// still running when the process exits. Never throws.
 void settle_prewarm();
 
+/// Waits for prewarm()'s context-and-handles thread, if one was started
+/// (what a load does first). Never throws.
+void await_prewarm();
+
 }  // namespace kiln::targets::cuda
