@@ -123,24 +123,21 @@ const std::shared_ptr<const Program>& ProgramSet::built(const Entry& e) const {
   return e.program;
 }
 
-/// The inputs of the request this thread is choosing a program for (set by
-/// run() around pick()): round_specialized pads a sequence only when every
-/// row of its keep-mask attends to its first position (buckets::masks_attend).
-static thread_local const std::map<std::string, Tensor>* t_picking = nullptr;
-
 static int64_t next_power_of_two(int64_t v) {
   int64_t p = 1;
   while (p < v) p <<= 1;
   return p;
 }
 
-void ProgramSet::round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes,
-                                   int skip) const {
+void ProgramSet::round_specialized(const std::map<std::string, Tensor>& inputs, const std::vector<int64_t>& request,
+                                   std::vector<int64_t>& sizes, int skip) const {
   for (size_t k = 0; k < set_.dims.size(); ++k) {
     const artifact::BucketDim& d = set_.dims[k];
     if (static_cast<int>(k) == skip) continue;
     if (d.kind != artifact::DimKind::specialized || d.pad == artifact::PadMode::none || request[k] < 1) continue;
-    if (d.pad == artifact::PadMode::sequence && !(t_picking && buckets::masks_attend(set_, *t_picking, k))) continue;
+    // A sequence is padded only when every row of its keep-mask attends to
+    // its first position (buckets::masks_attend); else it runs unpadded.
+    if (d.pad == artifact::PadMode::sequence && !buckets::masks_attend(set_, inputs, k)) continue;
     std::set<int64_t> seen;
     for (auto& e : programs_) seen.insert(e.sizes[k]);
     // Exact while the dim has shown at most two sizes; from the third on, a
@@ -283,7 +280,8 @@ void ProgramSet::unload_least_recent() const {
   }
 }
 
-std::vector<ProgramSet::Part> ProgramSet::pick(const std::vector<int64_t>& request, int& split) const {
+std::vector<ProgramSet::Part> ProgramSet::pick(const std::map<std::string, Tensor>& inputs,
+                                               const std::vector<int64_t>& request, int& split) const {
   buckets::Choice c = buckets::choose(set_, request);
   std::lock_guard<std::mutex> lock(mu_);
   ++uses_;
@@ -294,7 +292,7 @@ std::vector<ProgramSet::Part> ProgramSet::pick(const std::vector<int64_t>& reque
   for (auto& e : programs_) exact_held |= e.sizes == c.sizes;
   if (!exact_held) {
     split = split_dim(request);
-    round_specialized(request, c.sizes, split);
+    round_specialized(inputs, request, c.sizes, split);
     if (split >= 0) {
       auto parts = split_rows(static_cast<size_t>(split), request, c.sizes);
       unload_least_recent();
@@ -359,15 +357,7 @@ std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor
   if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);
   std::vector<int64_t> request = buckets::request_sizes(set_, inputs);
   int split = -1;
-  t_picking = &inputs;
-  std::vector<Part> parts;
-  try {
-    parts = pick(request, split);
-  } catch (...) {
-    t_picking = nullptr;
-    throw;
-  }
-  t_picking = nullptr;
+  std::vector<Part> parts = pick(inputs, request, split);
   {
     // Scratch memory is kept for the programs in use only: a stream over
     // many buckets would otherwise hold one arena per bucket (BERT at 32x512:

@@ -102,9 +102,11 @@ class ProgramSet {
     std::vector<int64_t> sizes;
     int64_t rows = 0;
   };
-  /// The programs a request runs on, compiling what is missing: one part,
-  /// or (split_dim >= 0) consecutive row ranges of the batch dim split_dim.
-  std::vector<Part> pick(const std::vector<int64_t>& request, int& split_dim) const;
+  /// The programs a request (`inputs`, whose bucketed sizes are `request`)
+  /// runs on, compiling what is missing: one part, or (split_dim >= 0)
+  /// consecutive row ranges of the batch dim split_dim.
+  std::vector<Part> pick(const std::map<std::string, Tensor>& inputs, const std::vector<int64_t>& request,
+                         int& split_dim) const;
   /// The batch dim a request not held exactly may be split along, or -1: a
   /// specialized dim with batch padding proven safe that has shown at least
   /// two sizes, in a set that can compile (mu_ held).
@@ -124,8 +126,10 @@ class ProgramSet {
   void record_run(const std::vector<int64_t>& sizes, double ms) const;
   /// Specialized dims whose padding is safe: from a dim's third distinct
   /// size on, `sizes` (the request's) is rounded up to a program held or the
-  /// next power of two; dim `skip` is left as requested (mu_ held).
-  void round_specialized(const std::vector<int64_t>& request, std::vector<int64_t>& sizes, int skip = -1) const;
+  /// next power of two; dim `skip` is left as requested. A sequence dim only
+  /// when the request's keep-mask `inputs` allow padding (mu_ held).
+  void round_specialized(const std::map<std::string, Tensor>& inputs, const std::vector<int64_t>& request,
+                         std::vector<int64_t>& sizes, int skip = -1) const;
   /// Unbuilds the least recently used programs beyond max_loaded_ (mu_ held).
   void unload_least_recent() const;
 
