@@ -205,8 +205,11 @@ struct SessionOptions {
   /// input_shapes) and adds it to the cache entry; another size compiles
   /// another program. From a dim's third distinct size on, a dim whose
   /// padding is provably safe (batch rows kept apart, or sequence positions
-  /// masked out by a keep-mask input: runtime/sequence_prover.h) is rounded
-  /// up to the next power of two (a bucket) instead. Off: one program with the dims
+  /// masked out by a keep-mask input: runtime/sequence_prover.h) is served
+  /// by the programs held instead: a batch split into row parts over them or
+  /// padded onto one, unless a new power-of-two program is estimated faster by
+  /// more than 1.25x (from measured run times); a sequence is rounded up to the
+  /// next power of two (a bucket). Off: one program with the dims
   /// left symbolic (nodes with dynamic shapes run on reference kernels).
   /// Off is part of the cache key.
   bool specialize_shapes = true;

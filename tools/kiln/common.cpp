@@ -98,8 +98,9 @@ void add_specialize_flags(CLI::App* sub, SpecializeArgs& a, bool shapes) {
                   "Keep symbolic input dims symbolic: one program for every shape, whose nodes with dynamic shapes run "
                   "on reference kernels (slow). Default: a symbolic dim not fixed by --shape / --dim is specialized to "
                   "the shapes of the inputs given (one program per shape seen, cached; from a dim's third size on, "
-                  "rounded up to a power of two where padding is provably safe: batch rows kept apart, or a sequence "
-                  "masked by an integer *mask* input)");
+                  "where padding is provably safe: a batch whose rows are kept apart runs split into row parts over "
+                  "the programs held, padded onto one, or on a new power-of-two program, whichever is estimated "
+                  "fastest; a sequence masked by an integer *mask* input is rounded up to a power of two)");
   sub->add_flag("--no-value-specialization", a.no_values,
                 "Do not specialize on the value of scalar integer inputs that control flow or shapes depend on (a "
                 "sample rate, a flag). Default: one program per value seen, with the If it steers folded to the "
