@@ -303,7 +303,14 @@ int main(int argc, char** argv) {
     else if (a == "--onnx-version") o.onnx_version = next();
     else if (a == "--timeout") o.timeout_s = std::stoi(next());
     else if (a == "--jobs") o.jobs = std::max(1, std::stoi(next()));
-    else if (a == "--fallback") o.fallback = parse_fallback(next());
+    else if (a == "--fallback") {
+      try {
+        o.fallback = parse_fallback(next());
+      } catch (const Error& e) {  // a bad value is a usage error, not a crash
+        std::fprintf(stderr, "conformance: --fallback: %s\n", e.what());
+        return 2;
+      }
+    }
     else if (a == "--list") o.list = next();
     else if (a == "--update-baseline") o.update_baseline = true;
     else if (a == "--no-value-specialization") o.specialize_values = false;
