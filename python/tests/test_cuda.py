@@ -82,7 +82,7 @@ def _late_input(stream, base):
     return x
 
 
-@pytest.mark.parametrize("how", ["explicit", "current"])
+@pytest.mark.parametrize("how", ["explicit", "current", "explicit_and_current"])
 def test_ordered_on_the_callers_stream(sessions, how):
     gpu, cpu = sessions
     base = torch.rand(SHAPE, device="cuda")
@@ -91,10 +91,37 @@ def test_ordered_on_the_callers_stream(sessions, how):
     x = _late_input(s, base)
     if how == "explicit":
         out = gpu.run({"image": x}, stream=s)
-    else:  # no stream given: the legacy default stream, which torch orders after its current one
+    elif how == "current":  # no stream given: the legacy default stream, which torch orders after its current one
         with torch.cuda.stream(s):
             out = gpu.run({"image": x})
+    else:  # the given stream is torch's current one: torch's C exporter, no __dlpack__ exchange
+        with torch.cuda.stream(s):
+            out = gpu.run({"image": x}, stream=s)
     np.testing.assert_allclose(out["probs"].numpy(), want, rtol=RTOL, atol=ATOL)
+
+
+def test_torch_fast_path_only_where_the_streams_agree(sessions, monkeypatch):
+    """run() skips torch's Python __dlpack__(stream=) (about 25 us a tensor) exactly
+    when torch's current stream is the one kiln waits for; otherwise the general
+    DLPack exchange orders the tensor's writes."""
+    import kiln._tensors as kt
+    gpu, cpu = sessions
+    taken = []
+    real = kt.torch_capsule
+    monkeypatch.setattr(kt, "torch_capsule", lambda x, st: taken.append(real(x, st) is not None) or real(x, st))
+    x = torch.rand(SHAPE, device="cuda")
+    y = torch.empty((1, 10), device="cuda")
+    gpu.run({"image": x}, outputs={"probs": y})  # default stream on both sides
+    assert taken == [True, True]
+    s = torch.cuda.Stream()
+    taken.clear()
+    gpu.run({"image": x}, stream=s)  # torch's current stream is not s
+    assert taken == [False]
+    taken.clear()
+    with pytest.raises(kiln.InvalidInput, match="'image'"):  # __dlpack__ refuses it: the general path's error
+        gpu.run({"image": x.clone().requires_grad_()})
+    assert taken == [False]
+    np.testing.assert_allclose(y.cpu().numpy(), reference(cpu, x), rtol=RTOL, atol=ATOL)
 
 
 def test_eight_threads_with_their_own_streams(sessions):

@@ -250,21 +250,71 @@ def torch_version() -> str:
 
 
 def _export(module, args, path: Path, input_names, output_names, dynamic_axes, opset=OPSET,
-            no_grad=True) -> dict:
-    """torch.onnx.export with the owner's names and dynamic axes; the record for the manifest."""
+            no_grad=True, prefer_torchscript=False) -> dict:
+    """torch.onnx.export with the owner's names and dynamic axes; the record for the manifest.
+
+    torch >= 2.9 defaults to the dynamo exporter, which cannot take several
+    recipes as their owners write them (transformers' dynamic_axes, which it
+    cannot turn into dynamic_shapes; torchvision detectors' data-dependent
+    control flow). Those models are then exported by the TorchScript exporter
+    (dynamo=False), as optimum and torchvision's own ONNX tests do; the record
+    says which exporter wrote the file and why. `prefer_torchscript`: go to the
+    TorchScript exporter at once (recipes known to fail under dynamo)."""
     import contextlib
 
     import torch
 
     ctx = torch.no_grad() if no_grad else contextlib.nullcontext()
+    kw = dict(opset_version=opset, input_names=list(input_names), output_names=list(output_names),
+              dynamic_axes=dynamic_axes, do_constant_folding=True)
+    major = int(torch.__version__.split(".")[0])
+    kind, why = ("TorchScript exporter" if major < 2 else "torch's default exporter"), ""
     with ctx:
-        torch.onnx.export(module, args, str(path), opset_version=opset, input_names=list(input_names),
-                          output_names=list(output_names), dynamic_axes=dynamic_axes,
-                          do_constant_folding=True)
-    kind = "TorchScript exporter" if int(torch.__version__.split(".")[0]) < 2 else "torch's default exporter"
-    return {"exporter": f"torch.onnx.export ({kind}, torch {torch.__version__})",
-            "opset": opset, "dynamic_axes": {k: {str(a): n for a, n in v.items()} if isinstance(v, dict)
-                                               else list(v) for k, v in dynamic_axes.items()}}
+        if major >= 2 and prefer_torchscript:
+            torch.onnx.export(module, args, str(path), dynamo=False, **kw)
+            kind, why = "TorchScript exporter (dynamo=False)", "the owner's export path (optimum / torchvision tests)"
+        else:
+            try:
+                torch.onnx.export(module, args, str(path), **kw)
+            except Exception as e:  # noqa: BLE001 - any dynamo failure: the TorchScript exporter next
+                if major < 2:
+                    raise
+                why = f"the default exporter failed: {type(e).__name__}: {str(e).splitlines()[0][:200]}"
+                torch.onnx.export(module, args, str(path), dynamo=False, **kw)
+                kind = "TorchScript exporter (dynamo=False)"
+    rec = {"exporter": f"torch.onnx.export ({kind}, torch {torch.__version__})",
+           "opset": opset, "dynamic_axes": {k: {str(a): n for a, n in v.items()} if isinstance(v, dict)
+                                              else list(v) for k, v in dynamic_axes.items()}}
+    if why:
+        rec["exporter_note"] = why
+    return rec
+
+
+def _legacy_cache(cache) -> tuple:
+    """((key, value) per layer) from a transformers cache object of any version
+    (4.36+ DynamicCache with to_legacy_cache, 4.5x key_cache/value_cache lists,
+    5.x `layers` with keys/values) or a legacy tuple."""
+    if hasattr(cache, "to_legacy_cache"):
+        return tuple(cache.to_legacy_cache())
+    if hasattr(cache, "layers"):
+        return tuple((layer.keys, layer.values) for layer in cache.layers)
+    if hasattr(cache, "key_cache"):
+        return tuple(zip(cache.key_cache, cache.value_cache))
+    return tuple(cache)
+
+
+def _cache_from_legacy(pkv: tuple):
+    """What the model's past_key_values takes: a DynamicCache filled layer by
+    layer (update() exists from transformers 4.36 to 5.x), or the tuple itself
+    where transformers has no cache classes."""
+    try:
+        from transformers import DynamicCache
+    except ImportError:
+        return pkv
+    c = DynamicCache()
+    for i, (k, v) in enumerate(pkv):
+        c.update(k, v, i)
+    return c
 
 
 def calibrate_batchnorm(model, size=(224, 224), batches: int = 2, batch_size: int = 4, call=None,
@@ -400,7 +450,7 @@ def tv_detector(arch: str, size: int, head_gain: float, **kwargs) -> Callable[[P
         x = torch.rand(3, size, size)
         rec = _export(Single(model), (x,), path, ["images"], ["boxes", "labels", "scores"],
                       {"images": {1: "height", 2: "width"}, "boxes": {0: "num_detections"},
-                       "labels": {0: "num_detections"}, "scores": {0: "num_detections"}})
+                       "labels": {0: "num_detections"}, "scores": {0: "num_detections"}}, prefer_torchscript=True)
         rec["recipe"] = (f"torchvision.models.detection.{arch}(weights=None, weights_backbone=None"
                          f"{''.join(f', {k}={v!r}' for k, v in kwargs.items())}), seed 0, backbone BatchNorm "
                          f"calibrated, classification head x{head_gain}; trace one 3x{size}x{size} image")
@@ -489,7 +539,7 @@ def hf_encoder(model_cls: str, config_cls: str, overrides: dict, inputs: tuple[s
         args = tuple(torch.from_numpy(feeds[n]) for n in inputs)
         axes = {n: {0: "batch_size", 1: "sequence_length"} for n in inputs}
         axes["last_hidden_state"] = {0: "batch_size", 1: "sequence_length"}
-        rec = _export(Wrap(model), args, path, inputs, ["last_hidden_state"], axes)
+        rec = _export(Wrap(model), args, path, inputs, ["last_hidden_state"], axes, prefer_torchscript=True)
         rec["recipe"] = f"transformers.{model_cls}({config_cls}({_kw(overrides)})), seed 0; trace {batch}x{seq}"
         return rec
 
@@ -541,7 +591,7 @@ def hf_vision_encoder(model_cls: str, config_cls: str, overrides: dict, size: in
         x = torch.rand(2, 3, size, size)
         rec = _export(Wrap(model), (x,), path, ["pixel_values"], ["last_hidden_state"],
                       {"pixel_values": {0: "batch_size", 1: "num_channels", 2: "height", 3: "width"},
-                       "last_hidden_state": {0: "batch_size", 1: "sequence_length"}})
+                       "last_hidden_state": {0: "batch_size", 1: "sequence_length"}}, prefer_torchscript=True)
         rec["recipe"] = f"transformers.{model_cls}({config_cls}({_kw(overrides)})), seed 0; trace 2x3x{size}x{size}"
         return rec
 
@@ -570,7 +620,7 @@ def hf_whisper_encoder(overrides: dict, frames: int) -> Callable[[Path], dict]:
         x = torch.randn(2, config.num_mel_bins, frames)
         rec = _export(Wrap(model), (x,), path, ["input_features"], ["last_hidden_state"],
                       {"input_features": {0: "batch_size", 1: "feature_size", 2: "encoder_sequence_length"},
-                       "last_hidden_state": {0: "batch_size", 1: "encoder_sequence_length / 2"}})
+                       "last_hidden_state": {0: "batch_size", 1: "encoder_sequence_length / 2"}}, prefer_torchscript=True)
         rec["recipe"] = f"transformers.WhisperModel(WhisperConfig({_kw(overrides)})).get_encoder(), seed 0; " \
                         f"trace 2x{config.num_mel_bins}x{frames}"
         return rec
@@ -604,7 +654,7 @@ def hf_t5_encoder(overrides: dict) -> Callable[[Path], dict]:
                 "attention_mask": {0: "batch_size", 1: "encoder_sequence_length"},
                 "last_hidden_state": {0: "batch_size", 1: "encoder_sequence_length"}}
         rec = _export(Wrap(model), (torch.from_numpy(feeds["input_ids"]), torch.from_numpy(feeds["attention_mask"])),
-                      path, ["input_ids", "attention_mask"], ["last_hidden_state"], axes)
+                      path, ["input_ids", "attention_mask"], ["last_hidden_state"], axes, prefer_torchscript=True)
         rec["recipe"] = f"transformers.T5EncoderModel(T5Config({_kw(overrides)})), seed 0; trace 2x16"
         return rec
 
@@ -630,9 +680,7 @@ def hf_decoder(model_cls: str, config_cls: str, overrides: dict, position_ids: b
         # The cache layout from the model itself (one forward without a past): [batch, kv_heads, seq, head_dim].
         with torch.no_grad():
             probe = model(input_ids=torch.zeros(1, 2, dtype=torch.int64), use_cache=True, return_dict=True)
-        present0 = probe.past_key_values
-        if hasattr(present0, "to_legacy_cache"):
-            present0 = present0.to_legacy_cache()
+        present0 = _legacy_cache(probe.past_key_values)
         n_layers = len(present0)
         if present0[0][0].dim() != 4 or present0[0][0].shape[2] != 2:
             raise RuntimeError(f"{model_cls}: cache layout {list(present0[0][0].shape)} is not "
@@ -648,11 +696,9 @@ def hf_decoder(model_cls: str, config_cls: str, overrides: dict, position_ids: b
             def forward(self, *args):
                 kw = dict(zip(names_in, args[:len(names_in)]))
                 flat = args[len(names_in):]
-                pkv = tuple((flat[2 * i], flat[2 * i + 1]) for i in range(n_layers))
+                pkv = _cache_from_legacy(tuple((flat[2 * i], flat[2 * i + 1]) for i in range(n_layers)))
                 out = self.inner(**kw, past_key_values=pkv, use_cache=True, return_dict=True)
-                present = out.past_key_values
-                if hasattr(present, "to_legacy_cache"):
-                    present = present.to_legacy_cache()
+                present = _legacy_cache(out.past_key_values)
                 return (out.logits, *[t for kv in present for t in kv])
 
         specs = [(n, "tensor(int64)", ["batch_size", "sequence_length"]) for n in names_in]
@@ -671,7 +717,7 @@ def hf_decoder(model_cls: str, config_cls: str, overrides: dict, position_ids: b
             axes[n] = {0: "batch_size", 2: "past_sequence_length"}
         for n in present_names:
             axes[n] = {0: "batch_size", 2: "past_sequence_length + sequence_length"}
-        rec = _export(Wrap(model), args, path, names_in + pkv_names, ["logits"] + present_names, axes)
+        rec = _export(Wrap(model), args, path, names_in + pkv_names, ["logits"] + present_names, axes, prefer_torchscript=True)
         rec["recipe"] = f"transformers.{model_cls}({config_cls}({_kw(overrides)})), seed 0; " \
                         f"trace {batch}x1 new token after {past} cached"
         return rec
