@@ -43,6 +43,7 @@ const ParserRegistry& parsers() {
     register_spatial_parsers(reg);
     register_deform_conv_parsers(reg);
     register_tfidf_parsers(reg);
+    register_dynamic_quantize_lstm_parsers(reg);
     return reg;
   }();
   return r;

@@ -85,5 +85,6 @@ void register_signal_parsers(ParserRegistry&);
 void register_spatial_parsers(ParserRegistry&);
 void register_deform_conv_parsers(ParserRegistry&);
 void register_tfidf_parsers(ParserRegistry&);
+void register_dynamic_quantize_lstm_parsers(ParserRegistry&);  // com.microsoft
 
 }  // namespace kiln::onnx_import

@@ -1,7 +1,8 @@
 // Helpers shared by the quantization operator files (quantize.cpp,
-// qlinear.cpp): reading scales and zero points of any quantized or float
-// dtype as float, the saturation range of each quantized integer type, and
-// writing a rounded value into a quantized output.
+// qlinear.cpp, dynamic_quantize_lstm.cpp): reading scales and zero points of
+// any quantized or float dtype as float, the saturation range of each
+// quantized integer type, writing a rounded value into a quantized output, and
+// DynamicQuantizeLinear's data-chosen uint8 parameters.
 #pragma once
 #include <algorithm>
 #include <cmath>
@@ -69,6 +70,35 @@ inline void store_quant_int(Tensor& out, int64_t i, double v) {
 inline double round_saturate(double v, double lo, double hi, double nan_value = 0) {
   if (std::isnan(v)) return nan_value;
   return std::clamp(std::nearbyint(v), lo, hi);  // default rounding mode: half to even
+}
+
+/// uint8 scale and zero point chosen from data (ONNX DynamicQuantizeLinear-11,
+/// also ONNX Runtime's dynamic quantization of float GEMM inputs).
+struct DynamicU8Params {
+  float scale = 1.0f;
+  float zero_point = 0;  ///< an integer in [0, 255]
+};
+
+/// The range [min(x, 0), max(x, 0)] of n floats (NaN ignored) mapped onto
+/// [0, 255]: scale = (max - min) / 255 (1/255 for an all-zero range), zero
+/// point = saturate(round_half_even(-min / scale)), in float32.
+inline DynamicU8Params dynamic_u8_params(const float* x, int64_t n) {
+  float mn = 0.0f, mx = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(x[i])) continue;
+    mn = std::min(mn, x[i]);
+    mx = std::max(mx, x[i]);
+  }
+  DynamicU8Params p;
+  p.scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
+  p.zero_point = static_cast<float>(round_saturate(0.0f - mn / p.scale, 0, 255));
+  return p;
+}
+
+/// saturate(round_half_even(v / scale) + zero_point) to uint8; NaN gives the zero point.
+inline uint8_t quantize_u8(float v, const DynamicU8Params& p) {
+  if (std::isnan(v)) return static_cast<uint8_t>(p.zero_point);
+  return static_cast<uint8_t>(round_saturate(std::nearbyint(v / p.scale) + p.zero_point, 0, 255));
 }
 
 /// float32 -> bits of a 16-bit float output (f16 / bf16) or the float itself.

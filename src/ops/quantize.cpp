@@ -222,18 +222,11 @@ void dynamic_quantize_kernel(KernelContext& ctx) {
   const Tensor& x = ctx.in(0);
   if (x.dtype() != DType::f32) unsupported_dtype(ctx.node, x.dtype(), "input 0 (x)");
   const float* src = x.data<float>();
-  float mn = 0.0f, mx = 0.0f;
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    if (std::isnan(src[i])) continue;
-    mn = std::min(mn, src[i]);
-    mx = std::max(mx, src[i]);
-  }
-  const float scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
-  const float zp = static_cast<float>(round_saturate(0.0f - mn / scale, 0, 255));
+  const DynamicU8Params p = dynamic_u8_params(src, x.numel());
   Tensor& y = ctx.output(0, DType::u8, x.shape());
   uint8_t* dst = y.data<uint8_t>();
-  for (int64_t i = 0; i < x.numel(); ++i)
-    dst[i] = static_cast<uint8_t>(std::isnan(src[i]) ? zp : round_saturate(std::nearbyint(src[i] / scale) + zp, 0, 255));
+  for (int64_t i = 0; i < x.numel(); ++i) dst[i] = quantize_u8(src[i], p);
+  const float scale = p.scale, zp = p.zero_point;
   if (ctx.num_outputs() > 1) ctx.output(1, DType::f32, {}).data<float>()[0] = scale;
   if (ctx.num_outputs() > 2) ctx.output(2, DType::u8, {}).data<uint8_t>()[0] = static_cast<uint8_t>(zp);
 }

@@ -22,11 +22,11 @@
 // - LSTM input_forget = 1 couples the gates: f = 1 - i.
 // float32 and float64.
 #include <algorithm>
-#include <cctype>
 #include <cmath>
 #include <cstring>
 
 #include "ops/gemm_kernel.h"
+#include "ops/rnn_activation.h"
 #include "ops/util.h"
 
 namespace kiln::ops {
@@ -46,98 +46,17 @@ int64_t num_gates(Cell c) { return c == Cell::rnn ? 1 : c == Cell::gru ? 3 : 4; 
 /// Activation functions per direction: RNN 1, GRU 2, LSTM 3.
 size_t acts_per_dir(Cell c) { return c == Cell::rnn ? 1 : c == Cell::gru ? 2 : 3; }
 
-// ---------------------------------------------------------------- activations
-
-enum class ActFn { relu, tanh, sigmoid, affine, leaky_relu, thresholded_relu, scaled_tanh, hard_sigmoid, elu,
-                   softsign, softplus };
-
-/// One activation function with its alpha/beta (ONNX RNN "activations").
-struct Activation {
-  ActFn fn = ActFn::tanh;
-  double alpha = 0, beta = 0;
-
-  template <class T>
-  T operator()(T x) const {
-    switch (fn) {
-      case ActFn::relu: return x > T(0) ? x : T(0);
-      case ActFn::tanh: return std::tanh(x);
-      case ActFn::sigmoid: return T(1) / (T(1) + std::exp(-x));
-      case ActFn::affine: return T(alpha) * x + T(beta);
-      case ActFn::leaky_relu: return x >= T(0) ? x : T(alpha) * x;
-      case ActFn::thresholded_relu: return x > T(alpha) ? x : T(0);
-      case ActFn::scaled_tanh: return T(alpha) * std::tanh(T(beta) * x);
-      case ActFn::hard_sigmoid: return std::clamp(T(alpha) * x + T(beta), T(0), T(1));
-      case ActFn::elu: return x >= T(0) ? x : T(alpha) * (std::exp(x) - T(1));
-      case ActFn::softsign: return x / (T(1) + std::fabs(x));
-      case ActFn::softplus: return std::log1p(std::exp(x));
-    }
-    return x;
-  }
-};
-
-struct ActSpec {
-  const char* name;
-  ActFn fn;
-  bool uses_alpha, uses_beta;
-  double alpha, beta;  ///< defaults of the ONNX operator of the same name
-};
-
-constexpr ActSpec kActs[] = {
-    {"relu", ActFn::relu, false, false, 0, 0},
-    {"tanh", ActFn::tanh, false, false, 0, 0},
-    {"sigmoid", ActFn::sigmoid, false, false, 0, 0},
-    {"affine", ActFn::affine, true, true, 1.0, 0.0},
-    {"leakyrelu", ActFn::leaky_relu, true, false, 0.01, 0},
-    {"thresholdedrelu", ActFn::thresholded_relu, true, false, 1.0, 0},
-    {"scaledtanh", ActFn::scaled_tanh, true, true, 1.0, 1.0},
-    {"hardsigmoid", ActFn::hard_sigmoid, true, true, 0.2, 0.5},
-    {"elu", ActFn::elu, true, false, 1.0, 0},
-    {"softsign", ActFn::softsign, false, false, 0, 0},
-    {"softplus", ActFn::softplus, false, false, 0, 0},
-};
+/// Default activations of one direction.
+std::vector<std::string> default_activations(Cell c) {
+  if (c == Cell::rnn) return {"Tanh"};
+  if (c == Cell::gru) return {"Sigmoid", "Tanh"};
+  return {"Sigmoid", "Tanh", "Tanh"};
+}
 
 /// The node's activations for `dirs` directions (dirs * acts_per_dir entries),
-/// defaults filled in. Throws Error(unsupported) for an unknown name and
-/// Error(invalid_model) for a list of the wrong length.
-std::vector<Activation> read_activations(const ir::Node& n, Cell cell, int64_t dirs) {
-  const size_t per = acts_per_dir(cell);
-  std::vector<std::string> names;
-  if (n.has("activations")) {
-    names = std::get<std::vector<std::string>>(n.attrs.at("activations"));
-  } else {
-    names = cell == Cell::rnn ? std::vector<std::string>{"Tanh"}
-            : cell == Cell::gru ? std::vector<std::string>{"Sigmoid", "Tanh"}
-                                : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
-  }
-  if (names.size() == per && dirs == 2) {
-    const std::vector<std::string> one = names;
-    names.insert(names.end(), one.begin(), one.end());
-  }
-  if (names.size() != per * static_cast<size_t>(dirs))
-    fail(ErrorCode::invalid_model, "{}: 'activations' has {} entries, expected {} ({} per direction)", n.label(),
-         names.size(), per * static_cast<size_t>(dirs), per);
-  const std::vector<float> alphas = n.floats("activation_alpha"), betas = n.floats("activation_beta");
-  // One value per activation: positional (ONNX Runtime's reading); a shorter
-  // list is consumed in order by the functions that take the value.
-  const bool alpha_pos = alphas.size() == names.size(), beta_pos = betas.size() == names.size();
-  size_t ai = 0, bi = 0;
-  std::vector<Activation> out;
-  for (size_t k = 0; k < names.size(); ++k) {
-    const std::string& name = names[k];
-    std::string key;
-    for (char ch : name) key += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
-    const ActSpec* spec = nullptr;
-    for (auto& s : kActs)
-      if (key == s.name) spec = &s;
-    if (!spec) fail(ErrorCode::unsupported, "{}: activation '{}' is not supported", n.label(), name);
-    Activation a{spec->fn, spec->alpha, spec->beta};
-    if (spec->uses_alpha && alpha_pos) a.alpha = alphas[k];
-    else if (spec->uses_alpha && ai < alphas.size()) a.alpha = alphas[ai++];
-    if (spec->uses_beta && beta_pos) a.beta = betas[k];
-    else if (spec->uses_beta && bi < betas.size()) a.beta = betas[bi++];
-    out.push_back(a);
-  }
-  return out;
+/// defaults filled in; see read_activations in ops/rnn_activation.h.
+std::vector<Activation> read_cell_activations(const ir::Node& n, Cell cell, int64_t dirs) {
+  return read_activations(n, default_activations(cell), dirs, ActParams::positional_if_full);
 }
 
 // ---------------------------------------------------------------- attributes
@@ -186,7 +105,7 @@ ir::Dim dim_or_unknown(const std::optional<ir::Shape>& s, size_t i) {
 std::vector<OutType> infer_recurrent(const InferContext& ctx) {
   const ir::Node& n = ctx.node;
   const RnnAttrs a = read_attrs(n);
-  read_activations(n, a.cell, a.dirs);  // validates names and counts
+  read_cell_activations(n, a.cell, a.dirs);  // validates names and counts
   const size_t max_out = a.cell == Cell::lstm ? 3 : 2;
   if (ctx.num_outputs > max_out)
     fail(ErrorCode::invalid_model, "{}: has {} outputs, at most {}", n.label(), ctx.num_outputs, max_out);
@@ -428,7 +347,7 @@ bool wanted(const KernelContext& ctx, size_t i) {
 template <class T>
 void recurrent_typed(KernelContext& ctx, const RnnAttrs& a) {
   const Dims d = check_inputs(ctx, a);
-  const std::vector<Activation> acts = read_activations(ctx.node, a.cell, a.dirs);
+  const std::vector<Activation> acts = read_cell_activations(ctx.node, a.cell, a.dirs);
   const size_t per = acts_per_dir(a.cell);
   const DType dt = ctx.in(0).dtype();
   const std::vector<int64_t> state_shape = a.layout == 0 ? std::vector<int64_t>{d.dirs, d.batch, d.hidden}

@@ -84,6 +84,7 @@ const Registry& registry() {
     register_spatial(reg);
     register_deform_conv(reg);
     register_tfidf(reg);
+    register_dynamic_quantize_lstm(reg);
     return reg;
   }();
   return r;

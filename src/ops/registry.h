@@ -141,5 +141,6 @@ void register_signal(Registry&);
 void register_spatial(Registry&);
 void register_deform_conv(Registry&);
 void register_tfidf(Registry&);
+void register_dynamic_quantize_lstm(Registry&);  // com.microsoft
 
 }  // namespace kiln::ops

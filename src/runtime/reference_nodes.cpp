@@ -57,8 +57,9 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
     for (size_t i = s.first; i < s.first + s.count && s.device == "host"; ++i) host.at(i) = true;
   for (size_t i = 0; i < m.main.nodes.size(); ++i) {
     const ir::Node& n = m.main.nodes[i];
-    // Target kernels live in the target's own domain (kiln.cpu, kiln.cuda).
-    if (!(n.domain.empty() || n.domain == "ai.onnx") || free_op(n.op_type)) continue;
+    // Target kernels live in the target's own domain (kiln.cpu, kiln.cuda);
+    // every other domain (ONNX, com.microsoft, ...) runs on reference kernels.
+    if (n.domain.rfind("kiln.", 0) == 0 || free_op(n.op_type)) continue;
     ReferenceNode r;
     r.node = n.name.empty() ? fmt::format("{} #{}", n.op_type, i) : n.name;
     r.op = n.op_type;
@@ -81,7 +82,7 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
                                              elems)
                                : fmt::format("no {} kernel for {} with these operands", target, n.op_type);
     } else {
-      r.reason = fmt::format("no {} kernel for {}", target, n.op_type);
+      r.reason = fmt::format("no {} kernel for {}{}", target, n.domain.empty() ? "" : n.domain + ".", n.op_type);
     }
     if (host[i]) r.reason = "host segment (cuda host fallback): " + r.reason;
     out.push_back(std::move(r));

@@ -5,9 +5,10 @@
 namespace kiln::testing {
 
 std::vector<Tensor> run_op(const std::string& op_type, std::map<std::string, ir::AttrValue> attrs,
-                           std::vector<Tensor> inputs, size_t num_outputs, int opset) {
+                           std::vector<Tensor> inputs, size_t num_outputs, int opset, const std::string& domain) {
   ir::Node node;
   node.op_type = op_type;
+  node.domain = domain;
   node.name = "test_" + op_type;
   node.opset = opset;
   node.attrs = std::move(attrs);

@@ -45,11 +45,12 @@ inline void expect_tensor_near(const Tensor& t, const std::vector<int64_t>& shap
   for (size_t i = 0; i < want.size(); ++i) EXPECT_NEAR(t.data<float>()[i], want[i], tol) << i;
 }
 
-/// Runs op `op_type` (default domain, opset 21 unless given) on `inputs`
+/// Runs op `op_type` (default domain and opset 21 unless given) on `inputs`
 /// (an undefined Tensor = absent optional input). Also runs shape inference
 /// with the inputs as constants and checks that every output it predicts
 /// with a static shape matches the kernel's output shape and dtype.
 std::vector<Tensor> run_op(const std::string& op_type, std::map<std::string, ir::AttrValue> attrs,
-                           std::vector<Tensor> inputs, size_t num_outputs = 1, int opset = 21);
+                           std::vector<Tensor> inputs, size_t num_outputs = 1, int opset = 21,
+                           const std::string& domain = "");
 
 }  // namespace kiln::testing
