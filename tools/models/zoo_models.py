@@ -858,7 +858,9 @@ def _zoo() -> list[ZooModel]:
         wheel("ddddocr_common_old", "ddddocr", "1.6.1", "ddddocr/common_old.onnx",
               "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
               image_inputs([1, 1, 64, 256]),
-              note="quantized with ONNX Runtime contrib operators (com.microsoft DynamicQuantizeLSTM, ...)"),
+              note="dynamically quantized, with the ONNX Runtime contrib operator com.microsoft "
+                   "DynamicQuantizeLSTM; one-ulp Sigmoid differences avalanche through its quantized layers "
+                   "(tools/models/ort_ulp_sensitivity.py, docs/zoo.md)"),
         wheel("ddddocr_det", "ddddocr", "1.6.1", "ddddocr/common_det.onnx",
               "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6", image_inputs([1, 3, 416, 416])),
     ]
