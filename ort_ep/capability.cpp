@@ -25,6 +25,7 @@ const std::set<std::string> kReferenceOnlyHeavy = {
     "ConvTranspose", "ConvInteger", "MatMulInteger", "QLinearConv", "QLinearMatMul", "LSTM", "GRU", "RNN",
     "Einsum", "NonMaxSuppression", "RoiAlign", "GridSample", "DeformConv", "STFT", "DFT", "TopK",
     "Loop", "Scan", "TfIdfVectorizer", "LpPool", "MaxRoiPool", "MaxUnpool",
+    "DynamicQuantizeLSTM",  // com.microsoft
 };
 
 /// Element types kiln's importer takes from ORT tensors.

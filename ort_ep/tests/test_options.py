@@ -4,6 +4,7 @@ and a model with an operator kiln lacks runs with ORT's CPU EP taking that node.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import ep_models
@@ -88,5 +89,21 @@ def test_save_then_load_model_path_loads_without_compiling(lib, tmp_path, capfd)
     log = capfd.readouterr().err
     assert "(load_model_path; no compile" in log, log[-2000:]
     assert "compiled" not in log.replace("no compile", ""), log[-2000:]
+    for oname, got, want in zip(names, sess.run(None, feeds), refs):
+        assert_close(got, want, what=oname)
+
+
+def test_contrib_dynamic_quantize_lstm_stays_with_ort_unless_reference_nodes_claim(lib, tmp_path):
+    # com.microsoft DynamicQuantizeLSTM runs on kiln's reference kernels only: ORT's CPU EP keeps it by
+    # default; reference_nodes=claim hands it to kiln, whose result matches ORT's.
+    from small_models import dq_lstm_model
+
+    path = dq_lstm_model(tmp_path / "dq_lstm.onnx")
+    feeds = {"x": np.random.RandomState(3).uniform(-1, 1, (6, 1, 5)).astype(np.float32)}
+    names, refs = reference(path, feeds)
+    where = assignment(kiln_session(path, session_options("all")))
+    assert where.get("CPUExecutionProvider") == ["DynamicQuantizeLSTM"] and EP_NAME not in where, where
+    sess = kiln_session(path, session_options("all", options={"reference_nodes": "claim"}))
+    assert assignment(sess).get(EP_NAME) == ["DynamicQuantizeLSTM"], assignment(sess)
     for oname, got, want in zip(names, sess.run(None, feeds), refs):
         assert_close(got, want, what=oname)

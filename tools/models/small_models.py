@@ -1,7 +1,8 @@
 """Small ONNX models built with onnx.helper for kiln's tests and device
 scripts (no torch needed): a CNN whose input dims can be declared any way an
-exporter writes them, and a model whose runtime scalar input chooses between
-If branches that are valid for different input sizes."""
+exporter writes them, a model whose runtime scalar input chooses between
+If branches that are valid for different input sizes, and ONNX Runtime's
+contrib operator com.microsoft DynamicQuantizeLSTM."""
 
 from __future__ import annotations
 
@@ -78,3 +79,38 @@ def branch_model(path: Path) -> Path:
          helper.make_tensor_value_info("sr", TensorProto.INT64, [])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2])], [rate])
     return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def dq_lstm_model(path: Path, layout: int | None = None) -> Path:
+    """One com.microsoft DynamicQuantizeLSTM (opset 1): bidirectional, hidden 4,
+    int8 per-tensor weights, bias and initial states; x[seq, 1, 5] with a
+    symbolic seq -> y[seq, 2, 1, 4], y_h and y_c [2, 1, 4]. `layout` sets
+    that attribute (which only 0 is valid for)."""
+    rng = np.random.default_rng(7)
+    dirs, inp, hidden = 2, 5, 4
+    inits = {
+        "W": rng.integers(-127, 128, (dirs, inp, 4 * hidden)).astype(np.int8),
+        "R": rng.integers(-127, 128, (dirs, hidden, 4 * hidden)).astype(np.int8),
+        "B": rng.uniform(-0.5, 0.5, (dirs, 8 * hidden)).astype(np.float32),
+        "h0": rng.uniform(-1, 1, (dirs, 1, hidden)).astype(np.float32),
+        "c0": rng.uniform(-1, 1, (dirs, 1, hidden)).astype(np.float32),
+        "W_scale": np.array([0.004, 0.006], np.float32),
+        "W_zp": np.zeros(dirs, np.int8),
+        "R_scale": np.array([0.005, 0.003], np.float32),
+        "R_zp": np.zeros(dirs, np.int8),
+    }
+    attrs = {"hidden_size": hidden, "direction": "bidirectional"}
+    if layout is not None:
+        attrs["layout"] = layout
+    node = helper.make_node("DynamicQuantizeLSTM",
+                            ["x", "W", "R", "B", "", "h0", "c0", "", "W_scale", "W_zp", "R_scale", "R_zp"],
+                            ["y", "y_h", "y_c"], name="qlstm", domain="com.microsoft", **attrs)
+    f = TensorProto.FLOAT
+    graph = helper.make_graph(
+        [node], "dq_lstm", [helper.make_tensor_value_info("x", f, ["seq", 1, inp])],
+        [helper.make_tensor_value_info("y", f, ["seq", dirs, 1, hidden]),
+         helper.make_tensor_value_info("y_h", f, [dirs, 1, hidden]),
+         helper.make_tensor_value_info("y_c", f, [dirs, 1, hidden])],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()])
+    return save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17),
+                                                        helper.make_opsetid("com.microsoft", 1)]), path)
