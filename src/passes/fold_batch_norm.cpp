@@ -27,6 +27,28 @@ ir::ValueId add_const(ir::Model& m, const std::string& name, Tensor t) {
   return m.add_value(std::move(v));
 }
 
+}  // namespace
+
+bool batch_norm_affine(const ir::Model& m, const ir::Node& bn, int64_t channels, std::vector<float>& s,
+                       std::vector<float>& t) {
+  if (bn.inputs.size() != 5) return false;
+  const Tensor *scale = f32_const(m, bn.inputs[1]), *bias = f32_const(m, bn.inputs[2]),
+               *mean = f32_const(m, bn.inputs[3]), *var = f32_const(m, bn.inputs[4]);
+  if (!scale || !bias || !mean || !var) return false;
+  for (const Tensor* x : {scale, bias, mean, var})
+    if (x->numel() != channels) return false;
+  float eps = bn.f("epsilon", 1e-5f);
+  s.resize(static_cast<size_t>(channels));
+  t.resize(static_cast<size_t>(channels));
+  for (int64_t c = 0; c < channels; ++c) {
+    s[c] = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
+    t[c] = bias->data<float>()[c] - s[c] * mean->data<float>()[c];
+  }
+  return true;
+}
+
+namespace {
+
 class BnFolder {
  public:
   BnFolder(ir::Model& m, ir::Graph& g) : m_(m), g_(g) {}
@@ -64,21 +86,8 @@ class BnFolder {
   }
 
  private:
-  /// Per-channel s and t with BN(y) = s*y + t, or false.
   bool affine(const ir::Node& bn, int64_t channels, std::vector<float>& s, std::vector<float>& t) {
-    const Tensor *scale = f32_const(m_, bn.inputs[1]), *bias = f32_const(m_, bn.inputs[2]),
-                 *mean = f32_const(m_, bn.inputs[3]), *var = f32_const(m_, bn.inputs[4]);
-    if (!scale || !bias || !mean || !var) return false;
-    for (const Tensor* x : {scale, bias, mean, var})
-      if (x->numel() != channels) return false;
-    float eps = bn.f("epsilon", 1e-5f);
-    s.resize(channels);
-    t.resize(channels);
-    for (int64_t c = 0; c < channels; ++c) {
-      s[c] = scale->data<float>()[c] / std::sqrt(var->data<float>()[c] + eps);
-      t[c] = bias->data<float>()[c] - s[c] * mean->data<float>()[c];
-    }
-    return true;
+    return batch_norm_affine(m_, bn, channels, s, t);
   }
 
   bool fold(ir::Node& p, const ir::Node& bn) {

@@ -65,6 +65,14 @@ int eliminate_dead_code(ir::Model& m);
 /// run on the device) get slots too, live for the whole node (a branch's
 /// values never share memory with each other or with the node's inputs and
 /// outputs). Off: subgraph values are the host executor's (ONNX If / Loop).
+/// A main-graph node with attribute "in_place_offsets" (ints, one per input:
+/// the byte offset of input i's data inside output 0; the cpu target's Concat)
+/// may have its inputs placed inside its output: where the inputs of later
+/// such nodes agree (DenseNet's growing concatenations), a whole chain of
+/// them shares one region, live from its first producer to its last reader.
+/// A value placed so keeps its exact size; the node must copy the inputs
+/// that are not where it expects them (the plan cannot place every input:
+/// constants, graph inputs, one value wanted at two places).
 ir::MemoryPlan plan_memory(const ir::Model& m, bool lowered_bodies = false);
 
 /// Common subexpression elimination (main graph and subgraphs): constants of
@@ -90,6 +98,13 @@ int simplify_algebra(ir::Model& m);
 /// output channel and the bias becomes s*(b - mean) + bias, s =
 /// scale/sqrt(var + epsilon). Returns the number of folded BatchNormalizations.
 int fold_batch_norm(ir::Model& m);
+
+/// The per-channel affine form of an inference BatchNormalization with
+/// constant f32 scale, bias, mean and var of `channels` elements each:
+/// BN(x) = s*x + t per channel, s = scale/sqrt(var + epsilon), t = bias -
+/// s*mean. False (s, t untouched) when an input is not such a constant.
+bool batch_norm_affine(const ir::Model& m, const ir::Node& bn, int64_t channels, std::vector<float>& s,
+                       std::vector<float>& t);
 
 /// Replaces the erf form of Gelu, 0.5 * x * (1 + Erf(x / sqrt 2)) in any
 /// association (x / sqrt 2 also as x * 0.7071...), by one Gelu node

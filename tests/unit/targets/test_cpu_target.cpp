@@ -309,6 +309,136 @@ TEST(CpuTarget, BatchNormalizationIsFoldedBeforeLowering) {
   expect_matches_ref(b, {{"x", filled({1, 16, 4, 4}, 17)}});
 }
 
+TEST(CpuTarget, BatchNormalizationBeforeItsConvRunsAsAFusedBinary) {
+  // BN -> Relu -> Conv (DenseNet's order): no Conv before the BN to fold it
+  // into; it becomes x * s + t per channel with the Relu fused, blocked like
+  // its neighbours (no reorder around it). 24 channels: a padded last block.
+  ModelBuilder b;
+  b.input("x", 1, {1, 24, 5, 5});
+  b.initializer("w0", {24, 24, 3, 3}, floats({24, 24, 3, 3}, 40));
+  b.initializer("s", {24}, floats({24}, 41));
+  b.initializer("bb", {24}, floats({24}, 42));
+  b.initializer("mean", {24}, floats({24}, 43));
+  std::vector<float> var(24, 0.7f);
+  b.initializer("var", {24}, var);
+  b.initializer("w1", {16, 24, 1, 1}, floats({16, 24, 1, 1}, 44));
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w0"}, {"c0"}), "pads", {1, 1, 1, 1});
+  b.node("Add", {"c0", "x"}, {"r"});  // the conv's output has two readers: nothing folds the BN
+  b.node("BatchNormalization", {"r", "s", "bb", "mean", "var"}, {"bn"});
+  b.node("Relu", {"bn"}, {"a"});
+  b.node("Conv", {"a", "w1"}, {"c1"});
+  b.node("Add", {"c1", "c1"}, {"y"});
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "BatchNormalization", ""), 0);
+  EXPECT_EQ(count(cp.model, "Relu", ""), 0);
+  EXPECT_EQ(count(cp.model, "Eltwise"), 0);  // the Relu is a post-op of the BN's Binary
+  // x in and y out only: the BN's Binary reads and writes the blocked layout.
+  EXPECT_EQ(count(cp.model, "Reorder"), 2);
+  expect_matches_ref(b, {{"x", filled({1, 24, 5, 5}, 45)}});
+}
+
+/// For each kiln.cpu Concat marked in place, the number of its inputs the
+/// memory plan put where the concat expects them (inside its output).
+std::vector<int> inputs_in_place(const artifact::CompiledProgram& cp) {
+  std::vector<int> out;
+  for (auto& n : cp.model.main.nodes) {
+    if (n.op_type != "Concat" || n.domain != "kiln.cpu" || !n.has("in_place_offsets")) continue;
+    auto offs = n.ints("in_place_offsets");
+    int64_t y = cp.plan.offsets.at(n.outputs[0]);
+    int k = 0;
+    for (size_t i = 0; i < n.inputs.size(); ++i)
+      k += y >= 0 && cp.plan.offsets.at(n.inputs[i]) == y + offs.at(i);
+    out.push_back(k);
+  }
+  return out;
+}
+
+/// floats() scaled by 1/sqrt(fan-in) (dims 1..): convolution weights that
+/// keep activations near 1, as trained ones do (so the comparison with ref
+/// measures the kernels, not the rounding of huge cancelling sums).
+std::vector<float> weights(std::vector<int64_t> shape, uint32_t seed) {
+  auto w = floats(shape, seed);
+  double fan_in = 1;
+  for (size_t i = 1; i < shape.size(); ++i) fan_in *= static_cast<double>(shape[i]);
+  for (auto& v : w) v = static_cast<float>(v / std::sqrt(fan_in));
+  return w;
+}
+
+/// A DenseNet block: every layer reads the concatenation of all earlier
+/// feature maps through BN -> Relu -> Conv; the block ends with one more.
+ModelBuilder dense_block(int64_t batch) {
+  ModelBuilder b;
+  b.input("x", 1, {batch, 16, 6, 6});
+  b.initializer("w0", {32, 16, 3, 3}, weights({32, 16, 3, 3}, 50));
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w0"}, {"f0"}), "pads", {1, 1, 1, 1});
+  std::vector<std::string> feats = {"f0"};
+  int64_t ch = 32;
+  for (int l = 1; l <= 3; ++l) {
+    std::string cat = feats.size() == 1 ? feats[0] : "cat" + std::to_string(l), L = std::to_string(l);
+    if (feats.size() > 1) ModelBuilder::attr_int(b.node("Concat", feats, {cat}), "axis", 1);
+    b.initializer("s" + L, {ch}, floats({ch}, 51 + l));
+    b.initializer("t" + L, {ch}, floats({ch}, 61 + l));
+    b.initializer("m" + L, {ch}, floats({ch}, 71 + l));
+    b.initializer("v" + L, {ch}, std::vector<float>(static_cast<size_t>(ch), 0.8f));
+    b.initializer("w" + L, {16, ch, 3, 3}, weights({16, ch, 3, 3}, 81 + l));
+    b.node("BatchNormalization", {cat, "s" + L, "t" + L, "m" + L, "v" + L}, {"bn" + L});
+    b.node("Relu", {"bn" + L}, {"r" + L});
+    ModelBuilder::attr_ints(b.node("Conv", {"r" + L, "w" + L}, {"f" + L}), "pads", {1, 1, 1, 1});
+    feats.push_back("f" + L);
+    ch += 16;
+  }
+  ModelBuilder::attr_int(b.node("Concat", feats, {"block"}), "axis", 1);
+  b.initializer("wt", {16, ch, 1, 1}, weights({16, ch, 1, 1}, 90));
+  b.node("Conv", {"block", "wt"}, {"y"});
+  b.output("y");
+  return b;
+}
+
+TEST(CpuTarget, DenseBlockConcatenationsAreProducedInPlace) {
+  auto cp = compile_for(dense_block(1), Target::cpu());
+  EXPECT_EQ(count(cp.model, "BatchNormalization", ""), 0);
+  // Each concat's inputs were written by their producers inside its output
+  // (the whole block shares one region): none is copied.
+  EXPECT_EQ(inputs_in_place(cp), (std::vector<int>{2, 3, 4}));
+  expect_matches_ref(dense_block(1), {{"x", filled({1, 16, 6, 6}, 91)}});
+  // Batch 2: a channel slice is no contiguous range; the concats copy.
+  auto cp2 = compile_for(dense_block(2), Target::cpu());
+  EXPECT_TRUE(inputs_in_place(cp2).empty());
+  expect_matches_ref(dense_block(2), {{"x", filled({2, 16, 6, 6}, 92)}});
+}
+
+TEST(CpuTarget, ConcatsOfInputsConstantsAndSharedProducersCopyWhatIsNotInPlace) {
+  // c feeds two concats at different places; the first concat also reads the
+  // graph input, the second a constant; the third concatenates a concat
+  // with one of its own parts (wanted at two places).
+  ModelBuilder b;
+  b.input("x", 1, {1, 16, 4, 4});
+  b.initializer("w", {16, 16, 3, 3}, floats({16, 16, 3, 3}, 100));
+  b.initializer("k", {1, 16, 4, 4}, floats({1, 16, 4, 4}, 101));
+  b.initializer("w1", {8, 32, 1, 1}, floats({8, 32, 1, 1}, 102));
+  b.initializer("w2", {8, 32, 1, 1}, floats({8, 32, 1, 1}, 103));
+  b.initializer("w3", {8, 48, 1, 1}, floats({8, 48, 1, 1}, 104));
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w"}, {"c"}), "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_int(b.node("Concat", {"x", "c"}, {"cat_a"}), "axis", 1);
+  ModelBuilder::attr_int(b.node("Concat", {"c", "k"}, {"cat_b"}), "axis", 1);
+  ModelBuilder::attr_int(b.node("Concat", {"cat_a", "x"}, {"cat_c"}), "axis", 1);
+  b.node("Conv", {"cat_a", "w1"}, {"y1"});
+  b.node("Conv", {"cat_b", "w2"}, {"y2"});
+  b.node("Conv", {"cat_c", "w3"}, {"y3"});
+  b.output("y1");
+  b.output("y2");
+  b.output("y3");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "Concat"), 3);
+  auto placed = inputs_in_place(cp);
+  ASSERT_EQ(placed.size(), 3u);
+  // cat_a: x's blocked copy and c in place. cat_b: c lives in cat_a and the
+  // constant is copied. cat_c: cat_a in place, x copied (it lives in cat_a).
+  EXPECT_EQ(placed, (std::vector<int>{2, 0, 1}));
+  expect_matches_ref(b, {{"x", filled({1, 16, 4, 4}, 105)}});
+}
+
 TEST(CpuTarget, LayerNormSoftmaxAndAttentionMask) {
   // BERT-like: LayerNorm(x) -> MatMul W -> scale 1/8 -> + mask -> Softmax.
   ModelBuilder b;

@@ -27,6 +27,10 @@ bool flexible(const ir::Node& n) {
          is_cpu(n, "Resample");
 }
 
+/// A computed broadcast operand up to this size is reordered to the blocked
+/// layout for its reader (a [1,C,1,1] scale of up to 16K channels).
+constexpr size_t kSmallOperandBytes = 64 << 10;
+
 bool is_slice(const ir::Node& n) { return is_cpu(n, "Reorder") && n.has("slice_axis"); }
 
 class Layouts {
@@ -92,6 +96,10 @@ class Layouts {
     if (auto it = blk_.find(v); it != blk_.end()) return it->second;
     auto d = *static_dims(m_, v);
     ir::ValueId b = new_blocked_value(v);
+    if (const Tensor* t = constant_of(m_, v)) {  // a constant is reordered now, not at every run
+      m_.value(b).constant = reorder_constant(*t, plain_md(dims_t(d.begin(), d.end())), blocked_of(v));
+      return b;
+    }
     g_.nodes.push_back(reorder(m_.value(v).name + "/to_blocked", v, plain_md(dims_t(d.begin(), d.end())), b, blocked_of(v)));
     return b;
   }
@@ -164,8 +172,13 @@ class Layouts {
         // A first convolution reads its few plain input channels directly.
         if (is_cpu(n, "Conv") && i == 0 && xd[1] <= 4 && !has_blocked(x)) want[k] = false;
       } else {
-        // A broadcast operand already blocked stays so when oneDNN accepts it.
-        want[k] = has_blocked(x) && rank_ok(x) && xd.size() == yd.size();
+        // A broadcast operand is blocked too when oneDNN accepts it: oneDNN
+        // 2.6's jit binary wants both sources in one layout (else its
+        // reference kernel runs). A constant (a per-channel scale) is
+        // blocked at compile time, a small computed one (a squeeze-excite
+        // scale) by a reorder that costs less than the reference kernel.
+        want[k] = rank_ok(x) && xd.size() == yd.size() &&
+                  (has_blocked(x) || constant_of(m_, x) || md_bytes(blocked_of(x)) <= kSmallOperandBytes);
       }
       md_t md = want[k] ? blocked_of(x) : full[k] ? plain_md(dims_t(xd.begin(), xd.end())) : md_attr(n, name);
       set_md_attr(b, name, md);

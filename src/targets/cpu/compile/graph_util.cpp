@@ -65,6 +65,14 @@ const Tensor* constant_of(const ir::Model& m, ir::ValueId v) {
   return c ? &*c : nullptr;
 }
 
+Tensor reorder_constant(const Tensor& t, const md_t& from, const md_t& to) {
+  Tensor out(DType::f32, {static_cast<int64_t>(md_bytes(to) / 4)});
+  dnnl::memory src = wrap(from, t.raw()), dst = wrap(to, out.raw());
+  dnnl::reorder(src, dst).execute(stream(), src, dst);
+  stream().wait();
+  return out;
+}
+
 ir::ValueId add_value(ir::Model& m, const std::string& name, DType dt, const std::vector<int64_t>& shape) {
   ir::Value v;
   v.name = name;

@@ -32,6 +32,7 @@ LowerFn lowering_of(const ir::Node& n) {
       {"Concat", lower_concat},
       {"Split", lower_split},
       {"Resize", lower_resize},
+      {"BatchNormalization", lower_batchnorm},
   };
   for (auto& [op, f] : table)
     if (op == n.op_type) return f;

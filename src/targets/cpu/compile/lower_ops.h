@@ -29,6 +29,9 @@ std::optional<std::vector<ir::Node>> lower_layernorm(ir::Model& m, const ir::Nod
 std::optional<std::vector<ir::Node>> lower_concat(ir::Model& m, const ir::Node& n);
 /// Split of a rank 3 to 5 f32 tensor -> one slice Reorder per part.
 std::optional<std::vector<ir::Node>> lower_split(ir::Model& m, const ir::Node& n);
+/// Inference BatchNormalization with constant statistics (rank 2 to 5) ->
+/// Binary x * s with a per-channel add of t (its affine form) as a post-op.
+std::optional<std::vector<ir::Node>> lower_batchnorm(ir::Model& m, const ir::Node& n);
 /// Resize (nearest, integer upscale) -> Resample.
 std::optional<std::vector<ir::Node>> lower_resize(ir::Model& m, const ir::Node& n);
 

@@ -27,10 +27,11 @@ struct LowerStats {
   int packed = 0;         ///< weight constants packed into a oneDNN layout
   int views_folded = 0;   ///< Transpose / Reshape nodes folded into matmul strides
   int restored = 0;       ///< tiny element-wise nodes given back to the reference kernels
+  int concats_in_place = 0;  ///< Concat nodes whose inputs may be produced in place
 };
 
 /// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
-/// assign_layouts, restore_small_elementwise, pack_weights, then dead-code
+/// assign_layouts, mark_concat_in_place, restore_small_elementwise, pack_weights, then dead-code
 /// elimination. Shapes must be inferred (infer_and_fold) before.
 /// How weights are laid out when a program is one of several sharing constants.
 struct LowerOptions {
@@ -83,6 +84,13 @@ int fold_matmul_views(ir::Model& m);
 /// `any_batch`: only where its weight layout also runs at other batch sizes.
 int assign_layouts(ir::Model& m, bool winograd = true, bool any_batch = false);
 
+/// Sets attribute "in_place_offsets" (byte offset of each input inside the
+/// output) on each kiln.cpu.Concat whose inputs are all contiguous ranges of
+/// its output in their own layouts (every dim before the axis 1; blocked
+/// parts on block boundaries), so that the memory plan may place the inputs
+/// there and the concat copies only the ones it did not. Returns the number marked.
+int mark_concat_in_place(ir::Model& m);
+
 /// Reorders each constant weight of Conv / MatMul into the layout its
 /// primitive wants (chosen by oneDNN for the final source/destination
 /// layouts) and stores that as a new constant. Returns the number packed.
@@ -119,6 +127,10 @@ std::optional<std::vector<int64_t>> static_dims(const ir::Model& m, ir::ValueId 
 bool is_static_f32(const ir::Model& m, ir::ValueId v);
 /// The constant data of v, or null.
 const Tensor* constant_of(const ir::Model& m, ir::ValueId v);
+/// The f32 data of t (laid out as `from`) reordered into layout `to` at
+/// compile time (oneDNN zero-fills the padding of a blocked layout): a tensor
+/// of shape [bytes of to / 4]. t must hold at least md_bytes(from) bytes.
+Tensor reorder_constant(const Tensor& t, const md_t& from, const md_t& to);
 /// Adds a value (name made unique by `suffix`) with a static shape.
 ir::ValueId add_value(ir::Model& m, const std::string& name, DType dt, const std::vector<int64_t>& shape);
 

@@ -65,10 +65,7 @@ class Packer {
     auto key = std::make_pair(w, md_to_ints(wmd));
     auto it = packed_.find(key);
     if (it == packed_.end()) {
-      Tensor out(DType::f32, {static_cast<int64_t>(md_bytes(wmd) / 4)});
-      dnnl::memory from = wrap(src, t->raw()), to = wrap(wmd, out.raw());
-      dnnl::reorder(from, to).execute(stream(), from, to);
-      stream().wait();
+      Tensor out = reorder_constant(*t, src, wmd);
       ir::ValueId id = add_value(m_, m_.value(w).name + "/packed", DType::f32, out.shape());
       m_.value(id).constant = out;
       it = packed_.emplace(key, id).first;

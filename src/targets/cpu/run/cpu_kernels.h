@@ -74,7 +74,10 @@ BoundKernel make_softmax(const ir::Node& n, const ir::Model& m);
 BoundKernel make_layernorm(const ir::Node& n, const ir::Model& m);
 BoundKernel make_reorder(const ir::Node& n, const ir::Model& m);
 BoundKernel make_resample(const ir::Node& n, const ir::Model& m);
-/// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst.
+/// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst, and
+/// [in_place_offsets] (mark_concat_in_place: every input a contiguous byte
+/// range of dst at that offset, in its own layout): then the kernel copies
+/// only the inputs the memory plan did not already place there (memcpy).
 BoundKernel make_concat(const ir::Node& n, const ir::Model& m);
 
 /// One memory argument of a primitive: node input `input` bound to oneDNN
