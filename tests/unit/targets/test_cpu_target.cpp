@@ -439,6 +439,39 @@ TEST(CpuTarget, ConcatsOfInputsConstantsAndSharedProducersCopyWhatIsNotInPlace) 
   expect_matches_ref(b, {{"x", filled({1, 16, 4, 4}, 105)}});
 }
 
+TEST(CpuTarget, GroupedConvolutionOfPartialBlocksRunsChannelsLast) {
+  // ResNeXt's grouped 3x3 conv (8 groups of 4 channels) between two dense
+  // convs: oneDNN has a jit kernel for it only in nhwc, so it runs there,
+  // reordered from and back to the blocked layout of its neighbours.
+  ModelBuilder b;
+  b.input("x", 1, {1, 16, 7, 7});
+  b.initializer("w0", {32, 16, 1, 1}, weights({32, 16, 1, 1}, 110));
+  b.initializer("wg", {32, 4, 3, 3}, weights({32, 4, 3, 3}, 111));
+  b.initializer("bg", {32}, floats({32}, 112));
+  b.initializer("w1", {16, 32, 1, 1}, weights({16, 32, 1, 1}, 113));
+  b.node("Conv", {"x", "w0"}, {"c0"});
+  auto& g = b.node("Conv", {"c0", "wg", "bg"}, {"cg"});
+  ModelBuilder::attr_ints(g, "pads", {1, 1, 1, 1});
+  ModelBuilder::attr_int(g, "group", 8);
+  b.node("Relu", {"cg"}, {"r"});
+  b.node("Conv", {"r", "w1"}, {"y"});
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "Conv"), 3);
+  int grouped = 0;
+  for (auto& n : cp.model.main.nodes) {
+    if (n.op_type != "Conv" || targets::cpu::md_attr(n, "md.wei").data.ndims != 5) continue;
+    ++grouped;
+    EXPECT_EQ(n.s("impl", "").rfind("jit", 0), 0u) << n.s("impl", "");
+    EXPECT_FALSE(targets::cpu::is_blocked(targets::cpu::md_attr(n, "md.src")));
+    EXPECT_EQ(targets::cpu::md_attr(n, "md.src").data.format_desc.blocking.strides[1], 1);  // channels innermost
+  }
+  EXPECT_EQ(grouped, 1);
+  // x to blocked, blocked to nhwc and back, y to plain.
+  EXPECT_EQ(count(cp.model, "Reorder"), 4);
+  expect_matches_ref(b, {{"x", filled({1, 16, 7, 7}, 114)}});
+}
+
 TEST(CpuTarget, LayerNormSoftmaxAndAttentionMask) {
   // BERT-like: LayerNorm(x) -> MatMul W -> scale 1/8 -> + mask -> Softmax.
   ModelBuilder b;
