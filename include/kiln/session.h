@@ -134,6 +134,39 @@ class Session {
   /// costs two clock reads per node; results are the same as run().
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, RunProfile* profile) const;
 
+  /// run() writing the outputs into host memory the caller owns: `outputs`
+  /// maps every graph output name to a tensor (typically Tensor::view of the
+  /// caller's buffer) of exactly the output's dtype and of exactly the shape
+  /// run(inputs) would return (output_shapes() tells it before the run where
+  /// it can be known). The buffers must not overlap the inputs or each other.
+  /// The results are the values run() returns. Where the outputs go:
+  ///  - cpu / ref: the node computing an output writes it into the caller's
+  ///    buffer; an output the program does not compute (a graph input or a
+  ///    constant passed through) is copied once;
+  ///  - cuda: the device-to-host copy of each output lands in the caller's
+  ///    buffer (an output computed by a host segment is copied once);
+  ///  - bucketed sessions: a request that runs on a program of exactly its
+  ///    sizes (the steady state: the bucket is held) writes as above; one that
+  ///    is padded into a larger bucket or split into row parts runs as run()
+  ///    and copies each sliced output once.
+  /// Throws Error(invalid_input) naming the output for a missing or unknown
+  /// output name or a dtype or shape other than the program's (checked before
+  /// the run where the shape is known, else when the output is computed:
+  /// then the caller's buffer is unchanged), and what run() throws.
+  void run_into(const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& outputs) const;
+
+  /// The shape of each graph output that run(inputs) returns, where it is
+  /// known before running: static outputs; dims whose symbol an input
+  /// carries (its size in `inputs`); for a bucketed session, the program of
+  /// the request's sizes when it is held (its shapes with the bucketed axes
+  /// at the request's sizes). An output absent from the map is known only
+  /// after the run (a data-dependent shape, a bucket not compiled yet).
+  /// `inputs` is read for shapes only, except value-guarded scalar inputs
+  /// (SessionOptions::dims kind value), whose values choose the program.
+  /// Compiles nothing and runs nothing. Throws Error(invalid_input) as
+  /// run() does for inputs whose sizes contradict each other.
+  std::map<std::string, std::vector<int64_t>> output_shapes(const std::map<std::string, Tensor>& inputs) const;
+
   /// cuda sessions only: runs on inputs already in the GPU's memory and
   /// writes the outputs to GPU memory the caller owns; nothing crosses the
   /// PCIe bus (device-to-device copies into and out of the program's own

@@ -10,6 +10,7 @@
 #include <string_view>
 #include <thread>
 
+#include "runtime/output_buffers.h"
 #include "runtime/program.h"
 #include "support/error.h"
 
@@ -225,6 +226,9 @@ class Program::Run {
   std::vector<Tensor> take_env() { return std::move(env_); }
 
   void bind(ir::ValueId id, Tensor t) { env_[id] = std::move(t); }
+  /// Caller-owned buffers of graph outputs (run_into), by value id: the node
+  /// computing one allocates it there when dtype and shape match.
+  void write_into(std::map<ir::ValueId, Tensor> buffers) { into_ = std::move(buffers); }
   Tensor& at(ir::ValueId id) { return env_[id]; }
 
   void main_graph(RunProfile* profile, const targets::ValueObserver* observe = nullptr) {
@@ -271,9 +275,12 @@ class Program::Run {
       ins.push_back(&env_[id]);
     }
     ops::KernelContext::Allocator alloc;
-    if (planned && arena_) {
+    if (planned && (arena_ || !into_.empty())) {
       alloc = [this, &n](size_t k, DType dt, const std::vector<int64_t>& shape) {
         ir::ValueId id = n.outputs[k];
+        if (auto it = into_.find(id); it != into_.end() && it->second.dtype() == dt && it->second.shape() == shape)
+          return it->second;
+        if (!arena_) return Tensor(dt, shape);
         size_t bytes = dtype_size(dt);
         for (auto d : shape) bytes *= static_cast<size_t>(d);
         if (id != ir::kNoValue && p_.cp_.plan.offsets[id] >= 0 && bytes <= p_.cp_.plan.sizes[id])
@@ -303,6 +310,7 @@ class Program::Run {
   const Program& p_;
   uint8_t* arena_;
   std::vector<Tensor> env_;
+  std::map<ir::ValueId, Tensor> into_;
 };
 
 void Program::HostSide::run(size_t first, size_t count, std::vector<Tensor>& env) const {
@@ -373,6 +381,39 @@ std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& 
   if (profile)
     profile->total_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   return out;
+}
+
+std::map<std::string, std::vector<int64_t>> Program::output_shapes(const std::map<std::string, Tensor>& inputs) const {
+  return known_output_shapes(outputs(), this->inputs(), shapes_of(inputs));
+}
+
+void Program::run_into(const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& outputs,
+                       int threads) const {
+  validate_inputs(inputs);
+  check_output_buffers(outputs, this->outputs(), output_shapes(inputs));
+  omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
+  if (device_) {
+    device_->run_into(inputs, outputs);
+    return;
+  }
+  auto arena = take_arena();
+  try {
+    Run r(*this, arena->data.get());
+    std::map<ir::ValueId, Tensor> buffers;
+    for (auto id : cp_.model.main.outputs) buffers.emplace(id, outputs.at(cp_.model.value(id).name));
+    r.write_into(std::move(buffers));
+    for (auto id : cp_.model.main.inputs) r.bind(id, inputs.at(cp_.model.value(id).name));
+    r.main_graph(nullptr);
+    // Outputs not computed in place (graph inputs or constants passed
+    // through, a symbolic shape the caller got wrong) are checked and copied.
+    std::map<std::string, Tensor> values;
+    for (auto id : cp_.model.main.outputs) values.emplace(cp_.model.value(id).name, r.at(id));
+    deliver_outputs(values, outputs);
+  } catch (...) {
+    give_back(std::move(arena));
+    throw;
+  }
+  give_back(std::move(arena));
 }
 
 }  // namespace kiln

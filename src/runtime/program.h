@@ -38,6 +38,15 @@ class Program {
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
                                     RunProfile* profile = nullptr) const;
 
+  /// See Session::run_into: the outputs are written into the caller's
+  /// tensors (checked first against the program's output types). Host
+  /// targets: each main-graph node computing an output allocates it in the
+  /// caller's buffer when dtype and shape match; the rest is copied once.
+  void run_into(const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& outputs,
+                int threads) const;
+  /// See Session::output_shapes (for this program alone).
+  std::map<std::string, std::vector<int64_t>> output_shapes(const std::map<std::string, Tensor>& inputs) const;
+
   /// run() for `kiln verify`: calls `observe` after every main-graph node
   /// for each output it wrote (targets::ValueObserver). Host targets run
   /// without the arena (every value in its own buffer, none reused); device

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "runtime/buckets.h"
+#include "runtime/output_buffers.h"
 #include "runtime/reference_nodes.h"
 #include "support/error.h"
 #include "support/hash.h"
@@ -355,6 +356,59 @@ void ProgramSet::run_device(const std::map<std::string, DeviceTensor>& inputs,
 std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor>& inputs, int threads,
                                               RunProfile* profile) const {
   if (set_.empty()) return programs_.front().program->run(inputs, threads, profile);
+  return run_bucketed(inputs, threads, profile, nullptr);
+}
+
+void ProgramSet::run_into(const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& outputs,
+                          int threads) const {
+  if (set_.empty()) return programs_.front().program->run_into(inputs, outputs, threads);
+  // Names and dtypes first: a padded or split request must not run for nothing.
+  check_output_buffers(outputs, outputs_, output_shapes(inputs));
+  auto values = run_bucketed(inputs, threads, nullptr, &outputs);
+  if (!values.empty()) deliver_outputs(values, outputs);
+}
+
+std::map<std::string, std::vector<int64_t>> ProgramSet::output_shapes(const std::map<std::string, Tensor>& inputs) const {
+  if (set_.empty()) return programs_.front().program->output_shapes(inputs);
+  const std::vector<int64_t> request = buckets::request_sizes(set_, inputs);
+  for (auto r : request)
+    if (r < 0) return {};  // an input missing: run() names it
+  const buckets::Choice c = buckets::choose(set_, request);
+  std::lock_guard<std::mutex> lock(mu_);
+  // Only a program held for exactly the choice is certain to be the one
+  // run() takes (pick()'s steady state); it is static in the bucketed dims.
+  for (auto& e : programs_) {
+    if (e.sizes != c.sizes) continue;
+    const ir::Model& m = e.model();
+    std::vector<TensorInfo> outs, ins;
+    for (auto id : m.main.outputs) outs.push_back(tensor_info(m.value(id)));
+    for (auto id : m.main.inputs) ins.push_back(tensor_info(m.value(id)));
+    // The program's input shapes: the request's, padded to the program's sizes.
+    auto shapes = shapes_of(inputs);
+    for (auto& io : set_.inputs) {
+      auto it = shapes.find(io.name);
+      if (it == shapes.end()) continue;
+      for (size_t a = 0; a < io.axes.size() && a < it->second.size(); ++a)
+        for (size_t k = 0; k < set_.dims.size(); ++k)
+          if (!io.axes[a].empty() && set_.dims[k].symbol == io.axes[a]) it->second[a] = c.sizes[k];
+    }
+    auto known = known_output_shapes(outs, ins, shapes);
+    // The bucketed axes come back sliced to the request (slice_outputs).
+    for (auto& io : set_.outputs) {
+      auto it = known.find(io.name);
+      if (it == known.end()) continue;
+      for (size_t a = 0; a < io.axes.size() && a < it->second.size(); ++a)
+        for (size_t k = 0; k < set_.dims.size(); ++k)
+          if (!io.axes[a].empty() && set_.dims[k].symbol == io.axes[a]) it->second[a] = request[k];
+    }
+    return known;
+  }
+  return {};
+}
+
+std::map<std::string, Tensor> ProgramSet::run_bucketed(const std::map<std::string, Tensor>& inputs, int threads,
+                                                       RunProfile* profile,
+                                                       const std::map<std::string, Tensor>* into) const {
   std::vector<int64_t> request = buckets::request_sizes(set_, inputs);
   int split = -1;
   std::vector<Part> parts = pick(inputs, request, split);
@@ -383,6 +437,14 @@ std::map<std::string, Tensor> ProgramSet::run(const std::map<std::string, Tensor
     if (q.sizes != want) buckets::slice_outputs(set_, out, want);
     return out;
   };
+  if (split < 0 && into && parts.front().sizes == request) {
+    const Part& q = parts.front();
+    Stopwatch sw;
+    q.program->run_into(inputs, *into, threads);
+    std::lock_guard<std::mutex> lock(mu_);
+    record_run(q.sizes, sw.ms());
+    return {};
+  }
   if (split < 0) return run_part(parts.front(), inputs, request);
   const auto k = static_cast<size_t>(split);
   std::vector<std::map<std::string, Tensor>> outs;

@@ -61,6 +61,13 @@ class ProgramSet {
   /// See Session::run; `profile` (may be null) times the nodes of the program that ran.
   std::map<std::string, Tensor> run(const std::map<std::string, Tensor>& inputs, int threads,
                                     RunProfile* profile = nullptr) const;
+  /// See Session::run_into: a request run on a program of exactly its sizes
+  /// writes into `outputs` (Program::run_into); a padded or split one runs as
+  /// run() and copies each output once.
+  void run_into(const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& outputs,
+                int threads) const;
+  /// See Session::output_shapes.
+  std::map<std::string, std::vector<int64_t>> output_shapes(const std::map<std::string, Tensor>& inputs) const;
   /// See Session::run_device (Error(invalid_option) for a bucketed set).
   void run_device(const std::map<std::string, DeviceTensor>& inputs,
                   const std::map<std::string, DeviceTensor>& outputs) const;
@@ -130,6 +137,10 @@ class ProgramSet {
   /// when the request's keep-mask `inputs` allow padding (mu_ held).
   void round_specialized(const std::map<std::string, Tensor>& inputs, const std::vector<int64_t>& request,
                          std::vector<int64_t>& sizes, int skip = -1) const;
+  /// run() and run_into() of a bucketed set: with `into`, a request whose
+  /// program has exactly its sizes is written there (returns no outputs).
+  std::map<std::string, Tensor> run_bucketed(const std::map<std::string, Tensor>& inputs, int threads,
+                                             RunProfile* profile, const std::map<std::string, Tensor>* into) const;
   /// Unbuilds the least recently used programs beyond max_loaded_ (mu_ held).
   void unload_least_recent() const;
 

@@ -59,6 +59,17 @@ std::map<std::string, Tensor> Session::run(const std::map<std::string, Tensor>& 
   return program_->run(inputs, 0, profile);
 }
 
+void Session::run_into(const std::map<std::string, Tensor>& inputs,
+                       const std::map<std::string, Tensor>& outputs) const {
+  if (!program_) fail(ErrorCode::internal, "run_into() on a moved-from Session");
+  program_->run_into(inputs, outputs, 0);
+}
+
+std::map<std::string, std::vector<int64_t>> Session::output_shapes(const std::map<std::string, Tensor>& inputs) const {
+  if (!program_) fail(ErrorCode::internal, "output_shapes() on a moved-from Session");
+  return program_->output_shapes(inputs);
+}
+
 void Session::run_device(const std::map<std::string, DeviceTensor>& inputs,
                          const std::map<std::string, DeviceTensor>& outputs) const {
   if (!program_) fail(ErrorCode::internal, "run_device() on a moved-from Session");

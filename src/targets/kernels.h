@@ -56,6 +56,11 @@ class DeviceProgram {
     (void)inputs, (void)observe;
     throw Error(ErrorCode::unsupported, "this device program cannot be run node by node with its values read back");
   }
+  /// run() writing every output into the caller's host tensor of its name
+  /// (Session::run_into; checked by the caller against the program's output
+  /// types): the device-to-host copies land there directly.
+  virtual void run_into(const std::map<std::string, Tensor>& inputs,
+                        const std::map<std::string, Tensor>& outputs) const = 0;
   /// Inputs and outputs in device memory (Session::run_device).
   virtual void run_device(const std::map<std::string, DeviceTensor>& inputs,
                           const std::map<std::string, DeviceTensor>& outputs) const = 0;

@@ -3,10 +3,12 @@
 #include "targets/host.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <functional>
 #include <future>
 #include <thread>
@@ -283,6 +285,11 @@ class CudaProgram final : public DeviceProgram {
     return run_host_io(inputs, nullptr, &observe);
   }
 
+  void run_into(const std::map<std::string, Tensor>& inputs,
+                const std::map<std::string, Tensor>& outputs) const override {
+    run_host_io(inputs, nullptr, nullptr, &outputs);
+  }
+
   void run_device(const std::map<std::string, DeviceTensor>& inputs,
                   const std::map<std::string, DeviceTensor>& outputs) const override {
     std::lock_guard<std::mutex> lock(mu_);
@@ -384,9 +391,12 @@ class CudaProgram final : public DeviceProgram {
     return exec;
   }
 
-  /// run() and run_observed(): inputs from and outputs to host memory.
+  /// run(), run_observed() and run_into(): inputs from and outputs to host
+  /// memory; with `into`, each output goes into the caller's tensor of its
+  /// name (the device-to-host copy lands there; nothing is returned).
   std::map<std::string, Tensor> run_host_io(const std::map<std::string, Tensor>& inputs, RunProfile* profile,
-                                            const ValueObserver* observe) const {
+                                            const ValueObserver* observe,
+                                            const std::map<std::string, Tensor>* into = nullptr) const {
     std::lock_guard<std::mutex> lock(mu_);
     const DriverApi& d = driver();
     use_device(device_);
@@ -400,6 +410,16 @@ class CudaProgram final : public DeviceProgram {
     run_phases(env, profile, observe);
     std::map<std::string, Tensor> out;
     for (auto& o : outputs_) {
+      if (into) {
+        const Tensor* hv = o.host ? &env.at(static_cast<size_t>(o.id)) : nullptr;  // computed by a host segment
+        Tensor dst = into_buffer(*into, o.name, hv ? hv->dtype() : o.dtype, hv ? hv->shape() : o.shape);
+        if (hv) {
+          if (dst.nbytes()) std::memcpy(dst.raw(), hv->raw(), dst.nbytes());
+        } else if (o.bytes) {
+          check(d.cuMemcpyDtoHAsync(dst.raw(), addr_[o.id], o.bytes, stream_), "cuMemcpyDtoHAsync (output)");
+        }
+        continue;
+      }
       if (o.host) {
         out[o.name] = env.at(static_cast<size_t>(o.id));
         continue;
@@ -410,6 +430,19 @@ class CudaProgram final : public DeviceProgram {
     }
     check(d.cuStreamSynchronize(stream_), "running the cuda program (cuStreamSynchronize)");
     return out;
+  }
+
+  /// The caller's tensor for output `name` (run_into), checked against
+  /// what the program computed (`dt`, `shape`). Throws Error(invalid_input)
+  /// naming the output.
+  static Tensor into_buffer(const std::map<std::string, Tensor>& into, const std::string& name, DType dt,
+                            const std::vector<int64_t>& shape) {
+    auto it = into.find(name);
+    if (it == into.end()) fail(ErrorCode::invalid_input, "run_into: output '{}' is missing", name);
+    if (it->second.dtype() != dt || it->second.shape() != shape)
+      fail(ErrorCode::invalid_input, "run_into: output '{}' is {}, the program produced {}[{}]", name,
+           it->second.describe(), dtype_name(dt), fmt::join(shape, ","));
+    return it->second;
   }
 
   /// Runs every phase in order on stream_ (host segments through host_,
