@@ -28,15 +28,25 @@ int64_t now_ns() {
       .count();
 }
 
-// Recognises kiln's own file names; anything else in the directory is not ours.
-std::optional<CacheFile> classify(const fs::path& path) {
+// Recognises kiln's own file names; anything else in the directory is not
+// ours. `partitions`: a file of the ort-partitions folder.
+std::optional<CacheFile> classify(const fs::path& path, bool partitions) {
   static const std::regex entry("([0-9a-f]{32})\\.kiln"), bad("([0-9a-f]{32})\\.kiln\\.bad"),
-      tmp("\\.([0-9a-f]{32})\\.kiln\\.tmp-([0-9]{1,9})-[0-9a-f]{8}"), lock("([0-9a-f]{32})\\.lock");
+      tmp("\\.([0-9a-f]{32})\\.kiln\\.tmp-([0-9]{1,9})-[0-9a-f]{8}"), lock("([0-9a-f]{32})\\.lock"),
+      part("([0-9a-f]{32})\\.onnx"), part_tmp("\\.([0-9a-f]{32})\\.onnx\\.tmp-([0-9]{1,9})-[0-9a-f]{8}");
   std::string name = path.filename().string();
   std::smatch m;
   CacheFile f;
   f.path = path;
-  if (std::regex_match(name, m, entry)) f.kind = FileKind::entry;
+  if (partitions) {
+    if (std::regex_match(name, m, part)) f.kind = FileKind::partition;
+    else if (std::regex_match(name, m, part_tmp)) {
+      f.kind = FileKind::temporary;
+      f.pid = std::stoi(m[2].str());
+    } else {
+      return std::nullopt;
+    }
+  } else if (std::regex_match(name, m, entry)) f.kind = FileKind::entry;
   else if (std::regex_match(name, m, bad)) f.kind = FileKind::quarantined;
   else if (std::regex_match(name, m, lock)) f.kind = FileKind::lock;
   else if (std::regex_match(name, m, tmp)) {
@@ -64,7 +74,10 @@ std::vector<CacheFile> scan_dir(const fs::path& dir) {
   std::vector<CacheFile> out;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec))
-    if (auto f = classify(it->path())) out.push_back(*f);
+    if (auto f = classify(it->path(), false)) out.push_back(*f);
+  ec.clear();
+  for (fs::directory_iterator it(dir / kPartitionDir, ec), end; !ec && it != end; it.increment(ec))
+    if (auto f = classify(it->path(), true)) out.push_back(*f);
   std::sort(out.begin(), out.end(), [](const CacheFile& a, const CacheFile& b) {
     return std::tie(a.kind, a.key, a.path) < std::tie(b.kind, b.key, b.path);
   });
@@ -142,7 +155,7 @@ void sweep(const fs::path& dir, GcReport& rep) {
 uint64_t stored_bytes(const std::vector<CacheFile>& files) {
   uint64_t n = 0;
   for (auto& f : files)
-    if (f.kind == FileKind::entry || f.kind == FileKind::quarantined) n += f.bytes;
+    if (f.kind == FileKind::entry || f.kind == FileKind::quarantined || f.kind == FileKind::partition) n += f.bytes;
   return n;
 }
 
@@ -157,10 +170,14 @@ GcReport gc(const fs::path& dir, uint64_t max_bytes, const std::string& keep_key
     if (max_bytes == 0 || rep.bytes_after <= max_bytes) return rep;
     std::vector<CacheFile> order;
     for (auto& f : files)
-      if (f.kind == FileKind::quarantined || (f.kind == FileKind::entry && f.key != keep_key)) order.push_back(f);
-    // Quarantined files first (never loaded), then least recently used.
+      if (f.kind == FileKind::quarantined || f.kind == FileKind::partition ||
+          (f.kind == FileKind::entry && f.key != keep_key))
+        order.push_back(f);
+    // Quarantined files first (never loaded), then entries and partitions,
+    // least recently used (written) first.
     std::stable_sort(order.begin(), order.end(), [](const CacheFile& a, const CacheFile& b) {
-      if (a.kind != b.kind) return a.kind == FileKind::quarantined;
+      const bool qa = a.kind == FileKind::quarantined, qb = b.kind == FileKind::quarantined;
+      if (qa != qb) return qa;
       return a.mtime_ns < b.mtime_ns;
     });
     for (auto& f : order) {
@@ -181,7 +198,9 @@ GcReport clear(const fs::path& dir) {
     auto files = scan_dir(dir);
     rep.bytes_before = stored_bytes(files);
     for (auto& f : files)
-      if ((f.kind == FileKind::entry || f.kind == FileKind::quarantined) && remove_file(f.path)) rep.removed.push_back(f);
+      if ((f.kind == FileKind::entry || f.kind == FileKind::quarantined || f.kind == FileKind::partition) &&
+          remove_file(f.path))
+        rep.removed.push_back(f);
     sweep(dir, rep);
     std::error_code ec;
     fs::remove_all(dir / "digests", ec);

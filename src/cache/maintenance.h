@@ -17,19 +17,27 @@ enum class FileKind {
   quarantined,  ///< "<key>.kiln.bad": a damaged entry moved aside
   temporary,    ///< ".<key>.kiln.tmp-<pid>-<hex>": a publish in progress, or left by a killed one
   lock,         ///< "<key>.lock"
+  /// "ort-partitions/<identity>.onnx": a partition of an ONNX Runtime graph
+  /// the kiln EP wrote for kiln to compile (ort_ep/, docs/ort_ep.md); the
+  /// EP writes it again when it is gone. Counted and evicted like entries.
+  partition,
 };
+
+/// The folder of a cache directory holding the kiln EP's partition models.
+inline constexpr const char* kPartitionDir = "ort-partitions";
 
 /// One file of the cache directory.
 struct CacheFile {
   FileKind kind = FileKind::entry;
-  std::string key;                 ///< 32 hex characters
+  std::string key;                 ///< 32 hex characters (a partition: its identity)
   std::filesystem::path path;
   uint64_t bytes = 0;
   int64_t mtime_ns = 0;            ///< for entries: the last use (touched on every hit)
   int pid = 0;                     ///< temporary files: the writer's process id
 };
 
-/// The kiln files of `dir`, sorted by kind then key; missing dir = none.
+/// The kiln files of `dir` and of its ort-partitions folder (partitions and
+/// their temporary files), sorted by kind then key; missing dir = none.
 /// Never throws for a file that vanishes while listing (another process's gc).
 std::vector<CacheFile> scan_dir(const std::filesystem::path& dir);
 
@@ -62,19 +70,21 @@ std::vector<VerifyResult> verify_entries(const std::filesystem::path& dir);
 struct GcReport {
   std::vector<CacheFile> removed;   ///< every file removed, in removal order
   std::vector<CacheFile> kept_busy; ///< temporary or lock files in use by a live process
-  uint64_t bytes_before = 0;        ///< entries + quarantined, before
-  uint64_t bytes_after = 0;         ///< entries + quarantined, after
+  uint64_t bytes_before = 0;        ///< entries + quarantined + partitions, before
+  uint64_t bytes_after = 0;         ///< entries + quarantined + partitions, after
   int memos_removed = 0;            ///< digest memos whose model is gone
 };
 
-/// Evicts until entries + quarantined files total at most `max_bytes`
-/// (0: no cap): quarantined files first, then entries by least recent use,
+/// Evicts until entries + quarantined files + partitions total at most
+/// `max_bytes` (0: no cap): quarantined files first, then entries (by
+/// least recent use) and partitions (by when they were written: kiln's
+/// digest memo keys on their mtime, so a reuse does not touch them), oldest first,
 /// never `keep_key` (the entry just published). Always removes stale
 /// temporary files, lock files no process holds and digest memos of models
 /// that no longer exist. Files that vanish meanwhile are skipped. Never throws.
 GcReport gc(const std::filesystem::path& dir, uint64_t max_bytes, const std::string& keep_key = "");
 
-/// Removes every entry and quarantined file, stale temporary files, unheld
+/// Removes every entry, quarantined file and partition, stale temporary files, unheld
 /// lock files and the digest memo; a publish or lock in progress is kept
 /// (reported in kept_busy). Never throws.
 GcReport clear(const std::filesystem::path& dir);

@@ -46,6 +46,7 @@ const char* kind_name(cache::FileKind k) {
     case cache::FileKind::quarantined: return "quarantined";
     case cache::FileKind::temporary: return "temporary";
     case cache::FileKind::lock: return "lock";
+    case cache::FileKind::partition: return "partition";
   }
   return "?";
 }
@@ -135,7 +136,7 @@ void ls(const CacheArgs& a, bool as_json) {
   for (auto& f : cache::scan_dir(dir))
     if (f.kind != cache::FileKind::entry) {
       others.push_back(file_json(f));
-      if (f.kind == cache::FileKind::quarantined) total += f.bytes;
+      if (f.kind == cache::FileKind::quarantined || f.kind == cache::FileKind::partition) total += f.bytes;
     }
   if (as_json) {
     print_json({{"cache_dir", dir.string()}, {"access", access_name(st.access)}, {"entries", list},

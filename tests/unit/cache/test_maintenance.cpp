@@ -190,6 +190,46 @@ TEST_F(Maint, ClearRemovesEntriesQuarantineMemosAndStaleFiles) {
   EXPECT_TRUE(cache::clear(dir / "none").removed.empty());
 }
 
+TEST_F(Maint, OrtEpPartitionModelsAreCountedEvictedAndCleared) {
+  // The kiln EP's partition models (ort_ep/ep.cpp): an old one and a new one,
+  // a temporary one left by a dead writer, and a file that is not kiln's.
+  fs::path parts = cache_dir / cache::kPartitionDir;
+  fs::create_directories(parts);
+  fs::path old_part = parts / (std::string(32, 'a') + ".onnx"), new_part = parts / (std::string(32, 'b') + ".onnx");
+  { std::ofstream(old_part) << std::string(5000, 'x'); }
+  { std::ofstream(new_part) << std::string(7000, 'y'); }
+  set_mtime_ago(old_part, 400);  // older than every entry
+  pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  ::waitpid(child, nullptr, 0);
+  fs::path dead = parts / fmt::format(".{}.onnx.tmp-{}-0badf00d", std::string(32, 'c'), child);
+  { std::ofstream(dead) << "partial"; }
+  { std::ofstream(parts / "notes.txt") << "mine"; }
+  int partitions = 0;
+  for (auto& f : cache::scan_dir(cache_dir))
+    if (f.kind == cache::FileKind::partition) {
+      ++partitions;
+      EXPECT_EQ(f.bytes, fs::file_size(f.path));
+    }
+  EXPECT_EQ(partitions, 2);
+  const uint64_t entries_bytes = size_of(0) + size_of(1) + size_of(2);
+  auto none = cache::gc(cache_dir, entries_bytes + 12000);
+  EXPECT_EQ(none.bytes_before, entries_bytes + 12000);
+  EXPECT_FALSE(fs::exists(dead));  // the dead writer's temporary file goes
+  ASSERT_EQ(none.removed.size(), 1u);
+  // Over the cap by one byte: the oldest file (the old partition) goes first.
+  auto rep = cache::gc(cache_dir, entries_bytes + 12000 - 1);
+  ASSERT_EQ(rep.removed.size(), 1u);
+  EXPECT_EQ(rep.removed[0].kind, cache::FileKind::partition);
+  EXPECT_EQ(rep.removed[0].path, old_part);
+  EXPECT_EQ(rep.bytes_after, entries_bytes + 7000);
+  EXPECT_TRUE(fs::exists(new_part));
+  auto cleared = cache::clear(cache_dir);
+  EXPECT_FALSE(fs::exists(new_part));
+  EXPECT_TRUE(fs::exists(parts / "notes.txt"));
+  EXPECT_EQ(cleared.bytes_after, 0u);
+}
+
 TEST_F(Maint, ExplainNamesTheFieldsOfTheNearestEntries) {
   SessionOptions o = opt;
   o.input_shapes["x"] = {5, 4};  // no entry has this shape
