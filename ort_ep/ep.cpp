@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <set>
 
 #include "artifact/artifact.h"
+#include "cache/maintenance.h"
 #include "epcontext.h"
 #include "kiln/compile.h"
 #include "ort_graph.h"
@@ -41,7 +43,7 @@ fs::path partition_model(const EpOptions& o, const OrtGraph* g, Partition& part)
   fs::path dir;
   std::string why;
   if (o.kiln.use_cache) {
-    dir = (o.kiln.cache_dir ? *o.kiln.cache_dir : default_cache_dir()) / "ort-partitions";
+    dir = (o.kiln.cache_dir ? *o.kiln.cache_dir : default_cache_dir()) / cache::kPartitionDir;
     if (!ensure_writable_dir(dir, &why)) dir.clear();
   }
   if (dir.empty()) dir = part.model_dir = make_temp_dir();
@@ -62,12 +64,26 @@ void fill_io(Partition& p, const OrtNode* fused) {
   std::set<std::string> takes;
   for (auto& t : p.session->inputs()) takes.insert(t.name);
   for (auto& n : p.input_names) p.input_used.push_back(takes.count(n) > 0);
-  std::set<std::string> gives;
-  for (auto& t : p.session->outputs()) gives.insert(t.name);
-  for (auto& n : p.output_names)
-    if (!gives.count(n))
+  std::map<std::string, TensorInfo> gives;
+  for (auto& t : p.session->outputs()) gives.emplace(t.name, t);
+  bool all_static = true;
+  for (auto& n : p.output_names) {
+    auto it = gives.find(n);
+    if (it == gives.end())
       fail(ErrorCode::invalid_model, "kiln partition '{}': the compiled program has no output '{}' that ONNX Runtime "
            "expects from it", p.fused_name, n);
+    p.output_dtypes[n] = it->second.dtype;
+    for (auto d : it->second.dims) all_static &= d >= 0;
+  }
+  // A static program of one shape: ORT's outputs can be allocated before
+  // every run without asking the session (a bucketed one may pad or
+  // specialise, so it is asked per run).
+  if (all_static && p.session->buckets().dims.empty())
+    for (auto& n : p.output_names) p.static_shapes[n] = gives.at(n).dims;
+  // KILN_ORT_EP_COPY_OUTPUTS=1: the copy path (kiln's outputs copied into
+  // ORT's after the run), for measuring what writing in place saves.
+  const char* copy = std::getenv("KILN_ORT_EP_COPY_OUTPUTS");
+  p.copy_outputs = copy && std::string(copy) == "1";
 }
 
 std::shared_ptr<Partition> compile_partition(KilnEp& ep, const OrtGraph* g, const OrtNode* fused, size_t count) {
@@ -151,8 +167,42 @@ OrtStatus* CreateState(OrtNodeComputeInfo* this_ptr, OrtNodeComputeContext* ctx,
   });
 }
 
-/// Runs one partition: ORT's input tensors are viewed (not copied), kiln's
-/// outputs copied into the tensors ORT allocates.
+/// ORT's input `i` of a partition viewed as a kiln Tensor (not copied).
+Tensor input_view(OrtKernelContext* kctx, size_t i) {
+  const OrtValue* v = nullptr;
+  check(ORT_API(KernelContext_GetInput)(kctx, i, &v), "KernelContext_GetInput");
+  OrtTensorTypeAndShapeInfo* info = nullptr;
+  check(ORT_API(GetTensorTypeAndShape)(v, &info), "GetTensorTypeAndShape");
+  ONNXTensorElementDataType et{};
+  size_t rank = 0;
+  OrtStatus* st = ORT_API(GetTensorElementType)(info, &et);
+  if (!st) st = ORT_API(GetDimensionsCount)(info, &rank);
+  std::vector<int64_t> dims(rank);
+  if (!st && rank) st = ORT_API(GetDimensions)(info, dims.data(), rank);
+  ORT_API(ReleaseTensorTypeAndShapeInfo)(info);
+  check(st, "reading an input's type");
+  void* data = nullptr;
+  check(ORT_API(GetTensorMutableData)(const_cast<OrtValue*>(v), &data), "GetTensorMutableData");
+  return Tensor::view(static_cast<DType>(et), std::move(dims), data, nullptr);
+}
+
+/// ORT's output `j` of a partition, allocated by ORT with `shape`, viewed as
+/// a kiln Tensor of `dtype`.
+Tensor output_view(OrtKernelContext* kctx, size_t j, DType dtype, const std::vector<int64_t>& shape) {
+  OrtValue* ov = nullptr;
+  check(ORT_API(KernelContext_GetOutput)(kctx, j, shape.data(), shape.size(), &ov), "KernelContext_GetOutput");
+  void* dst = nullptr;
+  check(ORT_API(GetTensorMutableData)(ov, &dst), "GetTensorMutableData");
+  return Tensor::view(dtype, shape, dst, nullptr);
+}
+
+/// Runs one partition: ORT's input tensors are viewed (not copied). When
+/// kiln can tell every output's shape before running (a static program, or
+/// the program of these shapes is held: Session::output_shapes), ORT
+/// allocates the outputs first and kiln writes into them (Session::run_into:
+/// no host copy of kiln's own, the cuda target's device-to-host copies land
+/// there); otherwise kiln's outputs are copied into the tensors ORT
+/// allocates after the run.
 OrtStatus* Compute(OrtNodeComputeInfo*, void* state, OrtKernelContext* kctx) {
   mark_callback("OrtNodeComputeInfo::Compute");
   return guarded([&] {
@@ -164,33 +214,26 @@ OrtStatus* Compute(OrtNodeComputeInfo*, void* state, OrtKernelContext* kctx) {
       fail(ErrorCode::internal, "kiln partition '{}': ORT passes {} inputs / {} outputs, kiln expects {} / {}",
            part.fused_name, nin, nout, part.input_names.size(), part.output_names.size());
     std::map<std::string, Tensor> feeds;
-    for (size_t i = 0; i < nin; ++i) {
-      if (!part.input_used[i]) continue;
-      const OrtValue* v = nullptr;
-      check(ORT_API(KernelContext_GetInput)(kctx, i, &v), "KernelContext_GetInput");
-      OrtTensorTypeAndShapeInfo* info = nullptr;
-      check(ORT_API(GetTensorTypeAndShape)(v, &info), "GetTensorTypeAndShape");
-      ONNXTensorElementDataType et{};
-      size_t rank = 0;
-      OrtStatus* st = ORT_API(GetTensorElementType)(info, &et);
-      if (!st) st = ORT_API(GetDimensionsCount)(info, &rank);
-      std::vector<int64_t> dims(rank);
-      if (!st && rank) st = ORT_API(GetDimensions)(info, dims.data(), rank);
-      ORT_API(ReleaseTensorTypeAndShapeInfo)(info);
-      check(st, "reading an input's type");
-      void* data = nullptr;
-      check(ORT_API(GetTensorMutableData)(const_cast<OrtValue*>(v), &data), "GetTensorMutableData");
-      feeds.emplace(part.input_names[i], Tensor::view(static_cast<DType>(et), dims, data, nullptr));
+    for (size_t i = 0; i < nin; ++i)
+      if (part.input_used[i]) feeds.emplace(part.input_names[i], input_view(kctx, i));
+    std::map<std::string, std::vector<int64_t>> shapes =
+        part.static_shapes.empty() ? part.session->output_shapes(feeds) : part.static_shapes;
+    bool known = true;
+    for (auto& n : part.output_names) known &= shapes.count(n) > 0;
+    if (known && !part.copy_outputs) {
+      std::map<std::string, Tensor> outs;
+      for (size_t j = 0; j < nout; ++j) {
+        const std::string& n = part.output_names[j];
+        outs.emplace(n, output_view(kctx, j, part.output_dtypes.at(n), shapes.at(n)));
+      }
+      part.session->run_into(feeds, outs);
+      return;
     }
     auto outs = part.session->run(feeds);
     for (size_t j = 0; j < nout; ++j) {
       const Tensor& t = outs.at(part.output_names[j]);
-      OrtValue* ov = nullptr;
-      check(ORT_API(KernelContext_GetOutput)(kctx, j, t.shape().data(), t.shape().size(), &ov),
-            "KernelContext_GetOutput");
-      void* dst = nullptr;
-      check(ORT_API(GetTensorMutableData)(ov, &dst), "GetTensorMutableData");
-      if (t.nbytes()) std::memcpy(dst, t.raw(), t.nbytes());
+      Tensor dst = output_view(kctx, j, t.dtype(), t.shape());
+      if (t.nbytes()) std::memcpy(dst.raw(), t.raw(), t.nbytes());
     }
   });
 }

@@ -1,6 +1,7 @@
 // The kiln OrtEp: one per ORT session that selected a kiln device.
 #pragma once
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -19,6 +20,11 @@ struct Partition {
   std::vector<std::string> input_names;   ///< the fused node's inputs, in kernel-context order
   std::vector<bool> input_used;           ///< whether the kiln program takes that input
   std::vector<std::string> output_names;  ///< the fused node's outputs, in order
+  std::map<std::string, DType> output_dtypes;  ///< each output's dtype in the program
+  /// Every output's shape when the program is static and not bucketed (else
+  /// empty: Compute asks Session::output_shapes per run).
+  std::map<std::string, std::vector<int64_t>> static_shapes;
+  bool copy_outputs = false;  ///< KILN_ORT_EP_COPY_OUTPUTS=1: always run() and copy (measurement aid)
   std::filesystem::path model;            ///< the partition's .onnx (kiln compiles it; specialisations later too)
   std::filesystem::path model_dir;        ///< a temporary folder holding it when there is no cache (removed at release)
   ~Partition();

@@ -146,7 +146,7 @@ EpOptions parse_options(const std::map<std::string, std::string>& entries, const
   if (auto it = kv.find("fallback"); it != kv.end()) {
     if (it->second != "host" && it->second != "error")
       fail(ErrorCode::invalid_option, "EP option 'fallback' = '{}': expected host or error", it->second);
-    o.fallback = it->second;
+    so.fallback = parse_fallback(it->second);
   }
   if (auto it = kv.find("reference_nodes"); it != kv.end()) {
     if (it->second != "claim" && it->second != "decline")
@@ -193,7 +193,7 @@ EpOptions parse_options(const std::map<std::string, std::string>& entries, const
 std::string options_digest_text(const EpOptions& o) {
   std::string s = fmt::format("target={};precision={};tuning={};fallback={}", o.kiln.target.name(),
                               precision_name(o.kiln.precision),
-                              o.kiln.tuning ? tuning_name(*o.kiln.tuning) : "default", o.fallback);
+                              o.kiln.tuning ? tuning_name(*o.kiln.tuning) : "default", fallback_name(o.kiln.fallback));
   for (auto& [n, d] : o.kiln.input_shapes) {
     s += ";shape:" + n + "=";
     for (auto v : d) s += std::to_string(v) + "x";

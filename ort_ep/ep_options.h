@@ -19,9 +19,8 @@ inline constexpr const char* kOptionPrefix = "ep.kilnexecutionprovider.";
 
 /// The EP's options, validated.
 struct EpOptions {
-  SessionOptions kiln;            ///< target, precision, tuning, cache_dir, shapes, dims
+  SessionOptions kiln;            ///< target, precision, tuning, fallback, cache_dir, shapes, dims
   bool precision_given = false;   ///< `precision` was set (else a loaded artifact's is taken)
-  std::string fallback = "host";  ///< nodes a device cannot run: "host" (run them on the CPU) or "error"
   bool claim_reference = false;   ///< `reference_nodes=claim`: also take nodes kiln runs on reference kernels
   std::optional<std::filesystem::path> load_model_path;  ///< a .kiln to load (never recompiled)
   std::optional<std::filesystem::path> save_model_path;  ///< where to write the compiled artifact

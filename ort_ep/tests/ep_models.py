@@ -81,3 +81,21 @@ def with_if(path):
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])])
     onnx.save(_model(g), str(path))
     return {"x": np.array([[1, 2], [3, 4]], dtype=np.float32)}
+
+
+def dynamic_batch_mlp(path):
+    """x[N,4] -> MatMul -> Add -> Relu -> y[N,3] and Sigmoid -> z[N,3]: the
+    batch is symbolic (kiln specialises a program per batch size seen)."""
+    rng = np.random.default_rng(4)
+    w = numpy_helper.from_array(rng.standard_normal((4, 3)).astype(np.float32), "w")
+    b = numpy_helper.from_array(rng.standard_normal(3).astype(np.float32), "b")
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["h"], name="mm"),
+        helper.make_node("Add", ["h", "b"], ["a"], name="add"),
+        helper.make_node("Relu", ["a"], ["y"], name="relu"),
+        helper.make_node("Sigmoid", ["a"], ["z"], name="sigmoid"),
+    ]
+    g = helper.make_graph(nodes, "mlp", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 3]),
+                           helper.make_tensor_value_info("z", TensorProto.FLOAT, ["N", 3])], [w, b])
+    onnx.save(_model(g), str(path))
