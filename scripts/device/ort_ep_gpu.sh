@@ -6,6 +6,9 @@
 # folder as python_gpu.sh ($KILN_PY_GPU_DIR, default .gpu/pygpu: the wheel
 # and debs/*.deb). Output: $OUT/ort_ep_gpu.json, $OUT/ort_ep_gpu.log.
 # Extra arguments go to ort_ep_gpu.py (e.g. --runs 200 --models resnet50).
+# KILN_ORT_EP_GPU_SCRIPT (a path from the repository root) runs another
+# script the same way, e.g. bench/ort_ep_io.py (the EP's output paths against
+# kiln's Session); its JSON is then $OUT/<script name>.json.
 set -uo pipefail
 T0=$(date +%s)
 DIR=${KILN_PY_GPU_DIR:-.gpu/pygpu}
@@ -32,7 +35,10 @@ ldd /tmp/kilnpy/kiln/lib/libkiln_ort_ep.so | grep "not found" && exit 1
 python3 -c "import onnxruntime, kiln.ort; print('onnxruntime', onnxruntime.__version__, 'plugin', kiln.ort.get_library_path())" || exit 1
 uname -r
 log "installed"
-PYTHONUNBUFFERED=1 timeout 540 python3 "$HERE/ort_ep_gpu.py" --out "$OUT/ort_ep_gpu.json" "$@" 2>&1 | tee "$OUT/ort_ep_gpu.log"
+SCRIPT=$HERE/ort_ep_gpu.py
+[ -n "${KILN_ORT_EP_GPU_SCRIPT:-}" ] && SCRIPT=$(cd "$HERE/../.." && pwd)/$KILN_ORT_EP_GPU_SCRIPT
+NAME=$(basename "$SCRIPT" .py)
+PYTHONUNBUFFERED=1 timeout 540 python3 "$SCRIPT" --out "$OUT/$NAME.json" "$@" 2>&1 | tee "$OUT/$NAME.log"
 rc=${PIPESTATUS[0]}
-log "ort_ep_gpu.py exit $rc"
+log "$NAME.py exit $rc"
 exit "$rc"
