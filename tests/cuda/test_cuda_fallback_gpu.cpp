@@ -1,7 +1,7 @@
 // Host fallback on a GPU (label `cuda`; SKIPPED without a device): cuda
 // programs with host segments (an Einsum in the middle, an If on a data
 // condition, a NonZero whose shape depends on the data) run and match the
-// ref target, through run(), run_device() where the outputs allow it, a
+// ref target, through run(), run_into(), run_device() where the outputs allow it, a
 // profiled run (the host segment is one entry) and an artifact file.
 #include <gtest/gtest.h>
 
@@ -54,7 +54,16 @@ void compare(const ModelBuilder& b, const std::vector<std::map<std::string, Tens
   b.save(dir / "m.onnx");
   Session ref(dir / "m.onnx", options(Target::ref()));
   Session gpu(dir / "m.onnx", options(Target::cuda()));
-  for (auto& in : inputs) expect_same(gpu.run(in), ref.run(in));
+  for (auto& in : inputs) {
+    auto want = ref.run(in);
+    expect_same(gpu.run(in), want);
+    // run_into: outputs of device segments (their device-to-host copies)
+    // and of host segments land in the caller's buffers.
+    std::map<std::string, Tensor> bufs;
+    for (auto& [name, w] : want) bufs.emplace(name, Tensor(w.dtype(), w.shape()));
+    gpu.run_into(in, bufs);
+    expect_same(bufs, want);
+  }
 }
 
 TEST(CudaFallbackGpu, EinsumInTheMiddleMatchesRef) {
@@ -72,6 +81,25 @@ TEST(CudaFallbackGpu, NonZeroOutputShapeFollowsTheData) {
   Tensor few = wave({16}, 0.f), all = wave({16}, 0.f);
   for (int i = 0; i < 16; ++i) all.data<float>()[i] = 1.f + static_cast<float>(i);
   compare(nonzero_model(), {{{"x", few}}, {{"x", all}}});
+}
+
+TEST(CudaFallbackGpu, RunIntoAWrongShapeForADataDependentOutputNamesIt) {
+  TempDir dir;
+  nonzero_model().save(dir / "n.onnx");
+  Session gpu(dir / "n.onnx", options(Target::cuda()));
+  std::map<std::string, Tensor> in{{"x", wave({16}, 0.f)}};
+  auto want = gpu.run(in);
+  ASSERT_EQ(want.size(), 1u);
+  const auto& [name, w] = *want.begin();
+  std::vector<int64_t> wrong = w.shape();
+  wrong.back() += 1;
+  try {
+    gpu.run_into(in, {{name, Tensor(w.dtype(), wrong)}});
+    FAIL() << "no error for a buffer of the wrong shape";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_input) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'" + name + "'"), std::string::npos) << e.what();
+  }
 }
 
 TEST(CudaFallbackGpu, ArtifactProfileAndDeviceRun) {

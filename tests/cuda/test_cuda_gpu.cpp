@@ -563,6 +563,29 @@ TEST(CudaGpu, RunDeviceGivesTheSameOutputsWithoutHostCopies) {
   }
 }
 
+TEST(CudaGpu, RunIntoWritesTheOutputsIntoTheCallersBuffers) {
+  TempDir dir;
+  conv_model().save(dir / "c.onnx");
+  Session gpu(dir / "c.onnx", options(Target::cuda()));
+  auto in = conv_inputs();
+  auto want = gpu.run(in);
+  std::map<std::string, Tensor> bufs;
+  for (auto& [name, w] : want) bufs.emplace(name, Tensor(w.dtype(), w.shape()));
+  auto shapes = gpu.output_shapes(in);
+  for (auto& [name, w] : want) EXPECT_EQ(shapes.at(name), w.shape()) << name;
+  for (int rep = 0; rep < 2; ++rep) {
+    gpu.run_into(in, bufs);
+    for (auto& [name, w] : want) expect_close(bufs.at(name), w, name, 0, 0);
+  }
+  try {
+    gpu.run_into(in, {{"y", Tensor(DType::f16, want.at("y").shape())}});
+    FAIL() << "no error for an f16 buffer";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_input) << e.what();
+    EXPECT_NE(std::string(e.what()).find("'y'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(CudaGpu, UnsupportedOperatorFailsAtCompileTimeNamingCuda) {
   TempDir dir;
   ModelBuilder b(17);
