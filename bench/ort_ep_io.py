@@ -16,7 +16,9 @@ alike; each round gives each a median of --runs runs; the figures are the
 medians over rounds, and the ratios are per round, then their median.
 
 Models: bench/make_gpu_models.py's (random weights, batch 1, BERT sequence
-128), exported into --work unless --model-dir holds NAME.onnx already.
+128), exported into --work unless --model-dir holds NAME.onnx already; and
+`io_bound`: x[1,128,768] -> Add 1 -> Relu -> y (BERT's last_hidden_state
+shape, almost no compute), where the output path is most of the time.
 
   # here (CPU device, fp32); kiln's Python module on PYTHONPATH, the EP
   # library from the build (a kiln wheel without the plugin is fine):
@@ -72,10 +74,25 @@ def ep_session(ort, path, devices, options, copy):
     return s, assigned
 
 
+def io_bound_model(path):
+    """x[1,128,768] fp32 -> Add 1 -> Relu -> y: BERT-base's output size, little compute."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    one = numpy_helper.from_array(np.ones((1,), np.float32), "one")
+    nodes = [helper.make_node("Add", ["x", "one"], ["a"]), helper.make_node("Relu", ["a"], ["y"])]
+    g = helper.make_graph(nodes, "io_bound", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 128, 768])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 128, 768])], [one])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    onnx.save(m, str(path))
+    return {"x": np.random.default_rng(0).standard_normal((1, 128, 768)).astype(np.float32)}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--device", choices=["gpu", "cpu"], default="gpu")
-    ap.add_argument("--models", nargs="+", default=["bert_base", "resnet50"])
+    ap.add_argument("--models", nargs="+", default=["bert_base", "resnet50", "io_bound"])
     ap.add_argument("--model-dir", default="", help="folder holding NAME.onnx (else exported into --work)")
     ap.add_argument("--work", default="/tmp/ort_ep_io")
     ap.add_argument("--runs", type=int, default=0, help="runs per round (default: 50 gpu, 10 cpu)")
@@ -95,6 +112,7 @@ def main() -> int:
         import kiln.ort
 
         lib = kiln.ort.get_library_path()
+    lib = Path(lib).resolve()  # ORT resolves a relative path against its own folder
     ort.register_execution_provider_library("kiln", str(lib))
     devices = [d for d in ort.get_ep_devices() if d.ep_name == "KilnExecutionProvider" and kind in str(d.device.type)]
     if not devices:
@@ -109,10 +127,14 @@ def main() -> int:
     import make_gpu_models as mgm
 
     for name in a.models:
-        path = Path(a.model_dir) / f"{name}.onnx" if a.model_dir else work / f"{name}.onnx"
-        if not path.exists():
-            mgm.export_model(name, 1, str(path))
-        feeds = mgm.make_inputs(name, 1)
+        if name == "io_bound":
+            path = work / "io_bound.onnx"
+            feeds = io_bound_model(path)
+        else:
+            path = Path(a.model_dir) / f"{name}.onnx" if a.model_dir else work / f"{name}.onnx"
+            if not path.exists():
+                mgm.export_model(name, 1, str(path))
+            feeds = mgm.make_inputs(name, 1)
         ks = kiln.Session(str(path), target=target, precision=prec, cache_dir=cache)
         inplace, assigned_i = ep_session(ort, path, devices, options, copy=False)
         copy, assigned_c = ep_session(ort, path, devices, options, copy=True)
