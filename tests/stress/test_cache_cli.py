@@ -113,6 +113,31 @@ def test_gc_removes_files_left_by_a_killed_process(kiln, mlp_onnx, mlp_x, tmp_pa
     assert not tmp.exists() and not lock.exists() and len(entries(cache)) == 1
 
 
+def test_ls_and_gc_count_the_ort_ep_partition_models(kiln, mlp_onnx, mlp_x, tmp_path):
+    # The kiln ONNX Runtime EP writes each partition it compiles as
+    # <cache_dir>/ort-partitions/<identity>.onnx (ort_ep/ep.cpp).
+    cache = tmp_path / "c"
+    res = run_mlp(kiln, mlp_onnx, mlp_x, cache, tmp_path / "o")
+    entry = Path(res.json()["artifact"])
+    parts = cache / "ort-partitions"
+    parts.mkdir()
+    part = parts / ("ab" * 16 + ".onnx")
+    part.write_bytes(b"p" * 5000)
+    os.utime(part, (time.time() - 7200,) * 2)  # older than the entry
+    ls = kiln("cache", "ls", "--cache-dir", cache, "--json")
+    assert ls.rc == 0, ls.describe()
+    obj = ls.json()
+    assert [o["kind"] for o in obj["other_files"]] == ["partition"], ls.describe()
+    assert obj["total_bytes"] == entry.stat().st_size + 5000, ls.describe()
+    text = kiln("cache", "ls", "--cache-dir", cache)
+    assert "(partition)" in text.stdout and part.name in text.stdout, text.describe()
+    gc = kiln("cache", "gc", "--cache-dir", cache, "--max-size", str(entry.stat().st_size), "--json")
+    assert gc.rc == 0, gc.describe()
+    assert [r["kind"] for r in gc.json()["removed"]] == ["partition"], gc.describe()
+    assert gc.json()["bytes_before"] == entry.stat().st_size + 5000 and gc.json()["bytes_after"] == entry.stat().st_size
+    assert not part.exists() and entry.exists()
+
+
 def test_clear_empties_the_cache(kiln, mlp_onnx, mlp_x, tmp_path):
     cache = tmp_path / "c"
     run_mlp(kiln, mlp_onnx, mlp_x, cache, tmp_path / "o")
