@@ -383,24 +383,21 @@ std::map<std::string, std::vector<int64_t>> ProgramSet::output_shapes(const std:
     std::vector<TensorInfo> outs, ins;
     for (auto id : m.main.outputs) outs.push_back(tensor_info(m.value(id)));
     for (auto id : m.main.inputs) ins.push_back(tensor_info(m.value(id)));
-    // The program's input shapes: the request's, padded to the program's sizes.
+    // Sets each bucketed axis (per `ios`) of the shapes in `shapes` from `sizes`.
+    auto set_axes = [&](const std::vector<artifact::IoSymbols>& ios, std::map<std::string, std::vector<int64_t>>& shapes,
+                        const std::vector<int64_t>& sizes) {
+      for (auto& io : ios)
+        if (auto it = shapes.find(io.name); it != shapes.end())
+          for (size_t a = 0; a < io.axes.size() && a < it->second.size(); ++a)
+            for (size_t k = 0; k < set_.dims.size(); ++k)
+              if (!io.axes[a].empty() && set_.dims[k].symbol == io.axes[a]) it->second[a] = sizes[k];
+    };
+    // The program's input shapes are the request's padded to its sizes; its
+    // outputs come back sliced to the request (slice_outputs).
     auto shapes = shapes_of(inputs);
-    for (auto& io : set_.inputs) {
-      auto it = shapes.find(io.name);
-      if (it == shapes.end()) continue;
-      for (size_t a = 0; a < io.axes.size() && a < it->second.size(); ++a)
-        for (size_t k = 0; k < set_.dims.size(); ++k)
-          if (!io.axes[a].empty() && set_.dims[k].symbol == io.axes[a]) it->second[a] = c.sizes[k];
-    }
+    set_axes(set_.inputs, shapes, c.sizes);
     auto known = known_output_shapes(outs, ins, shapes);
-    // The bucketed axes come back sliced to the request (slice_outputs).
-    for (auto& io : set_.outputs) {
-      auto it = known.find(io.name);
-      if (it == known.end()) continue;
-      for (size_t a = 0; a < io.axes.size() && a < it->second.size(); ++a)
-        for (size_t k = 0; k < set_.dims.size(); ++k)
-          if (!io.axes[a].empty() && set_.dims[k].symbol == io.axes[a]) it->second[a] = request[k];
-    }
+    set_axes(set_.outputs, known, request);
     return known;
   }
   return {};
