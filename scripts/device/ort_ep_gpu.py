@@ -16,6 +16,11 @@ onnxruntime (the PyPI CPU wheel: it discovers the GPU as an NVIDIA device).
    call on that model must take <= 0.5 s; also the time from process start to
    the first result.
 
+4. The EP option `fallback` (kiln's SessionOptions::fallback) on a model whose
+   middle node (Det) the cuda target cannot lower: `host` runs it on the host
+   inside kiln's program (every node on kiln, outputs as ORT's CPU EP);
+   `error` fails the session naming the node.
+
 Writes every figure to --out (JSON) and a summary to stdout; exit 1 when a
 check fails.
 """
@@ -74,6 +79,43 @@ def median_ms(fn, runs, warmup=5):
         fn()
         ts.append((time.perf_counter() - t) * 1e3)
     return statistics.median(ts)
+
+
+def fallback_checks(ort, devices, prec, work, res):
+    """Step 4: x[2,3,3] -> Relu -> Det -> Mul 2 -> y[2] with fallback=host and =error."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    two = numpy_helper.from_array(np.full((1,), 2.0, np.float32), "two")
+    nodes = [helper.make_node("Relu", ["x"], ["r"], name="relu"), helper.make_node("Det", ["r"], ["d"], name="det1"),
+             helper.make_node("Mul", ["d", "two"], ["y"], name="scale")]
+    g = helper.make_graph(nodes, "det", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])], [two])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)])
+    m.ir_version = 8
+    path = str(work / "det.onnx")
+    onnx.save(m, path)
+    feeds = {"x": np.random.default_rng(3).standard_normal((2, 3, 3)).astype(np.float32) + np.eye(3, dtype=np.float32)}
+    ref = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, feeds)[0]
+    r = {}
+    for mode in ("host", "error"):
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        so.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+        so.add_provider_for_devices(devices, {"precision": prec, "cache_dir": str(work / "cache"), "fallback": mode})
+        try:
+            s = ort.InferenceSession(path, so, enable_fallback=0)
+            got = s.run(None, feeds)[0]
+            r[mode] = {"ok": True, "max_abs_err": float(np.abs(got - ref).max()),
+                       "assigned": sorted({sub.ep_name for sub in s.get_provider_graph_assignment_info()})}
+        except Exception as e:  # noqa: BLE001 - the error's text is the result
+            r[mode] = {"ok": False, "error": str(e)[-600:]}
+        print(f"fallback={mode}: {r[mode]}")
+    h, e = r["host"], r["error"]
+    res["checks"]["fallback_host_runs_on_kiln"] = h["ok"] and h["assigned"] == ["KilnExecutionProvider"] and \
+        h["max_abs_err"] <= 1e-2 * max(1.0, float(np.abs(ref).max()))
+    res["checks"]["fallback_error_names_the_node"] = not e["ok"] and "det1" in e["error"] and "fallback" in e["error"]
+    res["fallback"] = r
 
 
 def main():
@@ -162,6 +204,8 @@ def main():
                   f"first run {c['first_run_s']:.3f} s, process start to first result "
                   f"{c['process_start_to_result_s']:.2f} s (import {c['import_s']:.2f} s)")
         res["models"][name] = r
+    if a.device == "gpu":
+        fallback_checks(ort, gpus, prec, work, res)
     Path(a.out).write_text(json.dumps(res, indent=1))
     failed = [k for k, v in res["checks"].items() if not v]
     print("uname -r:", res["uname_r"], "| onnxruntime", res["onnxruntime"])
