@@ -3,7 +3,9 @@
 #pragma once
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,14 +17,18 @@
 
 namespace kiln::artifact {
 
-/// Current artifact format version (4: the device partition of a
+/// Current artifact format version (5: programs appended to a cache entry
+/// after its base artifact, each in a checksummed block, docs/file-format.md
+/// "Appended programs"; 4: the device partition of a
 /// heterogeneous program, Program.segments, ir::Segment; 3: specialized dims and value guards in
 /// the bucket table, BucketDim::kind; 2: shape buckets, several programs
-/// sharing one constants section). Readers also read versions 1 and 2 (so
+/// sharing one constants section). Readers also read versions 1 to 4 (so
 /// that `kiln inspect` can show them), but an artifact of another version
 /// than this one never runs: check_runnable reports its format_version, so
 /// the cache recompiles it and an explicit one is refused naming the version.
-constexpr uint32_t kFormatVersion = 4;
+constexpr uint32_t kFormatVersion = 5;
+/// First format version whose files may hold appended program blocks.
+constexpr uint32_t kFirstAppendVersion = 5;
 /// Oldest format version read_file / read_compat still accept.
 constexpr uint32_t kOldestFormatVersion = 1;
 
@@ -142,9 +148,14 @@ void write_file(const std::filesystem::path& path, const CompiledProgram& p, Lin
 CompatInfo read_compat(const std::filesystem::path& path);
 
 /// Reads and validates a whole artifact through mmap: header, compat block,
-/// every section checksum, FlatBuffers verification of each table. Constant
-/// tensors view the mapping (no copy); they keep it alive. Throws
-/// Error(corrupt_artifact) naming the section that is damaged; Error(io).
+/// every section checksum, FlatBuffers verification of each table, and every
+/// appended program block (format 5; `more` lists them after the base's
+/// programs). Constant tensors view the mapping (no copy); they keep it
+/// alive. Strict: any byte after the base that is not a whole valid block or
+/// trailing zeros (a torn append) is Error(corrupt_artifact), like any other
+/// damage; the cache reads entries with artifact::read_entry (entry.h),
+/// which ignores a torn tail instead. Throws Error(corrupt_artifact) naming
+/// the section or block that is damaged; Error(io).
 CompiledProgram read_file(const std::filesystem::path& path);
 
 /// read_file() on bytes in memory (used by tests and fuzzing); `what` names the source.
@@ -209,6 +220,13 @@ struct SectionEntry {
   uint64_t checksum = 0;
 };
 
+/// Little-endian field access for the fixed binary frames (header, section
+/// table, appended block headers).
+void put32(uint8_t* p, uint32_t v);
+void put64(uint8_t* p, uint64_t v);
+uint32_t get32(const uint8_t* p);
+uint64_t get64(const uint8_t* p);
+
 /// Throws Error(corrupt_artifact): "artifact '<what>' is corrupt: <region>: <detail>".
 [[noreturn]] void corrupt(const std::string& what, const std::string& region, const std::string& detail);
 
@@ -267,6 +285,13 @@ struct ConstPlacement {
 /// the programs of a bucketed artifact share one copy of the weights.
 class ConstPool {
  public:
+  /// Offset of a constant already stored in the file (an appended block's
+  /// program reusing the base's weights), or nothing: the pool places it.
+  using Existing = std::function<std::optional<uint64_t>(const Tensor&)>;
+  ConstPool() = default;
+  /// A pool whose placements start at `origin` (offsets returned by place()
+  /// are origin + the offset in placements()) and which first asks `existing`.
+  ConstPool(uint64_t origin, Existing existing) : existing_(std::move(existing)), origin_(origin) {}
   /// Offset of `t`'s bytes in the section; `t` must outlive the pool.
   uint64_t place(const Tensor& t);
   const std::vector<ConstPlacement>& placements() const { return placed_; }
@@ -276,6 +301,8 @@ class ConstPool {
   std::vector<ConstPlacement> placed_;
   std::multimap<uint64_t, size_t> by_hash_;  ///< XXH3-64 of the bytes -> index in placed_
   uint64_t size_ = 0;
+  Existing existing_;
+  uint64_t origin_ = 0;
 };
 
 /// A Program FlatBuffer plus the layout of the constants section it refers to.
@@ -302,6 +329,9 @@ struct ProgramSlot {
 /// The `buckets` section: the bucket set and one slot per program.
 /// Throws Error(internal) for an inconsistent set (see decode_buckets).
 std::vector<uint8_t> encode_buckets(const BucketSet& set, const std::vector<ProgramSlot>& slots);
+/// Why `sizes` cannot be a program's sizes in `set` (count, or a size out of
+/// its dim's range: declared >= 1, specialized >= 0, a value any), or "".
+std::string sizes_problem(const BucketSet& set, const std::vector<int64_t>& sizes);
 /// Verifies and decodes the `buckets` section. Checks: dims named, unique and
 /// validly ordered; pad modes known; 1..kMaxPrograms slots, each with one size
 /// >= 1 per dim, no two with the same sizes; slots tile the program and
@@ -313,10 +343,13 @@ void decode_buckets(const uint8_t* p, size_t n, uint64_t program_bytes, uint64_t
 
 /// Verifies and decodes a Program FlatBuffer. Constants become Tensor::view
 /// into `consts` (the constants section, `nconsts` bytes) holding `keepalive`.
-/// Throws Error(corrupt_artifact) naming "section 'program'" for any bad
-/// index, range, dtype or rank.
+/// `allowed` (may be null: all of [0, nconsts)): the ranges of `consts` a
+/// constant may lie in (an appended program's constants regions). Throws
+/// Error(corrupt_artifact) naming "section 'program'" for any bad index,
+/// range, dtype or rank.
 ir::Model decode_program(const uint8_t* p, size_t n, const uint8_t* consts, size_t nconsts,
-                         const std::shared_ptr<const void>& keepalive, const std::string& what);
+                         const std::shared_ptr<const void>& keepalive, const std::string& what,
+                         const std::vector<Region>* allowed = nullptr);
 
 /// MemoryPlan FlatBuffer; `nvalues` is the model's value count the plan is
 /// indexed by. Throws Error(internal) for an inconsistent plan.

@@ -32,6 +32,17 @@ const char* dim_kind_name(DimKind k) {
 
 namespace detail {
 
+std::string sizes_problem(const BucketSet& set, const std::vector<int64_t>& sizes) {
+  if (sizes.size() != set.dims.size()) return fmt::format("has {} sizes for {} dims", sizes.size(), set.dims.size());
+  for (size_t k = 0; k < sizes.size(); ++k) {
+    // A value guard may be any integer; a specialized dim may be empty (0).
+    const DimKind kind = set.dims[k].kind;
+    if (kind == DimKind::declared ? sizes[k] < 1 : kind == DimKind::specialized ? sizes[k] < 0 : false)
+      return fmt::format("has size {} for dim '{}'", sizes[k], set.dims[k].symbol);
+  }
+  return {};
+}
+
 namespace {
 
 // Empty when `set` and `slots` obey the rules of decode_buckets; else why not.
@@ -70,14 +81,7 @@ std::string buckets_problem(const BucketSet& set, const std::vector<ProgramSlot>
   uint64_t prog_end = 0, plan_end = 0;
   for (size_t i = 0; i < slots.size(); ++i) {
     const ProgramSlot& s = slots[i];
-    if (s.sizes.size() != set.dims.size())
-      return fmt::format("program {} has {} sizes for {} dims", i, s.sizes.size(), set.dims.size());
-    for (size_t k = 0; k < s.sizes.size(); ++k) {
-      // A value guard may be any integer; a specialized dim may be empty (0).
-      const DimKind kind = set.dims[k].kind;
-      if (kind == DimKind::declared ? s.sizes[k] < 1 : kind == DimKind::specialized ? s.sizes[k] < 0 : false)
-        return fmt::format("program {} has size {} for dim '{}'", i, s.sizes[k], set.dims[k].symbol);
-    }
+    if (auto why = sizes_problem(set, s.sizes); !why.empty()) return fmt::format("program {} {}", i, why);
     if (!seen.insert(s.sizes).second) return fmt::format("program {} repeats the sizes of an earlier one", i);
     // Programs tile their sections in order, so no byte of either section
     // belongs to no program.

@@ -25,6 +25,15 @@ static_assert(kOffHeaderChecksum + 8 == kHeaderSize);
 constexpr size_t kEntKind = 0, kEntFlags = 4, kEntOffset = 8, kEntSize = 16, kEntChecksum = 24;
 static_assert(kEntChecksum + 8 == kSectionEntrySize);
 
+// True when [r.offset, r.offset + r.size) lies inside [lo, file_size), without overflow.
+bool inside(const Region& r, uint64_t lo, uint64_t file_size) {
+  return r.offset >= lo && r.offset <= file_size && r.size <= file_size - r.offset;
+}
+
+std::string hex(uint64_t v) { return fmt::format("0x{:016x}", v); }
+
+}  // namespace
+
 void put32(uint8_t* p, uint32_t v) {
   for (int i = 0; i < 4; ++i) p[i] = static_cast<uint8_t>(v >> (8 * i));
 }
@@ -41,15 +50,6 @@ uint64_t get64(const uint8_t* p) {
   for (int i = 7; i >= 0; --i) v = (v << 8) | p[i];
   return v;
 }
-
-// True when [r.offset, r.offset + r.size) lies inside [lo, file_size), without overflow.
-bool inside(const Region& r, uint64_t lo, uint64_t file_size) {
-  return r.offset >= lo && r.offset <= file_size && r.size <= file_size - r.offset;
-}
-
-std::string hex(uint64_t v) { return fmt::format("0x{:016x}", v); }
-
-}  // namespace
 
 const char* section_name(SectionKind k) {
   switch (k) {
@@ -132,10 +132,13 @@ Header parse_header(const uint8_t* p, size_t avail, uint64_t file_size, const st
     corrupt(what, "header", fmt::format("header size is {}, format version {} requires {}", h.header_size,
                                         h.format_version, kHeaderSize));
   if (flags != 0) corrupt(what, "header", fmt::format("reserved flags are {}, must be 0", flags));
-  if (h.file_size != file_size)
+  // Format 5: file_size is the base artifact's size; appended program
+  // blocks (checked by the reader) may follow it. Earlier formats: the file.
+  if (h.format_version >= kFirstAppendVersion ? h.file_size > file_size : h.file_size != file_size)
     corrupt(what, "header",
-            fmt::format("the file is {} bytes but the header records {} (truncated or appended to)", file_size,
-                        h.file_size));
+            fmt::format("the file is {} bytes but the header records {} ({})", file_size, h.file_size,
+                        h.format_version >= kFirstAppendVersion ? "truncated" : "truncated or appended to"));
+  file_size = h.file_size;  // every region below lies in the base artifact
   if (!inside(h.compat, kHeaderSize, file_size) || h.compat.offset % kAlign != 0 || h.compat.size == 0 ||
       h.compat.size > kMaxCompatSize)
     corrupt(what, "header",

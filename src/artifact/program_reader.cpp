@@ -3,6 +3,7 @@
 // the buffer safe to walk; the checks here make the values it holds safe to use.
 #include <flatbuffers/flatbuffers.h>
 
+#include <algorithm>
 #include <set>
 
 #include "artifact/artifact.h"
@@ -19,8 +20,9 @@ std::string str(const flatbuffers::String* s) { return s ? s->str() : std::strin
 class ProgramReader {
  public:
   ProgramReader(const uint8_t* p, size_t n, const uint8_t* consts, size_t nconsts,
-                const std::shared_ptr<const void>& keepalive, const std::string& what)
-      : p_(p), n_(n), consts_(consts), nconsts_(nconsts), keepalive_(keepalive), what_(what) {}
+                const std::shared_ptr<const void>& keepalive, const std::string& what,
+                const std::vector<Region>* allowed)
+      : p_(p), n_(n), consts_(consts), nconsts_(nconsts), keepalive_(keepalive), what_(what), allowed_(allowed) {}
 
   ir::Model run() {
     flatbuffers::Verifier v(p_, n_, 64, verifier_max_tables(n_));
@@ -116,6 +118,14 @@ class ProgramReader {
                       nconsts_));
     if (off % static_cast<int64_t>(kAlign) != 0)
       bad(fmt::format("{}'s constant offset {} is not {}-byte aligned", where, off, kAlign));
+    // An appended program (format 5) sees the constants section and the
+    // constant regions of the appended blocks up to its own: its constant
+    // must lie wholly in one of them, never in the bytes between.
+    if (allowed_ && std::none_of(allowed_->begin(), allowed_->end(), [&](const Region& r) {
+          auto o = static_cast<uint64_t>(off);
+          return o >= r.offset && o - r.offset <= r.size && size <= r.size - (o - r.offset);
+        }))
+      bad(fmt::format("{}'s constant [{}, +{}) lies outside every constants region", where, off, size));
     int32_t dt = vd->const_dtype();
     if (!known_dtype(dt) || dtype_size(static_cast<DType>(dt)) == 0)
       bad(fmt::format("{}'s constant has dtype {}, which has no fixed element size", where, dt));
@@ -222,6 +232,7 @@ class ProgramReader {
   size_t nconsts_;
   std::shared_ptr<const void> keepalive_;
   std::string what_;
+  const std::vector<Region>* allowed_ = nullptr;
   int64_t nvalues_ = 0;
   std::vector<Tensor> tensors_;
   const flatbuffers::Vector<flatbuffers::Offset<fb::GraphDef>>* graphs_ = nullptr;
@@ -231,10 +242,11 @@ class ProgramReader {
 }  // namespace
 
 ir::Model decode_program(const uint8_t* p, size_t n, const uint8_t* consts, size_t nconsts,
-                         const std::shared_ptr<const void>& keepalive, const std::string& what) {
+                         const std::shared_ptr<const void>& keepalive, const std::string& what,
+                         const std::vector<Region>* allowed) {
   if (n >= FLATBUFFERS_MAX_BUFFER_SIZE)
     corrupt(what, "section 'program'", fmt::format("{} bytes is more than FlatBuffers allows", n));
-  return ProgramReader(p, n, consts, nconsts, keepalive, what).run();
+  return ProgramReader(p, n, consts, nconsts, keepalive, what, allowed).run();
 }
 
 std::string segment_device(const ir::Model& m) {

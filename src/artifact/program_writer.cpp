@@ -187,6 +187,8 @@ class ProgramWriter {
 }  // namespace
 
 uint64_t ConstPool::place(const Tensor& t) {
+  if (existing_)
+    if (std::optional<uint64_t> at = existing_(t)) return *at;
   const auto* bytes = static_cast<const uint8_t*>(t.raw());
   size_t n = t.nbytes();
   uint64_t h = hash64(bytes, n);
@@ -195,13 +197,13 @@ uint64_t ConstPool::place(const Tensor& t) {
   // (mapped read-only at load), so sharing is safe.
   for (auto [it, end] = by_hash_.equal_range(h); it != end; ++it) {
     const ConstPlacement& c = placed_[it->second];
-    if (c.tensor->nbytes() == n && (n == 0 || std::memcmp(c.tensor->raw(), bytes, n) == 0)) return c.offset;
+    if (c.tensor->nbytes() == n && (n == 0 || std::memcmp(c.tensor->raw(), bytes, n) == 0)) return origin_ + c.offset;
   }
   uint64_t off = align_up(size_);
   placed_.push_back({&t, off});
   by_hash_.emplace(h, placed_.size() - 1);
   size_ = off + n;
-  return off;
+  return origin_ + off;
 }
 
 EncodedProgram encode_program(const ir::Model& m) {

@@ -7,8 +7,10 @@
 
 #include <cerrno>
 #include <cstring>
+#include <set>
 
 #include "artifact/artifact.h"
+#include "artifact/entry.h"
 #include "support/error.h"
 #include "support/file.h"
 #include "support/hash.h"
@@ -48,13 +50,17 @@ void check_checksum(const uint8_t* p, uint64_t n, uint64_t stored, const std::st
     corrupt(what, region, fmt::format("checksum mismatch (recorded {}, computed {})", hex(stored), hex(computed)));
 }
 
-// Validates and decodes a whole artifact held in memory at `file`.
+}  // namespace
+
+namespace detail {
+
 CompiledProgram read_view(const uint8_t* file, uint64_t size, const std::shared_ptr<const void>& keepalive,
-                          const std::string& what) {
+                          const std::string& what, EntryRead* entry) {
   Header h = parse_header(file, size, size, what);
+  const uint64_t base = h.file_size;  // the base artifact; appended blocks (format 5) follow it
   check_checksum(file + h.compat.offset, h.compat.size, h.compat_checksum, what, "compatibility block");
-  std::vector<SectionEntry> sections = parse_section_table(file, size, h, what);
-  check_padding(file, size, h, sections, what);
+  std::vector<SectionEntry> sections = parse_section_table(file, base, h, what);
+  check_padding(file, base, h, sections, what);
   for (auto& s : sections)
     check_checksum(file + s.region.offset, s.region.size, s.checksum, what,
                    fmt::format("section '{}'", section_name(s.kind)));
@@ -68,30 +74,72 @@ CompiledProgram read_view(const uint8_t* file, uint64_t size, const std::shared_
   if (h.format_version >= 2)
     decode_buckets(at(SectionKind::buckets), len(SectionKind::buckets), len(SectionKind::program),
                    len(SectionKind::memory_plan), out.buckets, slots, what);
-  for (size_t i = 0; i < slots.size(); ++i) {
-    const ProgramSlot& s = slots[i];
-    // Name the program in errors only when there are several.
-    std::string where = slots.size() > 1 ? fmt::format("{} (program {})", what, i) : what;
-    ir::Model model = decode_program(at(SectionKind::program) + s.program.offset, s.program.size,
-                                     at(SectionKind::constants), len(SectionKind::constants), keepalive, where);
-    ir::MemoryPlan plan = decode_memory_plan(at(SectionKind::memory_plan) + s.plan.offset, s.plan.size,
-                                             model.values.size(), where);
+  BlockScan scan;
+  scan.valid_end = base;
+  const uint64_t tag = get64(file + kHeaderSize - 8);  // the header checksum
+  if (h.format_version >= kFirstAppendVersion) scan = scan_blocks(file, size, h, tag, what);
+  if (!scan.torn.empty() && !entry)
+    corrupt(what, fmt::format("appended block at offset {}", align_up(scan.valid_end)), scan.torn);
+  const size_t total = slots.size() + scan.blocks.size();
+  if (total > kMaxPrograms) corrupt(what, "appended blocks", fmt::format("{} programs (at most {})", total, kMaxPrograms));
+  // Name the program in errors only when there are several.
+  auto where = [&](size_t i) { return total > 1 ? fmt::format("{} (program {})", what, i) : what; };
+  auto keep = [&](size_t i, std::vector<int64_t> sizes, ir::Model model, ir::MemoryPlan plan) {
     if (i == 0) {
       out.model = std::move(model);
       out.plan = std::move(plan);
-      out.sizes = s.sizes;
+      out.sizes = std::move(sizes);
     } else {
-      out.more.push_back({s.sizes, std::move(model), std::move(plan)});
+      out.more.push_back({std::move(sizes), std::move(model), std::move(plan)});
     }
+  };
+  for (size_t i = 0; i < slots.size(); ++i) {
+    const ProgramSlot& s = slots[i];
+    ir::Model model = decode_program(at(SectionKind::program) + s.program.offset, s.program.size,
+                                     at(SectionKind::constants), len(SectionKind::constants), keepalive, where(i));
+    ir::MemoryPlan plan = decode_memory_plan(at(SectionKind::memory_plan) + s.plan.offset, s.plan.size,
+                                             model.values.size(), where(i));
+    keep(i, s.sizes, std::move(model), std::move(plan));
+  }
+  // Appended programs: constant offsets count from the base's constants
+  // section, and a constant lies in it or in the constants of a block up to
+  // the program's own (never in the bytes between).
+  const uint64_t consts_at = sections[static_cast<size_t>(SectionKind::constants) - 1].region.offset;
+  std::vector<Region> allowed{{0, len(SectionKind::constants)}};
+  std::set<std::vector<int64_t>> seen;
+  for (auto& s : slots) seen.insert(s.sizes);
+  for (size_t b = 0; b < scan.blocks.size(); ++b) {
+    const Block& k = scan.blocks[b];
+    const size_t i = slots.size() + b;
+    const std::string region = fmt::format("appended block at offset {}", k.offset);
+    if (out.buckets.empty()) corrupt(where(i), region, "the artifact has no bucket set, so no program can be added");
+    if (auto why = sizes_problem(out.buckets, k.sizes); !why.empty()) corrupt(where(i), region, "the program " + why);
+    if (!seen.insert(k.sizes).second) corrupt(where(i), region, "the program repeats the sizes of an earlier one");
+    allowed.push_back({k.consts.offset - consts_at, k.consts.size});
+    const uint64_t visible = k.consts.offset + k.consts.size - consts_at;
+    ir::Model model = decode_program(file + k.program.offset, k.program.size, file + consts_at, visible, keepalive,
+                                     where(i), &allowed);
+    ir::MemoryPlan plan = decode_memory_plan(file + k.plan.offset, k.plan.size, model.values.size(), where(i));
+    keep(i, k.sizes, std::move(model), std::move(plan));
   }
   out.kernels.assign(at(SectionKind::kernels), at(SectionKind::kernels) + len(SectionKind::kernels));
   out.tuning.assign(at(SectionKind::tuning), at(SectionKind::tuning) + len(SectionKind::tuning));
   out.metadata_json.assign(reinterpret_cast<const char*>(at(SectionKind::metadata)), len(SectionKind::metadata));
   if (auto why = metadata_problem(out.metadata_json); !why.empty()) corrupt(what, "section 'metadata'", why);
+  if (entry) {
+    entry->base_bytes = base;
+    entry->file_bytes = size;
+    entry->valid_end = scan.valid_end;
+    entry->appended = scan.blocks.size();
+    entry->ignored = scan.torn;
+    entry->consts_offset = consts_at;
+    entry->const_regions = std::move(allowed);
+    entry->base_tag = tag;
+  }
   return out;
 }
 
-}  // namespace
+}  // namespace detail
 
 CompatInfo read_compat(const std::filesystem::path& path) {
   // O_NONBLOCK: a FIFO in an artifact's place must not block the open (it is refused below).
@@ -114,12 +162,12 @@ CompatInfo read_compat(const std::filesystem::path& path) {
 
 CompiledProgram read_file(const std::filesystem::path& path) {
   std::shared_ptr<MappedFile> m = MappedFile::open(path);
-  return read_view(m->data(), m->size(), m, path.string());
+  return read_view(m->data(), m->size(), m, path.string(), nullptr);
 }
 
 CompiledProgram read_bytes(std::shared_ptr<const std::vector<uint8_t>> bytes, const std::string& what) {
   if (!bytes) fail(ErrorCode::internal, "read_bytes('{}') was given no buffer", what);
-  return read_view(bytes->data(), bytes->size(), bytes, what);
+  return read_view(bytes->data(), bytes->size(), bytes, what, nullptr);
 }
 
 }  // namespace kiln::artifact

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <regex>
 
+#include "artifact/entry.h"
 #include "cache/lock.h"
 #include "support/error.h"
 #include "support/file.h"
@@ -110,11 +111,14 @@ std::vector<VerifyResult> verify_entries(const fs::path& dir) {
     if (f.kind != FileKind::entry) continue;
     VerifyResult r{f, false, ""};
     try {
-      auto cp = artifact::read_file(f.path);
-      if (cp.compat.cache_key != f.key)
-        r.problem = fmt::format("published under key '{}', not the key in its file name", cp.compat.cache_key);
+      // As loads read it: a torn append at its end is ignored (and reported),
+      // every other damage makes the entry damaged.
+      auto e = artifact::read_entry(f.path);
+      if (e.program.compat.cache_key != f.key)
+        r.problem = fmt::format("published under key '{}', not the key in its file name", e.program.compat.cache_key);
       else
         r.ok = true;
+      r.note = e.ignored;
     } catch (const std::exception& e) {
       r.problem = e.what();
     }

@@ -61,6 +61,7 @@ struct VerifyResult {
   CacheFile file;
   bool ok = false;
   std::string problem;  ///< "" when ok: the reader's error, or a key that does not match the file name
+  std::string note;     ///< ok entries: "" or the torn append at its end that loads ignore (artifact::read_entry)
 };
 /// Reads every entry with every checksum and verifies that each was
 /// published under its own key. Never throws for a bad entry.

@@ -10,6 +10,7 @@
 #include <map>
 #include <set>
 
+#include "artifact/entry.h"
 #include "runtime/program.h"
 #include "runtime/reference_nodes.h"
 #include "support/error.h"
@@ -203,7 +204,10 @@ json reference_json(const std::vector<ReferenceNode>& nodes) {
 }
 
 json inspect_artifact(const std::string& path) {
-  auto cp = artifact::read_file(path);
+  // Read as the cache reads an entry: a torn append at the end is reported
+  // (appended.ignored), not refused; a program it held is simply absent.
+  artifact::EntryRead entry = artifact::read_entry(path);
+  artifact::CompiledProgram& cp = entry.program;
   auto [ops, nodes] = operator_histogram(cp.model.main);
   auto [consts, const_bytes] = constant_totals(cp.model);
   // Bytes of distinct constants over every program: each is stored once in
@@ -223,6 +227,11 @@ json inspect_artifact(const std::string& path) {
   for (auto id : cp.model.main.outputs) outs.push_back(info_json(tensor_info(cp.model.value(id))));
   std::error_code ec;
   auto size = std::filesystem::file_size(path, ec);
+  // Programs appended to a cache entry after its base (format 5).
+  json appended = {{"programs", entry.appended},
+                   {"base_bytes", entry.base_bytes},
+                   {"bytes", entry.valid_end - entry.base_bytes},
+                   {"ignored", entry.ignored}};
   const json meta = json::parse(cp.metadata_json.empty() ? "{}" : cp.metadata_json, nullptr, false);
   return {{"artifact", path},
           {"file_bytes", ec ? 0 : size},
@@ -236,6 +245,7 @@ json inspect_artifact(const std::string& path) {
           {"constants_stored_bytes", stored_bytes},
           {"arena_bytes", cp.plan.arena_bytes},
           {"buckets", buckets_json(cp)},
+          {"appended", appended},
           {"reference_nodes", reference_json(reference_nodes(cp.model, cp.compat.target))},
           {"segments", segments_json(cp.model)},
           {"conditional_nodes", conditionals_json(cp.model)},

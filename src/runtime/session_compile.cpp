@@ -7,6 +7,7 @@
 
 #include <optional>
 
+#include "artifact/entry.h"
 #include "cache/cache.h"
 #include "cache/dir.h"
 #include "cache/lock.h"
@@ -43,6 +44,7 @@ struct Lookup {
   Verdict verdict = Verdict::absent;
   std::shared_ptr<const ProgramSet> program;
   std::string why;
+  std::string note;  ///< hit: why part of the entry was ignored (a torn append), or ""
   ino_t ino = 0;  ///< the entry file examined (to tell whether it was replaced since)
   dev_t dev = 0;
 };
@@ -87,8 +89,13 @@ Lookup try_entry(const cache::Cache& c, const std::string& key, const SessionOpt
     if (compat.cache_key != key)
       why += (why.empty() ? "" : "; ") + fmt::format("cache_key: the entry says '{}'", compat.cache_key);
     if (!why.empty()) return refuse(V::mismatch, ErrorCode::incompatible_artifact, why);
-    r.program = std::make_shared<const ProgramSet>(artifact::read_file(path), grow, opt.out_of_bucket, opt.target.device,
-                                                 opt.max_loaded_programs);
+    artifact::EntryRead entry = artifact::read_entry(path);
+    if (!entry.ignored.empty())
+      r.note = fmt::format("cache entry '{}': {}: ignored (a program append that did not complete); the {} "
+                           "program(s) before it are used, and a program it held is compiled again when a run needs it",
+                           path.string(), entry.ignored, entry.program.more.size() + 1);
+    r.program = std::make_shared<const ProgramSet>(std::move(entry.program), grow, opt.out_of_bucket,
+                                                   opt.target.device, opt.max_loaded_programs);
     r.verdict = V::hit;
     return r;
   } catch (const Error& e) {
@@ -158,16 +165,15 @@ bool model_changed(const std::vector<cache::FileStamp>& files) {
   return false;
 }
 
-/// The cache entry `key` as it is now, when it is a valid artifact of this
-/// key that can run here; nothing otherwise.
-std::optional<artifact::CompiledProgram> current_entry(const cache::Cache& c, const std::string& key,
-                                                       const Target& target) {
+/// The cache entry `key` as it is now (a torn append at its end ignored),
+/// when it is a valid artifact of this key that can run here; nothing otherwise.
+std::optional<artifact::EntryRead> current_entry(const cache::Cache& c, const std::string& key, const Target& target) {
   try {
     auto path = c.entry_path(key);
     if (!fs::exists(path)) return std::nullopt;
     artifact::CompatInfo compat = artifact::read_compat(path);
     if (compat.cache_key != key || !targets::check_runnable(compat, target).empty()) return std::nullopt;
-    return artifact::read_file(path);
+    return artifact::read_entry(path);
   } catch (const Error&) {
     return std::nullopt;  // damaged or replaced meanwhile: rebuilt from what this process compiles
   }
@@ -175,8 +181,11 @@ std::optional<artifact::CompiledProgram> current_entry(const cache::Cache& c, co
 
 /// Grow for a bucketed Session on a writable cache: under the key's lock,
 /// take the bucket from the entry if another process added it, else compile
-/// it and publish the entry with it added (all earlier programs kept, one
-/// copy of the constants).
+/// it and append it to the entry (artifact::append_program: the entry's
+/// constants and earlier programs are not rewritten). The entry is written
+/// whole instead when there is none yet, when the lock could not be taken,
+/// when max_cached_programs makes it drop its oldest added program, or when
+/// the append fails.
 ProgramSet::Grow cache_grow(fs::path onnx, SessionOptions opt, artifact::CompatInfo request, fs::path dir,
                             std::string key, std::vector<cache::FileStamp> files) {
   opt.on_note = nullptr;  // notes of later runs go to the log only
@@ -186,28 +195,35 @@ ProgramSet::Grow cache_grow(fs::path onnx, SessionOptions opt, artifact::CompatI
     std::string problem;
     auto timeout = std::chrono::milliseconds(static_cast<int64_t>(opt.cache_lock_timeout_s * 1000));
     cache::KeyLock lock = cache::KeyLock::acquire(c.lock_path(key), timeout, [] {}, &problem);
-    std::optional<artifact::CompiledProgram> entry = current_entry(c, key, opt.target);
-    if (entry && entry->sizes == sizes) {
+    std::optional<artifact::EntryRead> entry = current_entry(c, key, opt.target);
+    if (entry && entry->program.sizes == sizes) {
       compiled = false;
-      return {sizes, std::move(entry->model), std::move(entry->plan)};
+      return {sizes, std::move(entry->program.model), std::move(entry->program.plan)};
     }
     if (entry)
-      for (auto& v : entry->more)
+      for (auto& v : entry->program.more)
         if (v.sizes == sizes) {
           compiled = false;
           return std::move(v);
         }
+    if (entry && !entry->ignored.empty())
+      log().info("cache entry '{}': {}; the next program appended overwrites them", c.entry_path(key).string(),
+                 entry->ignored);
+    bool rewrite = !entry || !lock.held();
     // Bound the entry: the oldest added programs go first (the first program
     // stays: it fixes the weight layouts the others reuse).
     if (entry && opt.max_cached_programs > 0)
-      while (!entry->more.empty() && entry->more.size() + 2 > static_cast<size_t>(opt.max_cached_programs)) {
+      while (!entry->program.more.empty() &&
+             entry->program.more.size() + 2 > static_cast<size_t>(opt.max_cached_programs)) {
         log().info("cache entry holds {} programs (max_cached_programs {}): dropping the oldest added one ({})",
-                   entry->more.size() + 1, opt.max_cached_programs, fmt::join(entry->more.front().sizes, "x"));
-        entry->more.erase(entry->more.begin());
+                   entry->program.more.size() + 1, opt.max_cached_programs,
+                   fmt::join(entry->program.more.front().sizes, "x"));
+        entry->program.more.erase(entry->program.more.begin());
+        rewrite = true;
       }
     // The entry's first program fixes the weight layouts (constants stored once).
     artifact::CompiledProgram cp =
-        compile_program(onnx, opt, request, key, nullptr, sizes, entry ? &entry->model : reference, &set);
+        compile_program(onnx, opt, request, key, nullptr, sizes, entry ? &entry->program.model : reference, &set);
     compiled = true;
     artifact::ProgramVariant out{sizes, cp.model, cp.plan};  // shallow: constants are shared buffers
     if (model_changed(files)) {
@@ -215,11 +231,27 @@ ProgramSet::Grow cache_grow(fs::path onnx, SessionOptions opt, artifact::CompatI
                  fmt::join(sizes, "x"));
       return out;
     }
-    if (entry) entry->more.push_back({sizes, std::move(cp.model), std::move(cp.plan)});
-    try {
-      c.publish(key, entry ? *entry : cp);
-    } catch (const Error& e) {
-      log().warn("could not add bucket {} to the cache entry: {}", fmt::join(sizes, "x"), e.what());
+    if (!rewrite) {
+      try {
+        Stopwatch sw;
+        uint64_t written = artifact::append_program(c.entry_path(key), *entry, sizes, cp.model, cp.plan);
+        log().info("bucket {} appended to cache entry '{}': {} bytes written in {:.1f} ms (its {} bytes of "
+                   "constants and {} program(s) not rewritten)",
+                   fmt::join(sizes, "x"), c.entry_path(key).string(), written, sw.ms(),
+                   entry->const_regions.front().size, entry->program.more.size() + 1);
+      } catch (const Error& e) {
+        log().warn("could not append bucket {} to the cache entry ({}): rewriting it whole", fmt::join(sizes, "x"),
+                   e.what());
+        rewrite = true;
+      }
+    }
+    if (rewrite) {
+      if (entry) entry->program.more.push_back({sizes, std::move(cp.model), std::move(cp.plan)});
+      try {
+        c.publish(key, entry ? entry->program : cp);
+      } catch (const Error& e) {
+        log().warn("could not add bucket {} to the cache entry: {}", fmt::join(sizes, "x"), e.what());
+      }
     }
     lock.release();
     if (opt.cache_max_bytes > 0) cache::gc(c.dir(), opt.cache_max_bytes, key);
@@ -283,6 +315,7 @@ std::shared_ptr<const ProgramSet> obtain_program(const fs::path& onnx_path, cons
     st.cache = SessionStats::Cache::hit;
     st.load_ms = sw.ms();
     st.artifact_path = c.entry_path(key).string();
+    if (!l.note.empty()) notes.add(l.note);
     if (writable) c.touch(key);
     if (log().should_log(spdlog::level::debug))
       log().debug("cache hit: loaded in {:.1f} ms, ready {:.0f} ms after the process started", st.load_ms,

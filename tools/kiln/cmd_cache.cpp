@@ -166,7 +166,11 @@ void verify(const CacheArgs& a, bool as_json) {
   json list = json::array();
   for (auto& r : results) {
     bad += !r.ok;
-    list.push_back({{"key", r.file.key}, {"file", r.file.path.string()}, {"ok", r.ok}, {"problem", r.problem}});
+    list.push_back({{"key", r.file.key},
+                    {"file", r.file.path.string()},
+                    {"ok", r.ok},
+                    {"problem", r.problem},
+                    {"note", r.note}});
   }
   json others = json::array();
   for (auto& f : cache::scan_dir(dir))
@@ -179,6 +183,7 @@ void verify(const CacheArgs& a, bool as_json) {
                 bad);
     for (auto& r : results)
       if (!r.ok) std::printf("  DAMAGED %s: %s\n", r.file.path.c_str(), r.problem.c_str());
+      else if (!r.note.empty()) std::printf("  ok %s: %s\n", r.file.path.c_str(), r.note.c_str());
     for (auto& o : others)
       std::printf("  (%s, not an entry: gc removes it) %s\n", o["kind"].get<std::string>().c_str(),
                   o["file"].get<std::string>().c_str());

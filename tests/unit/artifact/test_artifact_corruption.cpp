@@ -117,10 +117,14 @@ TEST(ArtifactCorruption, TruncationAtEveryLength) {
     ASSERT_TRUE(e.has_value()) << "truncated to " << n << " bytes and accepted";
     ASSERT_EQ(e->code(), ErrorCode::corrupt_artifact) << n << ": " << e->what();
   }
+  // Format 5: bytes after the base artifact must form appended program
+  // blocks (artifact/entry.h); trailing zeros are padding.
   Bytes longer = good;
-  longer.push_back(0);
-  expect_corrupt(longer, "header");
-  expect_corrupt(Bytes(good.begin(), good.begin() + 500), "truncated or appended");
+  longer.push_back(1);
+  expect_corrupt(longer, "appended block");
+  longer.back() = 0;
+  EXPECT_FALSE(read_error(longer).has_value());
+  expect_corrupt(Bytes(good.begin(), good.begin() + 500), "truncated");
 }
 
 TEST(ArtifactCorruption, TruncatedFilesThroughReadCompatAndReadFile) {
