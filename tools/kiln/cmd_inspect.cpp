@@ -142,6 +142,14 @@ void print_artifact(const json& j) {
       print_segments(p["segments"], "    ");
     }
   }
+  // A cache entry's programs added after it was published (format 5 blocks).
+  const json& app = j["appended"];
+  if (app["programs"].get<int>() > 0)
+    std::printf("appended programs: %d (%.2f MiB after the %.2f MiB base)\n", app["programs"].get<int>(),
+                app["bytes"].get<uint64_t>() / 1048576.0, app["base_bytes"].get<uint64_t>() / 1048576.0);
+  if (!app["ignored"].get<std::string>().empty())
+    std::printf("ignored: %s (a torn append; the cache compiles such a program again)\n",
+                app["ignored"].get<std::string>().c_str());
   print_precision_check(j["precision_check"]);
   for (auto& c : j["conditional_nodes"])
     std::printf("conditional node (in the CUDA graph): %s '%s' on '%s', then_branch %s nodes %s, else_branch %s nodes %s\n",

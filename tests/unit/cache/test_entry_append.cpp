@@ -8,6 +8,7 @@
 
 #include <fstream>
 
+#include "../artifact/artifact_test_util.h"
 #include "../onnx/model_builder.h"
 #include "artifact/artifact.h"
 #include "artifact/entry.h"
@@ -246,6 +247,66 @@ TEST_F(EntryAppend, AnExplicitArtifactIsOneFileAndAnEntryCopiedOutRuns) {
   Session s = Session::load(dir / "copy.kiln", lo);
   expect_product(s.run({{"x", ramp(3)}}).at("y"), 3);
   EXPECT_EQ(s.buckets().programs, (std::vector<std::vector<int64_t>>{{1}, {3}}));
+}
+
+// `bytes` (a format 5 file) relabelled as format `v`: header and compat block, checksums redone.
+std::vector<uint8_t> as_version(std::vector<uint8_t> bytes, uint32_t v) {
+  using artifact_test::get32;
+  using artifact_test::get64;
+  artifact_test::put32(bytes, 8, v);
+  const uint64_t coff = get64(bytes, 24), csize = get64(bytes, 32);
+  std::vector<uint8_t> compat(bytes.begin() + static_cast<ptrdiff_t>(coff),
+                              bytes.begin() + static_cast<ptrdiff_t>(coff + csize));
+  // encode_compat writes kFormatVersion as a u32 somewhere in the FlatBuffer: find it.
+  for (size_t i = 0; i + 4 <= compat.size(); ++i) {
+    if (get32(compat, i) != artifact::kFormatVersion) continue;
+    auto trial = compat;
+    artifact_test::put32(trial, i, v);
+    try {
+      if (artifact::detail::decode_compat(trial.data(), trial.size(), v, "t").format_version != v) continue;
+    } catch (const Error&) {
+      continue;
+    }
+    std::copy(trial.begin(), trial.end(), bytes.begin() + static_cast<ptrdiff_t>(coff));
+    artifact_test::restamp(bytes);
+    return bytes;
+  }
+  ADD_FAILURE() << "no format_version field found in the compatibility block";
+  return bytes;
+}
+
+TEST_F(EntryAppend, AVersion4EntryIsRecompiledAndAVersion4FileRefusedNamingTheVersion) {
+  fs::path entry;
+  {
+    Session s(model, opt);
+    expect_product(s.run({{"x", ramp(1)}}).at("y"), 1);
+    entry = s.stats().artifact_path;
+  }
+  auto v4 = as_version(read_all(entry), 4);
+  ASSERT_EQ(artifact::read_file(entry).compat.format_version, 5u);
+  write_all(dir / "old.kiln", v4);
+  EXPECT_EQ(artifact::read_file(dir / "old.kiln").compat.format_version, 4u);  // still read (kiln inspect)
+  // Explicit: refused, naming the version.
+  try {
+    SessionOptions lo;
+    lo.target = Target::cpu();
+    Session::load(dir / "old.kiln", lo);
+    ADD_FAILURE() << "a format 4 artifact was loaded";
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    EXPECT_NE(msg.find("format_version"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("4"), std::string::npos) << msg;
+  }
+  // In the cache: recompiled with a note, and published as format 5.
+  write_all(entry, v4);
+  Session s(model, opt);
+  EXPECT_NE(notes_of(s).find("format_version"), std::string::npos) << notes_of(s);
+  expect_product(s.run({{"x", ramp(1)}}).at("y"), 1);
+  EXPECT_EQ(artifact::read_file(entry).compat.format_version, 5u);
+  // A format 4 file has no appended blocks: bytes after its end are refused.
+  v4.push_back(0);
+  write_all(dir / "old.kiln", v4);
+  EXPECT_THROW(artifact::read_file(dir / "old.kiln"), Error);
 }
 
 }  // namespace
