@@ -89,6 +89,8 @@ class Program::HostSide final : public targets::HostSegments {
 
 Program::Program(artifact::CompiledProgram cp, int device) : cp_(std::move(cp)) {
   build_threads_ = std::max(1, omp_get_max_threads());
+  for (auto id : cp_.model.main.inputs) inputs_.push_back(tensor_info(cp_.model.value(id)));
+  for (auto id : cp_.model.main.outputs) outputs_.push_back(tensor_info(cp_.model.value(id)));
   base_env_.resize(cp_.model.values.size());
   for (size_t i = 0; i < cp_.model.values.size(); ++i)
     if (cp_.model.values[i].constant) base_env_[i] = *cp_.model.values[i].constant;
@@ -138,17 +140,6 @@ Program::Program(artifact::CompiledProgram cp, int device) : cp_(std::move(cp)) 
 
 Program::~Program() = default;
 
-std::vector<TensorInfo> Program::inputs() const {
-  std::vector<TensorInfo> out;
-  for (auto id : cp_.model.main.inputs) out.push_back(tensor_info(cp_.model.value(id)));
-  return out;
-}
-
-std::vector<TensorInfo> Program::outputs() const {
-  std::vector<TensorInfo> out;
-  for (auto id : cp_.model.main.outputs) out.push_back(tensor_info(cp_.model.value(id)));
-  return out;
-}
 
 void Program::validate_inputs(const std::map<std::string, Tensor>& inputs) const {
   std::vector<std::string> names;
@@ -384,13 +375,13 @@ std::map<std::string, Tensor> Program::run(const std::map<std::string, Tensor>& 
 }
 
 std::map<std::string, std::vector<int64_t>> Program::output_shapes(const std::map<std::string, Tensor>& inputs) const {
-  return known_output_shapes(outputs(), this->inputs(), shapes_of(inputs));
+  return known_output_shapes(outputs_, inputs_, shapes_of(inputs));
 }
 
 void Program::run_into(const std::map<std::string, Tensor>& inputs, const std::map<std::string, Tensor>& outputs,
                        int threads) const {
   validate_inputs(inputs);
-  check_output_buffers(outputs, this->outputs(), output_shapes(inputs));
+  check_output_buffers(outputs, outputs_, output_shapes(inputs));
   omp_set_num_threads(threads > 0 ? std::min(threads, build_threads_) : build_threads_);
   if (device_) {
     device_->run_into(inputs, outputs);

@@ -60,8 +60,8 @@ class Program {
   void run_device(const std::map<std::string, DeviceTensor>& inputs,
                   const std::map<std::string, DeviceTensor>& outputs) const;
 
-  std::vector<TensorInfo> inputs() const;
-  std::vector<TensorInfo> outputs() const;
+  const std::vector<TensorInfo>& inputs() const { return inputs_; }
+  const std::vector<TensorInfo>& outputs() const { return outputs_; }
   const artifact::CompiledProgram& compiled() const { return cp_; }
   /// Frees the arenas kept for later runs (those in use are untouched). A
   /// bucketed session calls it on a program it stops using, so it keeps
@@ -77,6 +77,7 @@ class Program {
   void give_back(std::unique_ptr<Arena> a) const;
 
   artifact::CompiledProgram cp_;
+  std::vector<TensorInfo> inputs_, outputs_;  ///< of the main graph (made once: run_into checks against them)
   /// Binds `nodes` (default: every node of every graph) into kernels_ (in
   /// parallel: bind_all in executor.cpp).
   void bind_all(std::vector<const ir::Node*> nodes = {});
