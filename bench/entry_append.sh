@@ -8,7 +8,10 @@
 # write), the entry's growth and whether its inode changed.
 #
 # Usage: bench/entry_append.sh OLD_KILN NEW_KILN [MODEL] [INPUT_NAME] [REPS]
-#   MODEL defaults to /tmp/kiln-dyn/resnet50_dyn.onnx (bench/make_dynamic.py).
+#   MODEL defaults to /tmp/kiln-dyn/resnet50_dyn.onnx (bench/make_dynamic.py),
+#   whose input INPUT_NAME gets random [1|2,3,224,224] float32 inputs. Other
+#   models: FIRST="--input a=a1.npy ..." SECOND="--input a=a2.npy ..." set the
+#   `kiln run` input flags of the first and the second run.
 set -euo pipefail
 OLD=$1 NEW=$2 M=${3:-/tmp/kiln-dyn/resnet50_dyn.onnx} IN=${4:-input} REPS=${5:-3}
 PY=${PY:-$(dirname "$0")/../.venv/bin/python}
@@ -23,10 +26,12 @@ for rep in $(seq "$REPS"); do
   for which in old new; do
     K=$OLD; [ $which = new ] && K=$NEW
     C=$W/cache-$which; rm -rf "$C"
-    "$K" run "$M" --input "$IN=$W/x1.npy" --cache-dir "$C" --output-dir "$W/o" --json >/dev/null 2>&1
+    # shellcheck disable=SC2086
+    "$K" run "$M" ${FIRST:---input $IN=$W/x1.npy} --cache-dir "$C" --output-dir "$W/o" --json >/dev/null 2>&1
     E=$(ls "$C"/*.kiln); S0=$(stat -c %s "$E"); I0=$(stat -c %i "$E")
     T0=$(date +%s.%N)
-    "$K" run "$M" --input "$IN=$W/x2.npy" --cache-dir "$C" --output-dir "$W/o" --json >"$W/r.json" 2>"$W/log.txt"
+    # shellcheck disable=SC2086
+    "$K" run "$M" ${SECOND:---input $IN=$W/x2.npy} --cache-dir "$C" --output-dir "$W/o" --json >"$W/r.json" 2>"$W/log.txt"
     T1=$(date +%s.%N)
     S1=$(stat -c %s "$E"); I1=$(stat -c %i "$E")
     MS=$("$PY" -c "import json; d = json.load(open('$W/r.json')); print(round(d['run_compile_ms']), 'ms, compiles', d['compiled_by_run'])")

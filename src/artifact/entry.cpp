@@ -175,17 +175,22 @@ uint64_t append_program(const std::filesystem::path& path, const EntryRead& entr
       if (off >= r.offset && off - r.offset <= r.size && t.nbytes() <= r.size - (off - r.offset)) return off;
     return std::nullopt;
   };
-  // Equal bytes found elsewhere (a compile may rebuild a weight identical to
-  // the entry's): the entry's stored constants by XXH3-64, built on first need.
-  std::multimap<uint64_t, std::pair<uint64_t, Tensor>> stored;
+  // Equal bytes found elsewhere (a compile imports the weights again, so
+  // they equal the entry's without being its buffers): the entry's stored
+  // constants keyed by size and the XXH3-64 of their first bytes (cheap to
+  // index over hundreds of MB; a candidate is then compared in full), built
+  // on first need.
+  auto key = [](const Tensor& t) {
+    return std::pair{t.nbytes(), hash64(t.raw(), std::min<size_t>(t.nbytes(), 4096))};
+  };
+  std::multimap<std::pair<size_t, uint64_t>, std::pair<uint64_t, Tensor>> stored;
   bool indexed = false;
   auto index = [&] {
     std::set<const void*> seen;
     auto add = [&](const ir::Model& m) {
       for (auto& v : m.values)
         if (v.constant && v.constant->defined() && seen.insert(v.constant->raw()).second)
-          if (auto off = stored_at(*v.constant))
-            stored.emplace(hash64(v.constant->raw(), v.constant->nbytes()), std::pair{*off, *v.constant});
+          if (auto off = stored_at(*v.constant)) stored.emplace(key(*v.constant), std::pair{*off, *v.constant});
     };
     add(entry.program.model);
     for (auto& v : entry.program.more) add(v.model);
@@ -195,7 +200,7 @@ uint64_t append_program(const std::filesystem::path& path, const EntryRead& entr
     if (auto off = stored_at(t)) return off;
     if (t.nbytes() == 0) return std::nullopt;
     if (!indexed) index();
-    for (auto [it, end] = stored.equal_range(hash64(t.raw(), t.nbytes())); it != end; ++it) {
+    for (auto [it, end] = stored.equal_range(key(t)); it != end; ++it) {
       const Tensor& c = it->second.second;
       if (c.nbytes() == t.nbytes() && std::memcmp(c.raw(), t.raw(), t.nbytes()) == 0) return it->second.first;
     }
