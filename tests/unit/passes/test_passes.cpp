@@ -113,5 +113,48 @@ TEST(MemoryPlan, ReusesSlotsAndNeverOverlapsLiveValues) {
   }
 }
 
+TEST(MemoryPlan, PlacesTheInputsOfAnInPlaceNodeInsideItsOutputForTheGroupsWholeLife) {
+  // a, b -> c = Concat(a, b) marked in place (a at byte 0, b at 4096) ->
+  // d = Concat(c, e) in place too; g and f are computed while the group is
+  // alive (f reads a after d's last reader: the group lives as long as a).
+  ModelBuilder b;
+  b.input("x", 1, {1, 1024});
+  b.node("Relu", {"x"}, {"a"});
+  b.node("Neg", {"x"}, {"b"});
+  ModelBuilder::attr_int(b.node("Concat", {"a", "b"}, {"c"}), "axis", 1);
+  b.node("Abs", {"x"}, {"e"});
+  ModelBuilder::attr_int(b.node("Concat", {"c", "e"}, {"d"}), "axis", 1);
+  b.node("Neg", {"d"}, {"g"});    // d's last reader
+  b.node("Relu", {"a"}, {"f"});  // a part read after it: the whole group lives until here
+  ModelBuilder::attr_int(b.node("Concat", {"g", "f"}, {"y"}), "axis", 1);
+  b.output("y");
+  ir::Model m = import(b);
+  passes::infer_and_fold(m);
+  auto id = [&](const std::string& name) {
+    for (size_t v = 0; v < m.values.size(); ++v)
+      if (m.values[v].name == name) return static_cast<ir::ValueId>(v);
+    ADD_FAILURE() << "no value " << name;
+    return ir::ValueId(0);
+  };
+  for (auto& n : m.main.nodes) {
+    if (n.outputs[0] == id("c")) n.attrs["in_place_offsets"] = std::vector<int64_t>{0, 4096};
+    if (n.outputs[0] == id("d")) n.attrs["in_place_offsets"] = std::vector<int64_t>{0, 8192};
+  }
+  auto plan = passes::plan_memory(m);
+  int64_t d = plan.offsets[id("d")];
+  ASSERT_GE(d, 0);
+  EXPECT_EQ(plan.offsets[id("c")], d);
+  EXPECT_EQ(plan.offsets[id("a")], d);
+  EXPECT_EQ(plan.offsets[id("b")], d + 4096);
+  EXPECT_EQ(plan.offsets[id("e")], d + 8192);
+  EXPECT_EQ(plan.sizes[id("a")], 4096u);
+  // f and g are computed while the group (12 KiB from d) is alive: elsewhere.
+  for (const char* v : {"f", "g"}) {
+    int64_t o = plan.offsets[id(v)];
+    ASSERT_GE(o, 0) << v;
+    EXPECT_TRUE(o + 4096 <= d || o >= d + 12288) << v << " at " << o << " overlaps the group at " << d;
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing
