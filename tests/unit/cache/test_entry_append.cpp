@@ -4,8 +4,10 @@
 // is never run.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <fstream>
 
 #include "../artifact/artifact_test_util.h"
@@ -247,6 +249,74 @@ TEST_F(EntryAppend, AnExplicitArtifactIsOneFileAndAnEntryCopiedOutRuns) {
   Session s = Session::load(dir / "copy.kiln", lo);
   expect_product(s.run({{"x", ramp(3)}}).at("y"), 3);
   EXPECT_EQ(s.buckets().programs, (std::vector<std::vector<int64_t>>{{1}, {3}}));
+}
+
+// y[256,N] = W[256,256] @ x[256,N]: N is a last axis, so padding it is not
+// provably safe and every size gets its own program (no split, no rounding).
+ModelBuilder column_model() {
+  ModelBuilder b;
+  typed(b.graph().add_input(), "x", 1, {kWidth, -1}, {"", "N"});
+  b.initializer("W", {kWidth, kWidth}, std::vector<float>(kWidth * kWidth, 0.5f));
+  b.node("MatMul", {"W", "x"}, {"y"});
+  typed(b.graph().add_output(), "y", 1, {kWidth, -1}, {"", "N"});
+  return b;
+}
+
+// In a child process (the parent must not start OpenMP threads before it
+// forks): a session on `model` runs an x of n columns; exit 0 when y has the
+// right shape and value and the session compiled exactly one program.
+pid_t run_in_child(const fs::path& model, const SessionOptions& opt, int64_t n, const int* go = nullptr) {
+  pid_t pid = ::fork();
+  if (pid != 0) return pid;
+  if (go) {
+    char c;
+    ::close(go[1]);
+    (void)!::read(go[0], &c, 1);  // start when the parent closes the pipe
+  }
+  int rc = 2;
+  try {
+    Session s(model, opt);
+    Tensor x(DType::f32, {kWidth, n});
+    for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 1.f;
+    Tensor y = s.run({{"x", x}}).at("y");
+    rc = y.shape() == std::vector<int64_t>{kWidth, n} && y.data<float>()[0] == 0.5f * kWidth &&
+                 s.buckets().compiled_by_run == 1
+             ? 0
+             : 1;
+  } catch (...) {
+  }
+  ::_exit(rc);
+}
+
+int exit_code(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 100 + status;
+}
+
+TEST_F(EntryAppend, ProcessesAppendingAtOnceKeepEveryProgram) {
+  fs::path columns = dir / "columns.onnx";
+  column_model().save(columns);
+  ASSERT_EQ(exit_code(run_in_child(columns, opt, 1)), 0);  // publishes the entry (N=1)
+  // Four processes, each adding another size at the same moment: the key's
+  // lock orders the appends, so none overwrites another.
+  const std::vector<int64_t> sizes{2, 3, 5, 6};
+  int go[2];
+  ASSERT_EQ(::pipe(go), 0);
+  std::vector<pid_t> pids;
+  for (int64_t n : sizes) pids.push_back(run_in_child(columns, opt, n, go));
+  ::close(go[0]);
+  ::close(go[1]);
+  for (auto p : pids) EXPECT_EQ(exit_code(p), 0);
+  Session s(columns, opt);
+  EXPECT_EQ(s.stats().cache, SessionStats::Cache::hit);
+  auto held = s.buckets().programs;
+  std::sort(held.begin(), held.end());
+  EXPECT_EQ(held, (std::vector<std::vector<int64_t>>{{1}, {2}, {3}, {5}, {6}}));
+  auto e = artifact::read_entry(s.stats().artifact_path);
+  EXPECT_EQ(e.appended, 4u);
+  EXPECT_EQ(e.ignored, "");
+  EXPECT_EQ(artifact::read_file(s.stats().artifact_path).more.size(), 4u);
 }
 
 // `bytes` (a format 5 file) relabelled as format `v`: header and compat block, checksums redone.
