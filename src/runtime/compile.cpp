@@ -226,6 +226,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
       {"naive_bytes", cp.plan.naive_bytes},
   };
   if (check) meta["precision_check"] = check->to_json();
+  if (stats.precision) meta["precision_share"] = precision_share_json(*stats.precision, precision_name(opt.precision));
   cp.metadata_json = meta.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   if (report) {
     report->compile_ms = sw.ms();
@@ -237,6 +238,7 @@ artifact::CompiledProgram compile_program(const std::filesystem::path& onnx_path
     report->model_digest = request.model_digest;
     report->cache_key = cache_key;
     if (check) report->notes.push_back(check->note());
+    if (stats.precision) report->notes.push_back(precision_share_note(*stats.precision, precision_name(opt.precision)));
   }
   // Host fallback is worth a note wherever the program was compiled: the
   // caller's notes when it takes a report, else the log (a program a run

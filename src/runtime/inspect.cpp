@@ -253,6 +253,8 @@ json inspect_artifact(const std::string& path) {
           {"kernels", cuda_kernels(path, cp)},
           // 16-bit cuda artifacts: the precision check (precision_check.h), from the metadata; else null.
           {"precision_check", meta.is_object() && meta.contains("precision_check") ? meta["precision_check"] : json()},
+          // 16-bit cuda artifacts: which nodes store 16-bit values (precision_check.h: precision_share_json); else null.
+          {"precision_share", meta.is_object() && meta.contains("precision_share") ? meta["precision_share"] : json()},
           {"metadata", meta}};
 }
 

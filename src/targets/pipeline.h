@@ -1,18 +1,36 @@
 // Per-target compile pipelines (compile side).
 #pragma once
 #include <functional>
+#include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "artifact/artifact.h"
 #include "kiln/options.h"
 
 namespace kiln::targets {
 
-/// What the target-independent passes did, for reports.
+/// How much of a 16-bit cuda program is 16-bit (cuda::PrecisionStats;
+/// docs/cuda.md, "Which nodes are 16-bit"): of the nodes writing float32
+/// values in the model (`float_nodes`), those whose float outputs are all
+/// stored in the 16-bit type (`nodes_16bit`), and the rest with the reason.
+struct PrecisionShare {
+  struct Fp32Node {
+    std::string node, op, why;
+  };
+  int float_nodes = 0;
+  int nodes_16bit = 0;
+  int clamped_constants = 0;  ///< constants with finite values beyond the 16-bit range, clamped to it
+  std::vector<Fp32Node> fp32;
+};
+
+/// What the target-independent passes did, for reports; and for 16-bit cuda
+/// programs the precision pass's share.
 struct PipelineStats {
   int folded = 0;
   int dead = 0;
+  std::optional<PrecisionShare> precision;
 };
 
 /// Runs the passes of `target` over cp.model (input shapes already bound):

@@ -48,8 +48,22 @@ def test_cross_compile_keeps_the_cancelling_subtraction_in_fp32(kiln, sigmoid_ca
     assert check["output_error_before"] > 0.1 and check["output_error_after"] < 1e-2, check
     assert check["rounds"] == 3, check
 
+    # The share: the kept nodes and what they promote are float32, with why.
+    share = ins.json()["precision_share"]
+    assert share == ins.json()["metadata"]["precision_share"]
+    assert share["precision"] == "fp16" and share["float_nodes"] == 8 and share["nodes_16bit"] == 1, share
+    assert share["share"] == 0.125 and share["clamped_constants"] == 0, share
+    why = {f["node"]: f["why"] for f in share["fp32"]}
+    assert set(why) == KEPT | {"scale", "sigmoid"}, share
+    assert why["sub"] == "kept in float32 by the precision check", why
+    assert why["scale"] == "promoted: reads the float32 activation 'd'", why
+    assert "kiln: note: 16-bit share (fp16): 1 of 8 float nodes store their values in 16 bits (12.5 %); 7 float32: " \
+        in res.stderr, res.describe()
+
     text = kiln("inspect", out)
     assert text.rc == 0, text.describe()
+    assert "16-bit share (fp16): 1 of 8 float nodes store their values in 16 bits (12.5 %)\n" in text.stdout, text.stdout
+    assert "  float32: sigmoid (Sigmoid): promoted: reads the float32 activation 's'\n" in text.stdout, text.stdout
     assert "precision check (fp16): 5 of 8 nodes kept in float32 (random (seed 0) inputs;" in text.stdout, text.stdout
     assert "  sub (Sub): amplifies the 16-bit rounding of its inputs" in text.stdout, text.stdout
     assert "  conv_b (Conv): feeds 'sub' (Sub)" in text.stdout, text.stdout
@@ -61,7 +75,10 @@ def test_precision_check_off_skips_it_and_changes_the_key(kiln, sigmoid_cancella
     assert cross(kiln, model, on, "--json").rc == 0
     res = cross(kiln, model, off, "--precision-check", "off", "--json")
     assert res.rc == 0, res.describe()
-    assert res.json()["notes"] == ["precision check (fp16) off: every node follows the precision policy"]
+    notes = res.json()["notes"]
+    assert notes[0] == "precision check (fp16) off: every node follows the precision policy", notes
+    # The policy alone: every float node of the head is 16-bit.
+    assert notes[1] == "16-bit share (fp16): 8 of 8 float nodes store their values in 16 bits (100.0 %)", notes
     i_on, i_off = kiln("inspect", on, "--json").json(), kiln("inspect", off, "--json").json()
     assert i_off["precision_check"] == {"state": "off", "precision": "fp16"}, i_off["precision_check"]
     assert "precision-check=off" in i_off["metadata"]["options"]

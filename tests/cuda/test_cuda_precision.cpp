@@ -6,12 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "cuda_models.h"
 #include "kiln/errors.h"
 #include "kiln/options.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
+#include "support/half.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/blaslt.h"
@@ -131,17 +133,18 @@ TEST_P(PrecisionPass, NormalizationParametersAndStatisticsStayFloat32) {
   EXPECT_EQ(count_op(m, "Cast"), 2);  // x in, sm out
 }
 
-// A float32 activation (here a model's explicit Cast to float32) promotes the
-// element-wise ops it meets to float32; the next matmul is 16-bit again.
+// A float32 activation (here a model's explicit Cast from float64 to
+// float32) promotes the element-wise ops it meets to float32; the next
+// matmul is 16-bit again. The share counts the Cast and the Add as float32.
 TEST_P(PrecisionPass, Float32ActivationsPromoteFollowOpsUntilTheNextMatmul) {
   const DType h = GetParam();
   ModelBuilder b(17);
   b.input("x", 1, {2, 4});
-  b.input("mask", 9, {2, 4});
+  b.input("mask", 11, {2, 4});
   b.initializer("W", {4, 4}, std::vector<float>(16, 0.5f));
   b.node("MatMul", {"x", "W"}, {"s"});
-  ModelBuilder::attr_int(b.node("Cast", {"mask"}, {"mf"}), "to", 1);  // bool -> float32
-  b.node("Add", {"s", "mf"}, {"sm"});                                 // promoted: float32
+  ModelBuilder::attr_int(b.node("Cast", {"mask"}, {"mf"}, "cast_mask"), "to", 1);  // float64 -> float32
+  b.node("Add", {"s", "mf"}, {"sm"}, "add_mask");                                   // promoted: float32
   b.node("MatMul", {"sm", "W"}, {"y"});
   b.output("y", 1, {2, 4});
   ir::Model m = imported(b);
@@ -150,12 +153,79 @@ TEST_P(PrecisionPass, Float32ActivationsPromoteFollowOpsUntilTheNextMatmul) {
   const ir::Node& add = node_of(m, "Add");
   EXPECT_EQ(dtype_of(m, add.outputs[0]), DType::f32);
   EXPECT_EQ(dtype_of(m, add.inputs[0]), DType::f32) << "the 16-bit matmul output is cast up";
-  EXPECT_EQ(dtype_of(m, value_named(m, "mf")), DType::f32) << "an explicit Cast keeps its 'to'";
+  EXPECT_EQ(dtype_of(m, value_named(m, "mf")), DType::f32) << "an explicit Cast between floats keeps its 'to'";
   const ir::Node& mm2 = node_of(m, "MatMul", 1);
   EXPECT_EQ(dtype_of(m, mm2.inputs[0]), h);
   EXPECT_EQ(dtype_of(m, mm2.inputs[1]), h);
   EXPECT_EQ(mm2.inputs[1], node_of(m, "MatMul").inputs[1]) << "one 16-bit copy of W for both matmuls";
-  EXPECT_EQ(st.fp32_nodes, 1);
+  EXPECT_EQ(st.fp32_nodes, 2);
+  EXPECT_EQ(st.float_nodes, 4);
+  EXPECT_EQ(st.nodes_16bit, 2);
+  ASSERT_EQ(st.fp32.size(), 2u);
+  EXPECT_EQ(st.fp32[0].node, "cast_mask");
+  EXPECT_EQ(st.fp32[0].why, "an explicit Cast to float32");
+  EXPECT_EQ(st.fp32[1].node, "add_mask");
+  EXPECT_EQ(st.fp32[1].op, "Add");
+  EXPECT_EQ(st.fp32[1].why, "promoted: reads the float32 activation 'mf'");
+}
+
+// transformers' eager attention mask: int64 mask -> Cast(float32) ->
+// (1 - m) * float32's lowest -> + scores -> Softmax. The Cast from integers
+// makes the 16-bit type, the lowest float32 becomes the 16-bit type's
+// lowest finite value (not -inf, so 0 * it stays 0), and every float node
+// is 16-bit.
+TEST_P(PrecisionPass, IntegerCastsAreSixteenBitAndConstantsClampToTheRange) {
+  const DType h = GetParam();
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 4});
+  b.input("mask", 7, {2, 4});
+  b.initializer("W", {4, 4}, std::vector<float>(16, 0.5f));
+  b.initializer("one", {}, {1.f});
+  b.initializer("lowest", {}, {-3.4028234663852886e38f});
+  b.node("MatMul", {"x", "W"}, {"s"});
+  ModelBuilder::attr_int(b.node("Cast", {"mask"}, {"mf"}, "cast_mask"), "to", 1);  // int64 -> float32
+  b.node("Sub", {"one", "mf"}, {"inv"});
+  b.node("Mul", {"inv", "lowest"}, {"bias"});
+  b.node("Add", {"s", "bias"}, {"sm"});
+  ModelBuilder::attr_int(b.node("Softmax", {"sm"}, {"p"}), "axis", -1);
+  b.node("MatMul", {"p", "W"}, {"y"});
+  b.output("y", 1, {2, 4});
+  ir::Model m = imported(b);
+  auto st = convert_precision(m, h);
+  ir::verify(m);
+  const ir::Node& cast = node_of(m, "Cast");
+  EXPECT_EQ(cast.i("to", 0), static_cast<int64_t>(h)) << "Cast(int64 -> float32) makes the 16-bit type";
+  EXPECT_EQ(dtype_of(m, value_named(m, "mf")), h);
+  for (const char* v : {"inv", "bias", "sm", "p"}) EXPECT_EQ(dtype_of(m, value_named(m, v)), h) << v;
+  EXPECT_EQ(st.float_nodes, 7);
+  EXPECT_EQ(st.nodes_16bit, 7);
+  EXPECT_TRUE(st.fp32.empty());
+  EXPECT_EQ(st.clamped, 1);
+  const ir::Node& mul = node_of(m, "Mul");
+  const ir::Value& c = m.value(mul.inputs[1]);
+  ASSERT_TRUE(c.constant.has_value());
+  ASSERT_EQ(c.dtype, h);
+  const uint16_t bits = c.constant->data<uint16_t>()[0];
+  const float lowest = h == DType::f16 ? half_to_float(bits) : bf16_to_float(bits);
+  EXPECT_EQ(lowest, h == DType::f16 ? -65504.f : -bf16_to_float(0x7f7fu)) << "the lowest finite 16-bit value";
+  // Infinity is no finite value: a -inf constant stays -inf.
+  ModelBuilder bi(17);
+  bi.input("x", 1, {2, 4});
+  bi.initializer("ninf", {4}, {0.f, -INFINITY, 1e9f, -1.f});
+  bi.node("Add", {"x", "ninf"}, {"y"});
+  bi.output("y", 1, {2, 4});
+  ir::Model mi = imported(bi);
+  auto sti = convert_precision(mi, h);
+  EXPECT_EQ(sti.clamped, h == DType::f16 ? 1 : 0) << "1e9 is beyond fp16's range only";
+  const ir::Value& ci = mi.value(node_of(mi, "Add").inputs[1]);
+  ASSERT_EQ(ci.dtype, h);
+  auto at = [&](int k) {
+    const uint16_t u = ci.constant->data<uint16_t>()[k];
+    return h == DType::f16 ? half_to_float(u) : bf16_to_float(u);
+  };
+  EXPECT_TRUE(std::isinf(at(1)) && at(1) < 0);
+  EXPECT_EQ(at(2), h == DType::f16 ? 65504.f : bf16_to_float(float_to_bf16(1e9f)));
+  EXPECT_EQ(at(3), -1.f);
 }
 
 // Operators without 16-bit kernels run as written: their 16-bit inputs are

@@ -183,6 +183,126 @@ TEST(PrecisionCheck, OverflowIsKeptWithItsReason) {
   EXPECT_LT(r.output_error_after, 1e-2) << r.note();
 }
 
+/// transformers' eager attention mask on a small attention: int64 mask ->
+/// Cast(float32) -> (1 - m) * float32's lowest -> + scores -> Softmax -> P V.
+ModelBuilder hf_mask_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 8, 16});
+  b.input("attention_mask", 7, {1, 8});
+  std::vector<float> wq(256), wv(256);
+  for (int i = 0; i < 256; ++i) {
+    wq[static_cast<size_t>(i)] = 0.1f * std::sin(0.7f * i + 0.3f);
+    wv[static_cast<size_t>(i)] = 0.1f * std::sin(0.7f * i + 0.7f);
+  }
+  b.initializer("Wq", {16, 16}, wq);
+  b.initializer("Wv", {16, 16}, wv);
+  b.initializer("one", {}, {1.f});
+  b.initializer("lowest", {}, {-3.4028234663852886e38f});
+  b.initializer("root", {}, {4.f});
+  b.initializer_i64("ax", {1}, {1});
+  b.node("Unsqueeze", {"attention_mask", "ax"}, {"m3"});
+  ModelBuilder::attr_int(b.node("Cast", {"m3"}, {"mf"}, "cast_mask"), "to", 1);
+  b.node("Sub", {"one", "mf"}, {"inv"}, "inv_mask");
+  b.node("Mul", {"inv", "lowest"}, {"bias"}, "mask_bias");
+  b.node("MatMul", {"x", "Wq"}, {"q"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"x"}, {"kt"}), "perm", {0, 2, 1});
+  b.node("MatMul", {"q", "kt"}, {"s"});
+  b.node("Div", {"s", "root"}, {"sd"});
+  b.node("Add", {"sd", "bias"}, {"sm"}, "add_mask");
+  ModelBuilder::attr_int(b.node("Softmax", {"sm"}, {"p"}, "softmax"), "axis", -1);
+  b.node("MatMul", {"x", "Wv"}, {"v"});
+  b.node("MatMul", {"p", "v"}, {"y"});
+  b.output("y", 1, {1, 8, 16});
+  return b;
+}
+
+// The mask's float32 lowest is clamped to -65504 in fp16: the check's
+// sample mask masks the last quarter of the positions, the masked scores
+// are saturated (beyond fp16's range in float32, at its top in fp16), the
+// Softmax gives them weight 0 as float32 does, and nothing is kept.
+TEST(PrecisionCheck, ClampedMaskKeepsTheMaskChainSixteenBit) {
+  ir::Model m = imported_model(hf_mask_model());
+  PrecisionCheckResult r = check_precision(m, DType::f16, {});
+  ASSERT_EQ(r.state, "checked") << r.reason;
+  EXPECT_TRUE(r.kept.empty()) << r.note();
+  EXPECT_LT(r.output_error_after, 1e-2) << r.note();
+  ir::Model h = m;
+  auto st = convert_precision(h, DType::f16, r.keep_set());
+  EXPECT_EQ(st.nodes_16bit, st.float_nodes);
+  EXPECT_EQ(st.clamped, 1);
+  // The same with a mask given: masked positions have weight 0 in the
+  // emulated 16-bit program as in float32 (y's rows agree within fp16).
+  Tensor mask(DType::i64, {1, 8});
+  for (int64_t j = 0; j < 8; ++j) mask.data<int64_t>()[j] = j < 5 ? 1 : 0;
+  const std::map<std::string, Tensor> in = {{"x", ramp_input({1, 8, 16})}, {"attention_mask", mask}};
+  PrecisionCheckResult g = check_precision(m, DType::f16, in);
+  EXPECT_EQ(g.inputs, "given for x, attention_mask");
+  EXPECT_TRUE(g.kept.empty()) << g.note();
+  const Tensor ref = run_ref(m, in).at("y");
+  emulate_16bit(h);
+  const Tensor got = run_ref(h, in).at("y");
+  double scale = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) scale = std::max(scale, std::fabs(double(ref.data<float>()[i])));
+  EXPECT_LT(max_diff(got, ref) / scale, 1e-2);
+  // Masked keys have weight 0 in the 16-bit program too: changing the value
+  // at a masked position (7) changes no other row of y.
+  std::map<std::string, Tensor> moved = in;
+  moved["x"] = ramp_input({1, 8, 16});
+  for (int64_t c = 0; c < 16; ++c) moved["x"].data<float>()[7 * 16 + c] += 3.f;  // position 7: masked
+  const Tensor got2 = run_ref(h, moved).at("y");
+  for (int64_t row = 0; row < 7; ++row)
+    for (int64_t c = 0; c < 16; ++c)
+      EXPECT_EQ(got2.data<float>()[row * 16 + c], got.data<float>()[row * 16 + c]) << row << "," << c;
+}
+
+// A clamped constant that matters is found where the saturation begins:
+// (x + 1e5) - 1e5 in fp16 is (x + 65504) - 65504, about 0. The check keeps
+// the Add (it reads the float32 constant as an island) and the output
+// comes back; the Sub, reading a float32 activation then, is promoted.
+TEST(PrecisionCheck, AClampedConstantThatMattersIsKeptWhereTheOverflowBegins) {
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 8});
+  b.initializer("big", {}, {1e5f});
+  b.node("Add", {"x", "big"}, {"shifted"}, "shift");
+  b.node("Sub", {"shifted", "big"}, {"y"}, "unshift");
+  b.output("y", 1, {4, 8});
+  ir::Model m = imported_model(b);
+  PrecisionCheckResult r = check_precision(m, DType::f16, {});
+  ASSERT_EQ(r.state, "checked") << r.reason;
+  EXPECT_EQ(kept_names(r), (std::vector<std::string>{"shift"})) << r.note();
+  ASSERT_FALSE(r.kept.empty());
+  EXPECT_NE(r.kept[0].reason.find("overflows the 16-bit range"), std::string::npos) << r.kept[0].reason;
+  EXPECT_NE(r.kept[0].reason.find("'unshift' (Sub) does not absorb it"), std::string::npos) << r.kept[0].reason;
+  EXPECT_GT(r.output_error_before, 0.1) << r.note();
+  EXPECT_LT(r.output_error_after, 1e-2) << r.note();
+}
+
+// The sample mask has masked positions: a mask bias beyond fp16's range
+// (1e5, clamped to 65504) reaches the output as it is only where the mask
+// is 0, and the check finds it there (with an all-ones mask it could not).
+TEST(PrecisionCheck, TheSampleMaskMasksPositions) {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 8});
+  b.input("mask", 7, {2, 8});
+  b.initializer("one", {}, {1.f});
+  b.initializer("big", {}, {1e5f});
+  ModelBuilder::attr_int(b.node("Cast", {"mask"}, {"mf"}, "cast_mask"), "to", 1);
+  b.node("Sub", {"one", "mf"}, {"inv"}, "inv_mask");
+  b.node("Mul", {"inv", "big"}, {"bias"}, "mask_bias");
+  b.node("Add", {"x", "bias"}, {"y"}, "add_bias");
+  b.output("y", 1, {2, 8});
+  ir::Model m = imported_model(b);
+  PrecisionCheckResult r = check_precision(m, DType::f16, {});
+  ASSERT_EQ(r.state, "checked") << r.reason;
+  EXPECT_EQ(kept_names(r), (std::vector<std::string>{"mask_bias"})) << r.note();
+  ASSERT_FALSE(r.kept.empty());
+  EXPECT_NE(r.kept[0].reason.find("the model output 'y' takes it as it is"), std::string::npos) << r.kept[0].reason;
+  EXPECT_LT(r.output_error_after, 1e-2) << r.note();
+  Tensor ones(DType::i64, {2, 8});
+  std::fill(ones.data<int64_t>(), ones.data<int64_t>() + 16, int64_t{1});
+  EXPECT_TRUE(check_precision(m, DType::f16, {{"mask", ones}}).kept.empty());
+}
+
 TEST(PrecisionCheckOptions, ValidationAndTheCacheKey) {
   EXPECT_EQ(parse_precision_check("on"), PrecisionCheck::on);
   EXPECT_EQ(parse_precision_check("off"), PrecisionCheck::off);

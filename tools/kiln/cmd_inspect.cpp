@@ -67,6 +67,21 @@ void print_precision_check(const json& c) {
                 k.value("reason", "").c_str());
 }
 
+/// The 16-bit share of a 16-bit cuda artifact (inspect_artifact's
+/// "precision_share") as text: the share, then each float32 node and why.
+/// Prints nothing for other artifacts (and those compiled before it was stored).
+void print_precision_share(const json& s) {
+  if (!s.is_object()) return;
+  const int nodes = s.value("float_nodes", 0), half = s.value("nodes_16bit", 0);
+  std::printf("16-bit share (%s): %d of %d float nodes store their values in 16 bits (%.1f %%)",
+              s.value("precision", "").c_str(), half, nodes, nodes ? 100.0 * half / nodes : 100.0);
+  if (int c = s.value("clamped_constants", 0)) std::printf("; %d constant(s) clamped to the 16-bit range", c);
+  std::printf("\n");
+  for (auto& f : s["fp32"])
+    std::printf("  float32: %s (%s): %s\n", f.value("node", "").c_str(), f.value("op", "").c_str(),
+                f.value("why", "").c_str());
+}
+
 void print_reference_nodes(const json& nodes, const char* indent) {
   for (auto& r : nodes)
     std::printf("%s%s '%s': %s\n", indent, r["op"].get<std::string>().c_str(), r["node"].get<std::string>().c_str(),
@@ -151,6 +166,7 @@ void print_artifact(const json& j) {
     std::printf("ignored: %s (a torn append; the cache compiles such a program again)\n",
                 app["ignored"].get<std::string>().c_str());
   print_precision_check(j["precision_check"]);
+  print_precision_share(j["precision_share"]);
   for (auto& c : j["conditional_nodes"])
     std::printf("conditional node (in the CUDA graph): %s '%s' on '%s', then_branch %s nodes %s, else_branch %s nodes %s\n",
                 c["type"].get<std::string>().c_str(), c["node"].get<std::string>().c_str(),

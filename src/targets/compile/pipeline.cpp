@@ -103,7 +103,15 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     lo.tf32 = opt.allow_tf32;
     lo.precision_check = precision_check;
     lo.fallback = opt.fallback == Fallback::host;
-    cuda::lower_for_cuda(cp, lo);
+    const cuda::LowerStats low = cuda::lower_for_cuda(cp, lo);
+    if (lo.dtype != DType::f32) {
+      PrecisionShare share;
+      share.float_nodes = low.precision.float_nodes;
+      share.nodes_16bit = low.precision.nodes_16bit;
+      share.clamped_constants = low.precision.clamped;
+      for (auto& f : low.precision.fp32) share.fp32.push_back({f.node, f.op, f.why});
+      st.precision = std::move(share);
+    }
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);
 #else
     (void)precision_check;

@@ -238,7 +238,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // fp16 / bf16: float32 values become 16-bit before anything is lowered
   // (the model's inputs and outputs keep their dtypes; precision.h).
   if (opt.dtype != DType::f32)
-    convert_precision(m, opt.dtype, opt.precision_check ? opt.precision_check(m, opt.dtype) : std::set<std::string>{});
+    st.precision =
+        convert_precision(m, opt.dtype, opt.precision_check ? opt.precision_check(m, opt.dtype) : std::set<std::string>{});
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
   std::map<int, std::string> host;  // node index -> why it runs on the host

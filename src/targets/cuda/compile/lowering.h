@@ -11,6 +11,7 @@
 
 #include "artifact/artifact.h"
 #include "targets/cuda/compile/codegen.h"
+#include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/cudnn_graph.h"
@@ -62,6 +63,7 @@ struct LowerStats {
   size_t cubin_bytes = 0;
   size_t ptx_bytes = 0;
   TuningStats tuning;    ///< matmul / convolution algorithm decisions
+  PrecisionStats precision;  ///< the precision pass (16-bit programs; zeros for float32)
 };
 
 /// Lowers every node of cp.model's main graph (shapes inferred and static),

@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include <cmath>
 #include <map>
 #include <set>
 
@@ -61,20 +62,37 @@ bool keeps_f32_output(const ir::Node& n, size_t k) { return n.op_type == "LayerN
 
 std::string short_name(DType t) { return t == DType::f16 ? "f16" : t == DType::bf16 ? "bf16" : "f32"; }
 
+/// The largest finite value of 16-bit type `t` (fp16 65504, bf16 3.3895e38).
+float largest_finite(DType t) { return t == DType::f16 ? 65504.f : bf16_to_float(0x7f7fu); }
+
 /// A copy of float32 / float16 / bfloat16 tensor `t` as dtype `to` (one of
-/// the same three), rounded to nearest even.
-Tensor convert_tensor(const Tensor& t, DType to) {
+/// the same three), rounded to nearest even. Converting to 16 bits, a finite
+/// value beyond the type's largest finite one becomes that value (sign
+/// kept) rather than infinity; `clamped` says whether any did.
+Tensor convert_tensor(const Tensor& t, DType to, bool& clamped) {
   Tensor out(to, t.shape());
   const int64_t n = t.numel();
+  const float top = to == DType::f32 ? 0.f : largest_finite(to);
+  clamped = false;
   for (int64_t i = 0; i < n; ++i) {
     float f = t.dtype() == DType::f32   ? t.data<float>()[i]
               : t.dtype() == DType::f16 ? half_to_float(t.data<uint16_t>()[i])
                                         : bf16_to_float(t.data<uint16_t>()[i]);
+    if (to != DType::f32 && std::isfinite(f) && std::fabs(f) > top) {
+      f = std::copysign(top, f);
+      clamped = true;
+    }
     if (to == DType::f32) out.data<float>()[i] = f;
     else if (to == DType::f16) out.data<uint16_t>()[i] = float_to_half(f);
     else out.data<uint16_t>()[i] = float_to_bf16(f);
   }
   return out;
+}
+
+/// An integer or bool dtype: a Cast from it to float32 makes data, not a
+/// float32 result of float arithmetic.
+bool is_integer_or_bool(DType t) {
+  return t != DType::undefined && t != DType::string && !dtype_is_float(t) && !dtype_is_float8(t);
 }
 
 class Converter {
@@ -128,9 +146,14 @@ class Converter {
     nv.dtype = t;
     ir::ValueId id;
     if (nv.constant) {
-      nv.constant = convert_tensor(*nv.constant, t);
+      bool clamped = false;
+      nv.constant = convert_tensor(*nv.constant, t, clamped);
+      if (clamped)
+        log().debug("cuda precision: constant '{}' has finite values beyond the {} range, clamped to +-{:g}", nv.name,
+                    dtype_name(t), largest_finite(t));
       id = add_value(std::move(nv));
       ++st_.constants;
+      st_.clamped += clamped ? 1 : 0;
     } else {
       nv.constant.reset();
       id = add_value(std::move(nv));
@@ -148,13 +171,42 @@ class Converter {
     return id;
   }
 
+  /// Why node `n` (role `role`) keeps a float32 output.
+  std::string fp32_reason(const ir::Node& n, PrecisionRole role, bool kept, ir::ValueId promoted_by) const {
+    switch (role) {
+      case PrecisionRole::island:
+        if (kept) return "kept in float32 by the precision check";
+        return n.domain.empty() ? fmt::format("runs as written in float32 (no 16-bit kernel for {})", n.op_type)
+                                : fmt::format("runs as written in float32 (domain '{}')", n.domain);
+      case PrecisionRole::fp32_out: return "writes float32 in fp16 programs (its result can exceed 65504)";
+      case PrecisionRole::cast: return "an explicit Cast to float32";
+      case PrecisionRole::half:
+      case PrecisionRole::follow:
+        break;
+    }
+    return promoted_by == ir::kNoValue ? std::string("float32")
+                                       : fmt::format("promoted: reads the float32 activation '{}'",
+                                                     m_.value(promoted_by).name);
+  }
+
   void rewrite(ir::Node n) {
     for (auto& v : n.inputs)
       if (v != ir::kNoValue)
         if (auto it = renamed_.find(v); it != renamed_.end()) v = it->second;
-    const PrecisionRole role =
-        !keep_.empty() && keep_.count(precision_node_key(m_, n)) ? PrecisionRole::island : precision_role(n, to_);
+    const std::string key = precision_node_key(m_, n);
+    const bool kept = !keep_.empty() && keep_.count(key);
+    PrecisionRole role = kept ? PrecisionRole::island : precision_role(n, to_);
+    // A Cast from integers or bools to float32 makes the 16-bit type: the
+    // data enters the float program rounded once, as a model input would.
+    const bool data_cast = role == PrecisionRole::cast && n.inputs.size() == 1 && n.inputs[0] != ir::kNoValue &&
+                           is_integer_or_bool(m_.value(n.inputs[0]).dtype) && n.outputs.size() == 1 &&
+                           was_f32(n.outputs[0]);
+    if (data_cast) {
+      n.attrs["to"] = static_cast<int64_t>(to_);
+      role = PrecisionRole::follow;  // outputs: the 16-bit type (its input is no float)
+    }
     DType want = DType::f32;  // the dtype of the node's converted float outputs
+    ir::ValueId promoted_by = ir::kNoValue;  // the float32 activation that kept a follow node float32
     switch (role) {
       case PrecisionRole::island:
         for (auto& v : n.inputs)
@@ -169,7 +221,10 @@ class Converter {
         if (role == PrecisionRole::follow)
           for (size_t i = 0; i < n.inputs.size(); ++i) {
             ir::ValueId v = n.inputs[i];
-            if (was_f32(v) && is_data_input(n, i) && m_.value(v).dtype == DType::f32 && !adaptable(v)) want = DType::f32;
+            if (was_f32(v) && is_data_input(n, i) && m_.value(v).dtype == DType::f32 && !adaptable(v)) {
+              want = DType::f32;
+              if (promoted_by == ir::kNoValue) promoted_by = v;
+            }
           }
         for (size_t i = 0; i < n.inputs.size(); ++i)
           if (was_f32(n.inputs[i]) && is_data_input(n, i)) n.inputs[i] = as(n.inputs[i], want, n);
@@ -178,31 +233,43 @@ class Converter {
     // Outputs: float32 ones take `want` (a cast keeps its `to`); a model
     // output computed in 16 bits is renamed and cast back after the node.
     std::vector<std::pair<ir::ValueId, ir::ValueId>> back;  // (16-bit internal, model output)
-    bool has_f32_output = false;
+    bool has_f32_output = false, float_node = false;
     for (size_t k = 0; k < n.outputs.size(); ++k) {
       ir::ValueId v = n.outputs[k];
-      if (!was_f32(v) || role == PrecisionRole::cast) continue;
-      DType t = keeps_f32_output(n, k) ? DType::f32 : want;
-      if (t == DType::f32) {
+      if (!was_f32(v)) continue;
+      float_node = true;
+      if (role == PrecisionRole::cast) {
+        has_f32_output |= !keeps_f32_output(n, k);
+        continue;
+      }
+      if (keeps_f32_output(n, k)) continue;  // float32 by ONNX's type, not left behind
+      if (want == DType::f32) {
         has_f32_output = true;
         continue;
       }
       ++st_.values;
       if (graph_output_[v]) {
         ir::Value iv = m_.value(v);
-        iv.name += "_" + short_name(t);
-        iv.dtype = t;
+        iv.name += "_" + short_name(want);
+        iv.dtype = want;
         ir::ValueId id = add_value(std::move(iv));
         renamed_[v] = id;
         n.outputs[k] = id;
         back.emplace_back(id, v);
       } else {
-        m_.value(v).dtype = t;
+        m_.value(v).dtype = want;
       }
     }
-    if (has_f32_output && role != PrecisionRole::cast) {
-      ++st_.fp32_nodes;
-      log().debug("cuda precision: {} '{}' left float32", n.op_type, precision_node_key(m_, n));
+    if (float_node) {
+      ++st_.float_nodes;
+      if (has_f32_output) {
+        ++st_.fp32_nodes;
+        std::string why = fp32_reason(n, role, kept, promoted_by);
+        log().debug("cuda precision: {} '{}' left float32: {}", n.op_type, key, why);
+        st_.fp32.push_back({key, n.domain.empty() ? n.op_type : n.domain + "." + n.op_type, std::move(why)});
+      } else {
+        ++st_.nodes_16bit;
+      }
     }
     const std::string name = n.name;
     const int opset = n.opset;
@@ -258,8 +325,10 @@ PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::str
     fail(ErrorCode::internal, "convert_precision: {} is not a 16-bit float type", dtype_name(to));
   Stopwatch sw;
   PrecisionStats st = Converter(m, to, keep_fp32).run();
-  log().info("cuda precision {}: {} values and {} constants 16-bit, {} casts, {} nodes left float32 ({:.1f} ms)",
-             dtype_name(to), st.values, st.constants, st.casts, st.fp32_nodes, sw.ms());
+  log().info("cuda precision {}: {} values and {} constants 16-bit ({} clamped to the 16-bit range), {} casts; {} of {} "
+             "float nodes 16-bit, {} left float32 ({:.1f} ms)",
+             dtype_name(to), st.values, st.constants, st.clamped, st.casts, st.nodes_16bit, st.float_nodes,
+             st.fp32_nodes, sw.ms());
   return st;
 }
 

@@ -24,7 +24,10 @@
 //    write float32, since their results can leave fp16's range (65504) when
 //    the inputs do not; what follows them is promoted to float32 until the
 //    next 16-bit op. bf16 has float32's range, so there they follow.
-//  - Cast keeps its `to`: an explicit Cast to float32 stays float32.
+//  - Cast keeps its `to`: an explicit Cast to float32 stays float32, except
+//    from an integer or bool type: that one makes the 16-bit type instead
+//    (integer data enters the float program rounded once, as a float32
+//    model input does; transformers build their attention mask this way).
 //  - nodes the precision check keeps in float32 (ConvertOptions::keep_fp32,
 //    runtime/precision_check.h): islands, whatever their op; what follows
 //    them is promoted as above.
@@ -33,23 +36,50 @@
 //    in float32: 16-bit inputs are cast back to float32 first.
 //
 // Constants are converted at compile time (one 16-bit copy per constant; the
-// float32 original is dropped when nothing reads it any more). A model input
+// float32 original is dropped when nothing reads it any more). A finite
+// constant beyond the 16-bit type's largest finite value (fp16 65504,
+// bf16 3.39e38) becomes that value with its sign, not infinity, as ONNX
+// Runtime's float16 converter does: float32's lowest (-3.4e38, an
+// exporter's "minus infinity" for masks) stays a large finite number, so
+// 0 * mask stays 0 instead of NaN. The precision check judges the clamp
+// like any rounding: by what the readers of the value compute. A model input
 // read by a 16-bit or follow op is cast once, where it is first needed; a
 // model output computed in 16 bits is produced by a final Cast to float32.
 #pragma once
 #include <set>
 #include <string>
+#include <vector>
 
 #include "ir/graph.h"
 
 namespace kiln::targets::cuda {
 
-/// What convert_precision did, for logs and tests.
+/// A node of the graph that the precision pass left float32, and why.
+struct Fp32Node {
+  std::string node;  ///< precision_node_key
+  std::string op;    ///< ONNX op_type (domain-qualified outside the ONNX domain)
+  std::string why;   ///< "kept by the precision check", "promoted: reads the float32 activation 'x'", ...
+};
+
+/// What convert_precision did, for logs, notes and tests.
+///
+/// The 16-bit share (docs/cuda.md, "Which nodes are 16-bit"): a node of the
+/// graph as the pass receives it (the Casts it inserts are not counted) is a
+/// *float node* when it writes a float32 value in the float32 model; it is
+/// *16-bit* when every such output is stored in the 16-bit type, apart from
+/// outputs ONNX types as float32 whatever the input (LayerNormalization's
+/// Mean / InvStdDev). Kernels may compute in float inside (every generated
+/// kernel does; cuBLASLt / cuDNN accumulate in fp32): what counts is what is
+/// stored. Nodes writing only integers or bools are outside the count.
 struct PrecisionStats {
   int values = 0;     ///< float32 activations now 16-bit (node outputs)
   int constants = 0;  ///< float32 constants given a 16-bit copy
+  int clamped = 0;    ///< of those, constants with finite values beyond the 16-bit range, clamped to it
   int casts = 0;      ///< Cast nodes inserted (model inputs and outputs, float32 islands, promotions)
-  int fp32_nodes = 0; ///< nodes with a float32 output left float32 (islands, fp32-output ops, promoted)
+  int fp32_nodes = 0; ///< float nodes left float32 (islands, fp32-output ops, explicit Casts, promoted)
+  int float_nodes = 0;       ///< float nodes (see above)
+  int nodes_16bit = 0;       ///< float nodes whose float outputs are all 16-bit
+  std::vector<Fp32Node> fp32;  ///< the float nodes left float32, in graph order
 };
 
 /// How the precision pass treats one node (see the policy above).
