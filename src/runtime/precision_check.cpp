@@ -36,25 +36,23 @@ const std::set<std::string> kMoves = {"Reshape", "Flatten", "Squeeze", "Unsqueez
 
 /// The relative tolerance of `kiln verify` for the precision (verify.h:
 /// Tolerance::defaults), one rounding (2^-11 for fp16, 2^-8 for bf16), the
-/// smallest normal number of the 16-bit type, its largest finite one and
-/// the bottom of its top binade (2^15 for fp16, 2^127 for bf16).
+/// smallest normal number of the 16-bit type and its largest finite one.
 struct Bound {
-  double rtol, unit, min_normal, top, top_binade;
+  double rtol, unit, min_normal, top;
+  bool bf16;
 };
 Bound bound_of(DType to) {
-  return to == DType::f16 ? Bound{1e-2, std::ldexp(1.0, -11), std::ldexp(1.0, -14), 65504.0, std::ldexp(1.0, 15)}
-                          : Bound{4e-2, std::ldexp(1.0, -8), std::ldexp(1.0, -126), bf16_to_float(0x7f7fu),
-                                  std::ldexp(1.0, 127)};
+  return to == DType::f16 ? Bound{1e-2, std::ldexp(1.0, -11), std::ldexp(1.0, -14), half_max(false), false}
+                          : Bound{4e-2, std::ldexp(1.0, -8), std::ldexp(1.0, -126), half_max(true), true};
 }
 
 /// The error of one value of the emulated run.
 ///
 /// An element whose float32 value lies beyond the 16-bit range cannot be
 /// held; it is *saturated* when the 16-bit program holds it at the top of
-/// the range with the same sign: a 16-bit number in the type's top binade
-/// (a clamped constant such as a mask's -65504, plus small terms) or
-/// infinity. (A float32 island's value beyond the range is no 16-bit number
-/// and is compared as it is.) Saturated elements are left out of `error`
+/// the range with the same sign (support/half.h: held_saturated; a float32
+/// island's value beyond the range is no 16-bit number and is compared as
+/// it is). Saturated elements are left out of `error`
 /// and `ref_max`: whether the saturation matters shows in the readers of the
 /// value (a Softmax gives a masked score weight 0 at -65504 as at -3.4e38; a
 /// LayerNormalization of an overflowed value does not), and the check then
@@ -85,8 +83,7 @@ ValueError value_error(const Tensor& got, const Tensor& ref, const Bound& b) {
     all_ref = std::max(all_ref, ar);
     if (!std::isfinite(g[i])) inf_all = true;
     else all_abs = std::max(all_abs, static_cast<double>(std::fabs(g[i] - r[i])));
-    if (ar > b.top && !std::isnan(g[i]) && std::signbit(g[i]) == std::signbit(r[i]) &&
-        (std::isinf(g[i]) || (std::fabs(g[i]) >= b.top_binade && std::fabs(g[i]) <= b.top))) {
+    if (held_saturated(g[i], r[i], b.bf16)) {
       ++e.saturated;
       e.saturated_max = std::max(e.saturated_max, ar);
       continue;

@@ -16,6 +16,7 @@
 #include "runtime/program.h"
 #include "runtime/reference_nodes.h"
 #include "support/error.h"
+#include "support/half.h"
 #include "support/log.h"
 #include "targets/cpu/run/readback.h"
 
@@ -253,19 +254,26 @@ std::optional<std::vector<double>> read_back(Readback readback, const ir::Node& 
 }
 
 void compare_values(const std::vector<double>& got, const std::vector<double>& ref, bool exact, const Tolerance& tol,
-                    ValueResult& r) {
+                    ValueResult& r, DType held) {
   if (got.size() != ref.size())
     fail(ErrorCode::internal, "verify: {} elements compared with {}", got.size(), ref.size());
   const double inf = std::numeric_limits<double>::infinity();
+  const bool sixteen = !exact && (held == DType::f16 || held == DType::bf16);
+  auto saturated = [&](size_t i) { return sixteen && held_saturated(got[i], ref[i], held == DType::bf16); };
   r.exact = exact;
   r.elements = static_cast<int64_t>(ref.size());
   r.ref_max_abs = 0;
-  for (double x : ref)
-    if (std::isfinite(x)) r.ref_max_abs = std::max(r.ref_max_abs, std::fabs(x));
+  r.saturated = 0;
+  for (size_t i = 0; i < ref.size(); ++i)
+    if (std::isfinite(ref[i]) && !saturated(i)) r.ref_max_abs = std::max(r.ref_max_abs, std::fabs(ref[i]));
   const double bound = exact ? 0.0 : tol.atol + tol.rtol * r.ref_max_abs;
   r.max_abs = 0;
   r.bad = 0;
   for (size_t i = 0; i < ref.size(); ++i) {
+    if (saturated(i)) {
+      ++r.saturated;
+      continue;
+    }
     const double a = got[i], b = ref[i];
     double e;
     if (std::isnan(a) || std::isnan(b)) e = std::isnan(a) && std::isnan(b) ? 0.0 : inf;
@@ -431,7 +439,7 @@ Report verify_model(const std::filesystem::path& onnx_path, const SessionOptions
     v.dtype = std::string(dtype_name(t.dtype()));
     v.shape = r->shape();
     v.readback = m.readback;
-    compare_values(*values, as_doubles(*r), !dtype_is_float(r->dtype()), tol, v);
+    compare_values(*values, as_doubles(*r), !dtype_is_float(r->dtype()), tol, v, t.dtype());
     rep.values.push_back(std::move(v));
   });
 

@@ -86,6 +86,7 @@ struct ValueResult {
   double ref_max_abs = 0;    ///< max |ref| over the finite elements
   double max_rel = 0;        ///< max_abs / ref_max_abs (0 when both are 0, inf when only ref_max_abs is)
   int64_t bad = 0;           ///< elements whose error exceeds the tolerance
+  int64_t saturated = 0;     ///< 16-bit values: elements held saturated (beyond the range in ref), not counted as errors
   int64_t elements = 0;
   bool exact = false;        ///< integers and bools: compared for equality
   bool pass = true;
@@ -94,9 +95,15 @@ struct ValueResult {
 /// Compares `got` with `ref`, element by element, both of `ref`'s element
 /// count: float values with `tol` (NaN equals NaN, +-inf equals itself),
 /// integer and bool values exactly. Fills the statistics of `r` (not its names).
+/// `held`: the dtype the compiled program holds the value in. For float16 /
+/// bfloat16, an element beyond the type's range in ref that the program
+/// holds saturated (support/half.h: held_saturated, e.g. a mask's -3.4e38 as
+/// -65504) is counted in `saturated`, not as an error, and left out of
+/// ref_max_abs: the values read from it are compared after it, and the
+/// model's outputs (float32 as declared) count it as any error.
 /// Throws Error(internal) when the counts differ.
 void compare_values(const std::vector<double>& got, const std::vector<double>& ref, bool exact, const Tolerance& tol,
-                    ValueResult& r);
+                    ValueResult& r, DType held = DType::f32);
 
 /// Every element of `t` (any numeric dtype, float16 / bfloat16 widened) as a double.
 /// Throws Error(unsupported) for a dtype that is not numeric (strings).

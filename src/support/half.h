@@ -1,5 +1,6 @@
 // float16 (IEEE 754 binary16) and bfloat16 conversions, round to nearest even.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 
@@ -68,6 +69,23 @@ inline uint16_t float_to_bf16(float f) {
   uint32_t lsb = (x >> 16) & 1u;
   x += 0x7fffu + lsb;
   return static_cast<uint16_t>(x >> 16);
+}
+
+
+/// The largest finite float16 (65504) or, with `bf16`, bfloat16 (3.3895e38) value.
+inline float half_max(bool bf16) { return bf16 ? bf16_to_float(0x7f7fu) : 65504.f; }
+
+/// Whether a 16-bit program holds `ref`, a float32 value beyond the 16-bit
+/// type's finite range, *saturated* as `got`: with ref's sign, infinite or in
+/// the type's top binade (fp16 [32768, 65504], bf16 [2^127, 3.39e38]). A
+/// constant clamped to the range (a mask's float32 lowest as -65504) plus
+/// small terms, or an overflow to infinity; whether it matters shows in what
+/// reads the value (precision check, kiln verify).
+inline bool held_saturated(double got, double ref, bool bf16) {
+  const double top = half_max(bf16);
+  if (!(std::fabs(ref) > top) || std::isnan(got) || std::isinf(ref) || std::signbit(got) != std::signbit(ref))
+    return false;
+  return std::isinf(got) || (std::fabs(got) >= std::ldexp(1.0, std::ilogb(top)) && std::fabs(got) <= top);
 }
 
 }  // namespace kiln

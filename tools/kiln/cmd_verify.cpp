@@ -91,6 +91,7 @@ json value_json(const verify::ValueResult& v, int index) {
                 {"ref_node", v.ref_node}, {"ref_op", v.ref_op}, {"dtype", v.dtype}, {"shape", v.shape},
                 {"readback", verify::readback_name(v.readback)}, {"max_abs", number(v.max_abs)},
                 {"max_rel", number(v.max_rel)}, {"ref_max_abs", number(v.ref_max_abs)}, {"bad_elements", v.bad},
+                {"saturated_elements", v.saturated},
                 {"elements", v.elements}, {"exact", v.exact}, {"pass", v.pass}});
   return j;
 }

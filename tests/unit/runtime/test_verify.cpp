@@ -151,6 +151,36 @@ TEST(VerifyCompare, NanAndInfinities) {
   EXPECT_TRUE(std::isinf(r.max_rel));
 }
 
+// A 16-bit value's elements beyond its range in ref, held at the top of the
+// range with their sign (a mask's -3.4e38 as -65504 in fp16, an overflow to
+// inf), are saturated: not errors, not part of the scale. Anything else
+// (another sign, a value below the top binade, a float32 value) is compared.
+TEST(VerifyCompare, SixteenBitValuesHeldSaturatedAreNotErrors) {
+  const double inf = std::numeric_limits<double>::infinity(), lowest = -3.4028234663852886e38;
+  ValueResult r;
+  verify::compare_values({-65504, 1.001, -65472, -inf}, {lowest, 1, lowest, -7e4}, false, Tolerance{1e-2, 1e-3}, r,
+                         DType::f16);
+  EXPECT_TRUE(r.pass);
+  EXPECT_EQ(r.saturated, 3);
+  EXPECT_DOUBLE_EQ(r.ref_max_abs, 1.0);
+  EXPECT_NEAR(r.max_abs, 1e-3, 1e-12);
+  // The same as float32: errors of the value's scale.
+  verify::compare_values({-65504, 1.001}, {lowest, 1}, false, Tolerance{1e-2, 1e-3}, r);
+  EXPECT_FALSE(r.pass);
+  EXPECT_EQ(r.saturated, 0);
+  // Not saturated: the wrong sign, below the top binade (fp16 [32768, 65504]), NaN.
+  for (double got : {65504.0, -30000.0, std::numeric_limits<double>::quiet_NaN()}) {
+    verify::compare_values({got, 1}, {lowest, 1}, false, Tolerance{1e-2, 1e-3}, r, DType::f16);
+    EXPECT_FALSE(r.pass) << got;
+    EXPECT_EQ(r.saturated, 0) << got;
+  }
+  // bf16's range is float32's but for the last binade's top: float32's
+  // lowest is beyond it, held as bf16's lowest finite value.
+  verify::compare_values({-3.3895313892515355e38, 2}, {lowest, 2}, false, Tolerance{4e-2, 4e-3}, r, DType::bf16);
+  EXPECT_TRUE(r.pass);
+  EXPECT_EQ(r.saturated, 1);
+}
+
 TEST(VerifyCompare, IntegersAreExact) {
   ValueResult r;
   verify::compare_values({1, 2, 1001}, {1, 2, 1000}, true, Tolerance{0.5, 10}, r);

@@ -63,7 +63,7 @@ bool keeps_f32_output(const ir::Node& n, size_t k) { return n.op_type == "LayerN
 std::string short_name(DType t) { return t == DType::f16 ? "f16" : t == DType::bf16 ? "bf16" : "f32"; }
 
 /// The largest finite value of 16-bit type `t` (fp16 65504, bf16 3.3895e38).
-float largest_finite(DType t) { return t == DType::f16 ? 65504.f : bf16_to_float(0x7f7fu); }
+float largest_finite(DType t) { return half_max(t == DType::bf16); }
 
 /// A copy of float32 / float16 / bfloat16 tensor `t` as dtype `to` (one of
 /// the same three), rounded to nearest even. Converting to 16 bits, a finite
