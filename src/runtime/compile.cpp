@@ -12,6 +12,7 @@
 #include "passes/passes.h"
 #include "runtime/bucket_plan.h"
 #include "runtime/precision_check.h"
+#include "runtime/precision_share.h"
 #include "runtime/program.h"
 #include "runtime/reference_nodes.h"
 #include "support/error.h"

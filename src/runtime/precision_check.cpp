@@ -14,7 +14,6 @@
 #include "runtime/program.h"
 #include "runtime/sample_inputs.h"
 #include "support/error.h"
-#include "support/half.h"
 #include "support/log.h"
 #ifdef KILN_WITH_CUDA
 #include "targets/cuda/compile/precision.h"
@@ -35,70 +34,40 @@ const std::set<std::string> kMoves = {"Reshape", "Flatten", "Squeeze", "Unsqueez
                                       "Expand", "Tile", "Pad", "DepthToSpace", "SpaceToDepth", "Dropout", "Trilu"};
 
 /// The relative tolerance of `kiln verify` for the precision (verify.h:
-/// Tolerance::defaults), one rounding (2^-11 for fp16, 2^-8 for bf16), the
-/// smallest normal number of the 16-bit type and its largest finite one.
+/// Tolerance::defaults), one rounding (2^-11 for fp16, 2^-8 for bf16) and
+/// the smallest normal number of the 16-bit type.
 struct Bound {
-  double rtol, unit, min_normal, top;
-  bool bf16;
+  double rtol, unit, min_normal;
 };
 Bound bound_of(DType to) {
-  return to == DType::f16 ? Bound{1e-2, std::ldexp(1.0, -11), std::ldexp(1.0, -14), half_max(false), false}
-                          : Bound{4e-2, std::ldexp(1.0, -8), std::ldexp(1.0, -126), half_max(true), true};
+  return to == DType::f16 ? Bound{1e-2, std::ldexp(1.0, -11), std::ldexp(1.0, -14)}
+                          : Bound{4e-2, std::ldexp(1.0, -8), std::ldexp(1.0, -126)};
 }
 
 /// The error of one value of the emulated run.
-///
-/// An element whose float32 value lies beyond the 16-bit range cannot be
-/// held; it is *saturated* when the 16-bit program holds it at the top of
-/// the range with the same sign (support/half.h: held_saturated; a float32
-/// island's value beyond the range is no 16-bit number and is compared as
-/// it is). Saturated elements are left out of `error`
-/// and `ref_max`: whether the saturation matters shows in the readers of the
-/// value (a Softmax gives a masked score weight 0 at -65504 as at -3.4e38; a
-/// LayerNormalization of an overflowed value does not), and the check then
-/// blames the node where it began (amplifying). `error_all` counts them, for
-/// the model's outputs.
 struct ValueError {
-  double error = 0;      ///< max|got - ref| / max|ref| over the other elements (1 when max|ref| is 0 and got is not)
-  double ref_max = 0;    ///< max|ref| over the other finite elements
-  double error_all = 0;  ///< the same over every element, saturated ones included
-  int64_t saturated = 0;     ///< saturated elements
-  double saturated_max = 0;  ///< max|ref| over them
+  double error = 0;    ///< max|got - ref| / max|ref| (1 when max|ref| is 0 and got is not)
+  double ref_max = 0;  ///< max|ref| over the finite elements
 };
 
 ValueError value_error(const Tensor& got, const Tensor& ref, const Bound& b) {
   ValueError e;
   const float* g = got.data<float>();
   const float* r = ref.data<float>();
-  double max_abs = 0, all_abs = 0, all_ref = 0;
-  bool inf = false, inf_all = false;
+  double max_abs = 0;
+  bool inf = false;
   for (int64_t i = 0; i < ref.numel(); ++i) {
     if (!std::isfinite(r[i])) {
-      const bool differs = !(g[i] == r[i] || (std::isnan(g[i]) && std::isnan(r[i])));
-      inf |= differs;
-      inf_all |= differs;
+      inf |= !(g[i] == r[i] || (std::isnan(g[i]) && std::isnan(r[i])));
       continue;
     }
-    const double ar = std::fabs(r[i]);
-    all_ref = std::max(all_ref, ar);
-    if (!std::isfinite(g[i])) inf_all = true;
-    else all_abs = std::max(all_abs, static_cast<double>(std::fabs(g[i] - r[i])));
-    if (held_saturated(g[i], r[i], b.bf16)) {
-      ++e.saturated;
-      e.saturated_max = std::max(e.saturated_max, ar);
-      continue;
-    }
-    e.ref_max = std::max(e.ref_max, ar);
+    e.ref_max = std::max(e.ref_max, static_cast<double>(std::fabs(r[i])));
     if (!std::isfinite(g[i])) inf = true;
     else max_abs = std::max(max_abs, static_cast<double>(std::fabs(g[i] - r[i])));
   }
-  auto rel = [](bool nonfinite, double abs, double scale) {
-    return nonfinite ? std::numeric_limits<double>::infinity()
-           : scale > 0 ? abs / scale
-                       : (abs > 0 ? 1.0 : 0.0);
-  };
-  e.error = rel(inf, max_abs, e.ref_max);
-  e.error_all = rel(inf_all, all_abs, all_ref);
+  e.error = inf ? std::numeric_limits<double>::infinity()
+            : e.ref_max > 0 ? max_abs / e.ref_max
+                            : (max_abs > 0 ? 1.0 : 0.0);
   return e;
 }
 
@@ -151,23 +120,18 @@ int64_t index_limit(const ir::Model& m, ir::ValueId v) {
 }
 
 /// A random integer input made to fit: ids below `limit` (when > 0), and an
-/// input named like a mask ones with the last quarter of its last axis 0
-/// (right padding: every row keeps positions to attend to, and the check
-/// sees what the program does with the masked ones).
+/// input named like a mask all ones (nothing masked, as in most requests).
 void fit_integers(Tensor& t, const std::string& name, int64_t limit) {
   std::string lower = name;
   for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   const bool mask = lower.find("mask") != std::string::npos;
-  const int64_t last = t.shape().empty() ? 1 : std::max<int64_t>(t.shape().back(), 1);
-  const int64_t padded = last >= 4 ? last - last / 4 : last;  // first masked position on the last axis
   for (int64_t i = 0; i < t.numel(); ++i) {
-    const int64_t keep = i % last < padded ? 1 : 0;
     if (t.dtype() == DType::i64) {
       int64_t& x = t.data<int64_t>()[i];
-      x = mask ? keep : limit > 0 ? x % limit : x;
+      x = mask ? 1 : limit > 0 ? x % limit : x;
     } else if (t.dtype() == DType::i32) {
       int32_t& x = t.data<int32_t>()[i];
-      x = mask ? static_cast<int32_t>(keep) : limit > 0 ? static_cast<int32_t>(x % limit) : x;
+      x = mask ? 1 : limit > 0 ? static_cast<int32_t>(x % limit) : x;
     }
   }
 }
@@ -247,59 +211,6 @@ std::vector<PrecisionCheckNode> amplifying(const ir::Model& m, const std::unorde
     if (keep.count(key) || !added.insert(key).second) return;
     out.push_back({key, n.op_type, std::move(reason), err, in_err, round});
   };
-  auto dtype_is_f32 = [&](ir::ValueId v) {
-    auto dt = dtypes.find(m.value(v).name);
-    return dt != dtypes.end() && dt->second == DType::f32;
-  };
-  // The nearest 16-bit computing producers of n's float inputs (through
-  // data movement and nodes already float32): their rounding is what n
-  // amplifies.
-  auto keep_producers = [&](const ir::Node& n, const std::string& key) {
-    std::set<int> seen;
-    std::function<void(ir::ValueId)> back = [&](ir::ValueId v) {
-      if (!is_activation(v)) return;
-      const int p = producer[v];
-      if (!seen.insert(p).second) return;
-      const ir::Node& pn = m.main.nodes[static_cast<size_t>(p)];
-      const bool f32_already = keep.count(precision_node_key(m, pn)) || dtype_is_f32(v);
-      if (f32_already || (pn.domain.empty() && kMoves.count(pn.op_type))) {
-        for (auto u : pn.inputs) back(u);
-        return;
-      }
-      const ValueError* pe = error_of(v);
-      add(pn, fmt::format("feeds '{}' ({}), which amplifies its 16-bit rounding", key, n.op_type),
-          pe ? pe->error : 0, b.unit);
-    };
-    for (auto v : n.inputs) back(v);
-  };
-  auto saturated = [&](ir::ValueId v) {
-    const ValueError* e = is_activation(v) ? error_of(v) : nullptr;
-    return e && e->saturated > 0;
-  };
-  // The node where the saturation of activation `v` began: back through
-  // producers whose own inputs are saturated (data movement, an Add of a
-  // saturated mask), to the first one whose inputs are not; -1 when v is
-  // not saturated.
-  std::function<int(ir::ValueId)> overflow_origin = [&](ir::ValueId v) -> int {
-    if (!saturated(v)) return -1;
-    const ir::Node& pn = m.main.nodes[static_cast<size_t>(producer[v])];
-    for (auto u : pn.inputs)
-      if (const int o = overflow_origin(u); o >= 0) return o;
-    return producer[v];
-  };
-  auto keep_overflow = [&](int o, const std::string& why) {
-    const ir::Node& on = m.main.nodes[static_cast<size_t>(o)];
-    double top = 0;
-    for (auto v : on.outputs)
-      if (v != ir::kNoValue)
-        if (const ValueError* e = error_of(v)) top = std::max(top, e->saturated_max);
-    add(on,
-        fmt::format("overflows the 16-bit range: its float32 values reach {:.3g} (the largest is {:.6g}), {}", top,
-                    b.top, why),
-        std::numeric_limits<double>::infinity(), b.unit);
-    // Its inputs are within the range: as a float32 island it computes the
-    // value from them, so its producers stay 16-bit.
-  };
   for (const ir::Node& n : m.main.nodes) {
     double err = 0, ref_max = 0;
     bool any = false;
@@ -331,32 +242,34 @@ std::vector<PrecisionCheckNode> amplifying(const ir::Model& m, const std::unorde
       continue;
     }
     if (!(err > kGrowth * in_err)) continue;  // it inherits its error, it does not make it
-    // A saturated input (beyond the 16-bit range) that this node does not
-    // absorb: the node where the overflow began is the one to keep.
-    bool blamed = false;
-    for (auto v : n.inputs)
-      if (const int o = overflow_origin(v); o >= 0 && !keep.count(precision_node_key(m, m.main.nodes[o]))) {
-        keep_overflow(o, fmt::format("and '{}' ({}) does not absorb it: error {} of its scale", key, n.op_type,
-                                     sci(err)));
-        blamed = true;
-      }
-    if (blamed) continue;
     std::string reason =
-        !std::isfinite(err) && ref_max > b.top
-            ? fmt::format("overflows the 16-bit range: its float32 values reach {:.3g} (the largest is {:.6g})",
-                          ref_max, b.top)
+        !std::isfinite(err) && ref_max > 65504
+            ? fmt::format("overflows the 16-bit range: its float32 values reach {:.3g} (fp16's largest is 65504)",
+                          ref_max)
         : !std::isfinite(err)
             ? std::string("its 16-bit result is not finite where the float32 one is")
             : fmt::format("amplifies the 16-bit rounding of its inputs: error {} of its scale from {} ({:.0f}x)",
                           sci(err), sci(in_err), err / in_err);
     add(n, reason, err, in_err);
-    keep_producers(n, key);
+    // The nearest 16-bit computing producers of its float inputs.
+    std::set<int> seen;
+    std::function<void(ir::ValueId)> back = [&](ir::ValueId v) {
+      if (!is_activation(v)) return;
+      const int p = producer[v];
+      if (!seen.insert(p).second) return;
+      const ir::Node& pn = m.main.nodes[static_cast<size_t>(p)];
+      auto dt = dtypes.find(m.value(v).name);
+      const bool f32_already = keep.count(precision_node_key(m, pn)) || (dt != dtypes.end() && dt->second == DType::f32);
+      if (f32_already || (pn.domain.empty() && kMoves.count(pn.op_type))) {
+        for (auto u : pn.inputs) back(u);
+        return;
+      }
+      const ValueError* pe = error_of(v);
+      add(pn, fmt::format("feeds '{}' ({}), which amplifies its 16-bit rounding", key, n.op_type),
+          pe ? pe->error : 0, b.unit);
+    };
+    for (auto v : n.inputs) back(v);
   }
-  // A model output held saturated is wrong as it stands: keep its origin.
-  for (auto v : m.main.outputs)
-    if (const ValueError* e = error_of(v); e && e->saturated > 0 && e->error_all > b.rtol)
-      if (const int o = overflow_origin(v); o >= 0 && !keep.count(precision_node_key(m, m.main.nodes[o])))
-        keep_overflow(o, fmt::format("and the model output '{}' takes it as it is", m.value(v).name));
   return out;
 }
 #endif
@@ -399,34 +312,6 @@ nlohmann::json PrecisionCheckResult::to_json() const {
               {"output_error_after", number(output_error_after)}, {"kept", k}, {"ms", ms}});
   }
   return j;
-}
-
-nlohmann::json precision_share_json(const targets::PrecisionShare& s, const std::string& precision) {
-  nlohmann::json f = nlohmann::json::array();
-  for (auto& n : s.fp32) f.push_back({{"node", n.node}, {"op", n.op}, {"why", n.why}});
-  return {{"precision", precision},
-          {"float_nodes", s.float_nodes},
-          {"nodes_16bit", s.nodes_16bit},
-          {"share", s.float_nodes ? static_cast<double>(s.nodes_16bit) / s.float_nodes : 1.0},
-          {"clamped_constants", s.clamped_constants},
-          {"fp32", f}};
-}
-
-std::string precision_share_note(const targets::PrecisionShare& s, const std::string& precision) {
-  const double pct = s.float_nodes ? 100.0 * s.nodes_16bit / s.float_nodes : 100.0;
-  std::string t = fmt::format("16-bit share ({}): {} of {} float nodes store their values in 16 bits ({:.1f} %)",
-                              precision, s.nodes_16bit, s.float_nodes, pct);
-  if (!s.fp32.empty()) {
-    std::string list;
-    for (size_t i = 0; i < s.fp32.size() && i < 3; ++i)
-      list += fmt::format("{}{} ({}): {}", i ? "; " : "", s.fp32[i].node, s.fp32[i].op, s.fp32[i].why);
-    if (s.fp32.size() > 3) list += fmt::format("; ... ({} more)", s.fp32.size() - 3);
-    t += fmt::format("; {} float32: {} (`kiln inspect` lists each)", s.fp32.size(), list);
-  }
-  if (s.clamped_constants)
-    t += fmt::format("; {} constant(s) with finite values beyond the {} range clamped to it", s.clamped_constants,
-                     precision);
-  return t;
 }
 
 PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::map<std::string, Tensor>& given,
@@ -473,7 +358,7 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
       r.rounds = round;
       double out = 0;
       for (auto v : m.main.outputs)
-        if (auto it = errors.find(m.value(v).name); it != errors.end()) out = std::max(out, it->second.error_all);
+        if (auto it = errors.find(m.value(v).name); it != errors.end()) out = std::max(out, it->second.error);
       if (round == 1) r.output_error_before = out;
       r.output_error_after = out;
       if (round == kMaxRounds) break;

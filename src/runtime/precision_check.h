@@ -19,13 +19,9 @@
 // equal 16-bit values), a steep Sigmoid / Exp / Pow of a rounded argument, an
 // overflow to infinity. Such a node is kept in float32 together with the
 // nearest 16-bit computing nodes that feed it (through data movement and
-// nodes already float32): their rounding is what it amplifies. Elements
-// beyond the 16-bit range that the program holds at the top of it
-// (saturated: a clamped mask constant, an overflow) are judged by the
-// readers: where a reader's error grows from a saturated input, the node
-// where the saturation began is kept instead ("overflows the 16-bit range").
-// The check then runs again with those nodes in float32, up to kMaxRounds
-// times, until no node amplifies.
+// nodes already float32): their rounding is what it amplifies. The check
+// then runs again with those nodes in float32, up to kMaxRounds times, until
+// no node amplifies.
 #pragma once
 #include <map>
 #include <set>
@@ -36,7 +32,6 @@
 
 #include "ir/graph.h"
 #include "kiln/tensor.h"
-#include "targets/pipeline.h"
 
 namespace kiln {
 
@@ -79,25 +74,13 @@ struct PrecisionCheckResult {
 /// precision_check_inputs; one whose dtype or shape differs from the
 /// model's input is replaced by a random one, and `inputs` says so).
 /// Random inputs: floats uniform in [0, 1), integers in [0, 9] and below the
-/// axis size of any Gather they index (token ids), for an integer input
-/// whose name contains "mask" ones with the last quarter of its last axis 0
-/// (right padding); seed 0.
+/// axis size of any Gather they index (token ids), all ones for an integer
+/// input whose name contains "mask"; seed 0.
 /// Never throws for a model the ref kernels cannot run (subgraphs, an
 /// operator without a reference kernel, an input it cannot make): the
 /// result is "skipped" with the reason; throws Error(internal) for `to`
 /// another dtype. `threads` > 0 limits the ref runs' threads.
 PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::map<std::string, Tensor>& given,
                                      int threads = 0);
-
-/// The 16-bit share of a 16-bit cuda program (targets::PrecisionShare) as
-/// stored in the artifact's metadata JSON ("precision_share"): precision,
-/// float_nodes, nodes_16bit, share (nodes_16bit / float_nodes; 1 when there
-/// is no float node), clamped_constants, fp32: [{node, op, why}].
-nlohmann::json precision_share_json(const targets::PrecisionShare& s, const std::string& precision);
-
-/// One line for notes: "16-bit share (fp16): N of M float nodes store their
-/// values in 16 bits (P %)", then how many stay float32 and the first few
-/// with why, and the clamped constants.
-std::string precision_share_note(const targets::PrecisionShare& s, const std::string& precision);
 
 }  // namespace kiln

@@ -80,7 +80,7 @@ inline float half_max(bool bf16) { return bf16 ? bf16_to_float(0x7f7fu) : 65504.
 /// the type's top binade (fp16 [32768, 65504], bf16 [2^127, 3.39e38]). A
 /// constant clamped to the range (a mask's float32 lowest as -65504) plus
 /// small terms, or an overflow to infinity; whether it matters shows in what
-/// reads the value (precision check, kiln verify).
+/// reads the value (kiln verify compares those after it).
 inline bool held_saturated(double got, double ref, bool bf16) {
   const double top = half_max(bf16);
   if (!(std::fabs(ref) > top) || std::isnan(got) || std::isinf(ref) || std::signbit(got) != std::signbit(ref))

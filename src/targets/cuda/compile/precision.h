@@ -41,8 +41,9 @@
 // bf16 3.39e38) becomes that value with its sign, not infinity, as ONNX
 // Runtime's float16 converter does: float32's lowest (-3.4e38, an
 // exporter's "minus infinity" for masks) stays a large finite number, so
-// 0 * mask stays 0 instead of NaN. The precision check judges the clamp
-// like any rounding: by what the readers of the value compute. A model input
+// 0 * mask stays 0 instead of NaN. The precision check compares a clamped
+// value like any other (given masked sample inputs, the mask's -65504 against
+// -3.4e38 is an error of its scale, and the mask chain is kept float32). A model input
 // read by a 16-bit or follow op is cast once, where it is first needed; a
 // model output computed in 16 bits is produced by a final Cast to float32.
 #pragma once
