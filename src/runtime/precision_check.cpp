@@ -189,6 +189,54 @@ std::unordered_map<std::string, ValueError> emulated_errors(const ir::Model& m, 
   return errors;
 }
 
+/// The outputs stay above the bound with no amplifying node: 16-bit rounding
+/// accumulates at many nodes, each amplifying what came before it a little
+/// (a deep network whose outputs are a small residue of large activations,
+/// e.g. a classifier with random weights). The rounding made earliest passes
+/// through the most of that amplification, so the earliest 16-bit computing
+/// nodes (graph order: topological) stay in float32: 8 in the first such
+/// round, 16 more in the next, 32 more in the next, and every one left in the
+/// check's last round that can still change the program (the check then ends
+/// within its bound, at worst with the program in float32). Measured with
+/// the emulation on mobilenet_v2 (152 nodes, output error 1.98e-2): the 8
+/// earliest -> 1.31e-2, 24 -> 6.9e-3; ranking by the error each node adds, or
+/// latest first, needed 109 and 150 nodes.
+std::vector<PrecisionCheckNode> accumulating(const ir::Model& m,
+                                             const std::unordered_map<std::string, ValueError>& errors,
+                                             const std::unordered_map<std::string, DType>& dtypes,
+                                             const std::set<std::string>& keep, const Bound& b, int round,
+                                             int accumulation_round, double out_error) {
+  std::vector<const ir::Node*> cands;
+  for (const ir::Node& n : m.main.nodes) {
+    if (n.domain.empty() && kMoves.count(n.op_type)) continue;  // moves bits, rounds nothing
+    if (keep.count(precision_node_key(m, n))) continue;
+    bool sixteen = false;
+    for (auto v : n.outputs)
+      if (v != ir::kNoValue)
+        if (auto dt = dtypes.find(m.value(v).name); dt != dtypes.end()) sixteen |= dt->second != DType::f32;
+    if (sixteen) cands.push_back(&n);
+  }
+  const bool last = round >= kMaxRounds - 1;
+  const size_t take = last ? cands.size() : std::min(cands.size(), size_t{8} << (accumulation_round - 1));
+  std::vector<PrecisionCheckNode> out;
+  for (size_t i = 0; i < take; ++i) {
+    const ir::Node& n = *cands[i];
+    double err = 0, in_err = b.unit;
+    for (auto v : n.outputs)
+      if (v != ir::kNoValue)
+        if (auto it = errors.find(m.value(v).name); it != errors.end()) err = std::max(err, it->second.error);
+    for (auto v : n.inputs)
+      if (v != ir::kNoValue)
+        if (auto it = errors.find(m.value(v).name); it != errors.end()) in_err = std::max(in_err, it->second.error);
+    out.push_back({precision_node_key(m, n), n.op_type,
+                   fmt::format("16-bit rounding accumulates over the graph (outputs {} of their scale, bound {}, no "
+                               "single amplifying node): one of the {} earliest 16-bit nodes left",
+                               sci(out_error), sci(b.rtol), take),
+                   err, in_err, round});
+  }
+  return out;
+}
+
 /// The nodes to keep in float32 after a round with `errors` (precision_check.h).
 std::vector<PrecisionCheckNode> amplifying(const ir::Model& m, const std::unordered_map<std::string, ValueError>& errors,
                                            const std::unordered_map<std::string, DType>& dtypes,
@@ -353,6 +401,8 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
     }
     std::set<std::string> keep;
     std::unordered_map<std::string, DType> dtypes;
+    int accumulation_rounds = 0;
+    double previous = 0;
     for (int round = 1; round <= kMaxRounds; ++round) {
       const auto errors = emulated_errors(m, to, keep, inputs, ref, b, threads, dtypes);
       r.rounds = round;
@@ -361,8 +411,23 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
         if (auto it = errors.find(m.value(v).name); it != errors.end()) out = std::max(out, it->second.error);
       if (round == 1) r.output_error_before = out;
       r.output_error_after = out;
+      log().debug("precision check round {}: output error {} with {} nodes kept", round, sci(out), keep.size());
       if (round == kMaxRounds) break;
       auto more = amplifying(m, errors, dtypes, keep, b, round);
+      // No single node makes the error (or keeping the amplifying ones no
+      // longer brings the outputs down), yet the outputs are off: the
+      // rounding accumulates over depth. From then on aim at half the bound:
+      // the samples are not the user's, and this error spreads over every
+      // output element.
+      const double target = accumulation_rounds ? b.rtol / 2 : b.rtol;
+      const bool stalled = round > 1 && out > 0.7 * previous;
+      if (out > target && (more.empty() || stalled)) {
+        std::set<std::string> flagged;
+        for (auto& k : more) flagged.insert(k.node);
+        for (auto& k : accumulating(m, errors, dtypes, keep, b, round, ++accumulation_rounds, out))
+          if (flagged.insert(k.node).second) more.push_back(std::move(k));
+      }
+      previous = out;
       if (more.empty()) break;
       for (auto& k : more) keep.insert(k.node);
       r.kept.insert(r.kept.end(), more.begin(), more.end());

@@ -693,4 +693,31 @@ ModelBuilder sigmoid_head_model(float k) {
   return b;
 }
 
+// `steps` steps of the tent map x <- 1 - 2|x| on [-1, 1] (Abs, MatMul by 2I,
+// Sub): the map doubles any error its input carries, yet every node's own
+// error growth is at most 2x (below the check's 8x amplifier bar) and the
+// values stay in [-1, 1]: the error grows over the chain without a single
+// node amplifying it. The MatMul ends every fused pointwise chain, so each
+// step's result is stored (rounded) in 16 bits, as a network's layers are.
+ModelBuilder tent_map_model(int steps) {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 64});
+  std::vector<float> two_i(64 * 64, 0.f);
+  for (int i = 0; i < 64; ++i) two_i[i * 64 + i] = 2.f;
+  b.initializer("two", {64, 64}, two_i);
+  b.initializer("one", {}, {1.f});
+  b.node("Tanh", {"x"}, {"t"}, "squash");  // into (-1, 1) whatever the sample inputs are: the map's domain
+  std::string x = "t";
+  for (int i = 0; i < steps; ++i) {
+    const std::string n = std::to_string(i), a = "a" + n, d = "d" + n, y = "y" + n;
+    b.node("Abs", {x}, {a}, "abs" + n);
+    b.node("MatMul", {a, "two"}, {d}, "mul" + n);
+    b.node("Sub", {"one", d}, {y}, "sub" + n);
+    x = y;
+  }
+  b.node("Identity", {x}, {"out"}, "out");
+  b.output("out", 1, {1, 64});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -142,6 +142,10 @@ ModelBuilder transposes_model();
 /// 1x1 Conv 'conv_a' / 'conv_b' + 100 (b's weights a's plus up to 0.05) ->
 /// y = Sigmoid 'sigmoid' (k * (a - b)) ('sub', 'scale') -> out = 1x1 Conv
 /// 'conv_out'(y) float32[1,4,8,8].
+/// x [1,64] through `steps` steps of the tent map x <- 1 - 2|x| (Abs, Mul,
+/// Sub): 16-bit rounding doubles at every step, no node amplifies it 8x (the
+/// precision check's accumulation case).
+ModelBuilder tent_map_model(int steps);
 ModelBuilder sigmoid_head_model(float k = 50.f);
 
 /// Host fallback: one node the cuda target has no kernel for in the middle

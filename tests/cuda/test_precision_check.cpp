@@ -121,6 +121,31 @@ TEST(PrecisionCheck, SigmoidHeadKeepsTheCancellationInFloat32) {
   EXPECT_LT(b.output_error_after, 4e-2) << b.note();
 }
 
+// No node amplifies, yet the output is off: the error accumulates (doubles
+// at every step of the tent map). The check keeps the earliest 16-bit nodes
+// in float32, 8 then 16 more, until the output is within half its bound;
+// before, the output is far off (the test can fail).
+TEST(PrecisionCheck, AccumulatedRoundingKeepsTheEarliestNodes) {
+  constexpr int kSteps = 10;
+  ir::Model m = imported_model(tent_map_model(kSteps));
+  PrecisionCheckResult r = check_precision(m, DType::f16, {});
+  ASSERT_EQ(r.state, "checked") << r.reason;
+  EXPECT_GT(r.output_error_before, 5e-2) << r.note();
+  EXPECT_LE(r.output_error_after, 5e-3) << r.note();
+  ASSERT_FALSE(r.kept.empty());
+  for (auto& k : r.kept) EXPECT_NE(k.reason.find("accumulates over the graph"), std::string::npos) << k.reason;
+  // The earliest first: what is kept is a prefix of the chain.
+  const auto names = kept_names(r);
+  auto kept = [&](const std::string& n) { return std::binary_search(names.begin(), names.end(), n); };
+  EXPECT_TRUE(kept("mul0") && kept("sub0")) << r.note();  // abs0 reads the float32 Tanh: already float32
+  for (int i = 1; i < kSteps; ++i) {
+    if (kept("abs" + std::to_string(i))) {
+      EXPECT_TRUE(kept("sub" + std::to_string(i - 1))) << i;
+    }
+  }
+  EXPECT_LT(names.size(), size_t{3 * kSteps}) << "the last steps stay 16-bit: " << r.note();
+}
+
 // Ordinary networks lose nothing worth a float32 node. (The sigmoid head
 // with k = 1 does: a - b alone is off by 1/16 of ~0.1, and the output by 2e-2.)
 TEST(PrecisionCheck, OrdinaryNetworksKeepEverythingSixteenBit) {
