@@ -53,13 +53,6 @@ void add_precision_flags(CLI::App* sub, PrecisionArgs& a);
 /// "--precision-check" for a value other than on / off (the target checks
 /// come with SessionOptions::validate).
 void apply_precision(const PrecisionArgs& a, SessionOptions& opt);
-/// A 16-bit cuda compile of `kiln run` / `kiln perf` checks its precision on
-/// the run's own --input files (NAME=FILE.npy), not random samples: the
-/// inputs the user will run are the ones whose error matters (a normalized
-/// image in [-2, 3] is not a uniform [0, 1) sample). No-op for fp32, with the
-/// check off, off cuda, or when opt.precision_check_inputs is already set.
-/// Throws what read_npy throws for an unreadable file.
-void check_on_given_inputs(const std::vector<std::string>& input_specs, SessionOptions& opt);
 
 /// Shape / value specialization switches (SessionOptions::specialize_shapes,
 /// specialize_values) shared by run, perf and compile.

@@ -367,7 +367,6 @@ void perf_main(const PerfArgs& a, bool as_json) {
   apply_specialize(a.specialize, opt);
   std::vector<std::string> notes;
   specialize_to_inputs(a, opt, notes);
-  check_on_given_inputs(a.inputs, opt);
   namespace fs = std::filesystem;
   fs::path art = a.keep.empty() ? fs::temp_directory_path() / fmt::format("kiln-perf-{}.kiln", getpid()) : fs::path(a.keep);
   CompileResult cr = compile(a.model, art, opt);

@@ -92,7 +92,6 @@ void run_command(const Args& a, bool as_json) {
   parse_dims(a.dims, opt);
   apply_codegen(a.codegen, opt);
   apply_specialize(a.specialize, opt);
-  if (!artifact_file) check_on_given_inputs(a.inputs, opt);
   if (a.out_of_bucket == "error") opt.out_of_bucket = OutOfBucket::error;
   opt.threads = a.threads;
   if (a.output_dir_given && a.output_dir.empty())

@@ -12,7 +12,6 @@
 #include "cli.h"
 #include "support/error.h"
 #include "support/half.h"
-#include "support/npy.h"
 
 namespace kiln::cli {
 
@@ -35,16 +34,6 @@ void apply_precision(const PrecisionArgs& a, SessionOptions& opt) {
   if (a.check != "on" && a.check != "off")
     fail(ErrorCode::invalid_option, "--precision-check: unknown value '{}' (expected on or off)", a.check);
   opt.precision_check = parse_precision_check(a.check);
-}
-
-void check_on_given_inputs(const std::vector<std::string>& input_specs, SessionOptions& opt) {
-  if (opt.precision == Precision::fp32 || opt.precision_check == PrecisionCheck::off) return;
-  if (opt.target.kind != Target::Kind::cuda || !opt.precision_check_inputs.empty()) return;
-  for (auto& spec : input_specs) {
-    auto eq = spec.find('=');
-    if (eq == std::string::npos || eq == 0) continue;  // the run's own parsing names the bad spec
-    opt.precision_check_inputs[spec.substr(0, eq)] = read_npy(spec.substr(eq + 1));
-  }
 }
 
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt) {
