@@ -17,20 +17,9 @@ OUT=${OUT:-/tmp/out}
 mkdir -p "$OUT"
 log() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 
-mkdir -p /tmp/debs && for f in "$DIR"/debs/*.deb; do dpkg -x "$f" /tmp/debs; done
-# CUDA libraries: torch's own (pip nvidia-*) first, as python_gpu.sh does.
-SP=$(python3 -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
-libdirs=/tmp/debs/usr/lib/x86_64-linux-gnu
-for l in libcudnn.so.9 libcublasLt.so.13 libcudart.so.13 libnvrtc.so.13 libnvrtc-builtins.so.13.0; do
-  p=$(find "$SP/nvidia" -name "$l" 2>/dev/null | head -1)
-  [ -n "$p" ] || p=$(find /usr/local /opt /usr/lib -name "$l" 2>/dev/null | head -1)
-  [ -n "$p" ] && case ":$libdirs:" in *":$(dirname "$p"):"*) ;; *) libdirs="$libdirs:$(dirname "$p")";; esac
-done
-export LD_LIBRARY_PATH=$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-
-rm -rf /tmp/kilnpy
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kilnpy "$DIR"/kiln_onnx-*.whl || exit 1
-export PYTHONPATH=/tmp/kilnpy${PYTHONPATH:+:$PYTHONPATH}
+# The wheel, the Debian libraries and torch's CUDA libraries (kilnpy_env.sh).
+source "$HERE/kilnpy_env.sh"
+kilnpy_setup "$DIR" || exit 1
 ldd /tmp/kilnpy/kiln/lib/libkiln_ort_ep.so | grep "not found" && exit 1
 python3 -c "import onnxruntime, kiln.ort; print('onnxruntime', onnxruntime.__version__, 'plugin', kiln.ort.get_library_path())" || exit 1
 uname -r

@@ -25,25 +25,9 @@ log "toolchain here (could kiln build here instead?):"
   for h in fmt/format.h spdlog/spdlog.h nlohmann/json.hpp oneapi/dnnl/dnnl.hpp onnx/onnx_pb.h google/protobuf/message.h flatbuffers/flatbuffers.h; do
     [ -e /usr/include/$h ] || echo "missing header: $h"; done; } 2>&1 | sed 's/^/  /'
 
-mkdir -p /tmp/debs && for f in "$DIR"/debs/*.deb; do dpkg -x "$f" /tmp/debs; done
-# The CUDA libraries: torch's own (pip nvidia-*) first, so that kiln's extension,
-# its command line and torch in one process all use the same cuDNN / cuBLASLt.
-SP=$(python3 -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
-libdirs=/tmp/debs/usr/lib/x86_64-linux-gnu
-for l in libcudnn.so.9 libcublasLt.so.13 libcudart.so.13 libnvrtc.so.13 libnvrtc-builtins.so.13.0; do
-  p=$(find "$SP/nvidia" -name "$l" 2>/dev/null | head -1)
-  [ -n "$p" ] || p=$(find /usr/local /opt /usr/lib -name "$l" 2>/dev/null | head -1)
-  echo "  $l -> ${p:-NOT FOUND}"
-  [ -n "$p" ] && case ":$libdirs:" in *":$(dirname "$p"):"*) ;; *) libdirs="$libdirs:$(dirname "$p")";; esac
-done
-export LD_LIBRARY_PATH=$libdirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-
-rm -rf /tmp/kilnpy
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/kilnpy "$DIR"/kiln_onnx-*.whl || exit 1
-export PYTHONPATH=/tmp/kilnpy${PYTHONPATH:+:$PYTHONPATH}
-KILN=/tmp/kilnpy/bin/kiln
-ldd /tmp/kilnpy/kiln/_kiln*.so "$KILN" | grep "not found" && exit 1
-python3 -c "import kiln; print('kiln', kiln.__version__, 'cuda', kiln.has_cuda(), kiln.__file__)" || exit 1
+# The wheel, the Debian libraries and torch's CUDA libraries (kilnpy_env.sh).
+source "$HERE/kilnpy_env.sh"
+kilnpy_setup "$DIR" || exit 1
 log "installed"
 
 # KILN_PY_TESTS: another copy of python/tests (conftest.py and test_cuda.py), e.g. one carried in $DIR.

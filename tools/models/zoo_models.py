@@ -74,6 +74,9 @@ class ZooModel:
     libs: tuple[str, ...] = ()
     timeout_s: float = 1200.0
     recipe: str = ""  # the builder's parameters, part of the manifest key (a change exports again)
+    # The torch module `build` exports (eval mode, float32, CPU, the same seeded weights), for benchmarks
+    # that run the model in PyTorch too (bench/gpu_zoo.py); None where the recipe has no single module.
+    module: Optional[Callable[[], object]] = None
 
     @property
     def exported(self) -> bool:
@@ -368,17 +371,25 @@ def reinit_zero_weights(model) -> None:
 # torchvision classification ------------------------------------------------
 
 
+def tv_classifier_module(arch: str, size: int = 224, calibrate: bool = True, **kwargs):
+    """torchvision.models.<arch>(weights=None), seed 0, zero weights re-drawn, BatchNorm calibrated (eval mode)."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models, arch)(weights=None, **kwargs).eval()
+    reinit_zero_weights(model)
+    if calibrate:
+        calibrate_batchnorm(model, (size, size))
+    return model
+
+
 def tv_classifier(arch: str, size: int = 224, calibrate: bool = True, no_grad: bool = True,
                   **kwargs) -> Callable[[Path], dict]:
     def build(path: Path) -> dict:
         import torch
-        import torchvision
 
-        torch.manual_seed(0)
-        model = getattr(torchvision.models, arch)(weights=None, **kwargs).eval()
-        reinit_zero_weights(model)
-        if calibrate:
-            calibrate_batchnorm(model, (size, size))
+        model = tv_classifier_module(arch, size, calibrate, **kwargs)
         x = torch.rand(1, 3, size, size)
         rec = _export(model, (x,), path, ["input"], ["output"],
                       {"input": {0: "batch_size"}, "output": {0: "batch_size"}}, no_grad=no_grad)
@@ -397,6 +408,7 @@ def classification(name: str, arch: str | None = None, size: int = 224, calibrat
                     inputs=image_inputs([1, 3, size, size]),
                     build=tv_classifier(arch, size, calibrate, no_grad, **kwargs), export_on=export_on, note=note,
                     libs=("torch", "torchvision", "onnx"), timeout_s=timeout_s,
+                    module=lambda: tv_classifier_module(arch, size, calibrate, **kwargs),
                     recipe=f"size={size} calibrate={calibrate} no_grad={no_grad} {_kw(kwargs)}")
 
 
@@ -417,6 +429,34 @@ def scale_classifier(model, gain: float) -> None:
                 p.mul_(gain)
 
 
+def tv_detector_module(arch: str, size: int, head_gain: float, **kwargs):
+    """The detector of tv_detector (seed 0, backbone BatchNorm calibrated, head x head_gain) wrapped to take
+    one image [3,H,W] and return (boxes [N,4], labels [N], scores [N]); eval mode."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models.detection, arch)(weights=None, weights_backbone=None, **kwargs)
+    model.eval()
+
+    def backbone_only(x):  # BatchNorm statistics of the backbone, on images of the model's size
+        return model.backbone(model.transform(list(x))[0].tensors)
+
+    calibrate_batchnorm(model, (size, size), call=backbone_only)
+    scale_classifier(model, head_gain)
+
+    class Single(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, image):
+            out = self.inner([image])[0]
+            return out["boxes"], out["labels"], out["scores"]
+
+    return Single(model).eval()
+
+
 def tv_detector(arch: str, size: int, head_gain: float, **kwargs) -> Callable[[Path], dict]:
     """A detector that takes one image [3,H,W] and returns boxes [N,4],
     labels [N], scores [N]. Random weights: score threshold 0 (boxes always
@@ -426,29 +466,10 @@ def tv_detector(arch: str, size: int, head_gain: float, **kwargs) -> Callable[[P
 
     def build(path: Path) -> dict:
         import torch
-        import torchvision
 
-        torch.manual_seed(0)
-        model = getattr(torchvision.models.detection, arch)(weights=None, weights_backbone=None, **kwargs)
-        model.eval()
-
-        def backbone_only(x):  # BatchNorm statistics of the backbone, on images of the model's size
-            return model.backbone(model.transform(list(x))[0].tensors)
-
-        calibrate_batchnorm(model, (size, size), call=backbone_only)
-        scale_classifier(model, head_gain)
-
-        class Single(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, image):
-                out = self.inner([image])[0]
-                return out["boxes"], out["labels"], out["scores"]
-
+        model = tv_detector_module(arch, size, head_gain, **kwargs)
         x = torch.rand(3, size, size)
-        rec = _export(Single(model), (x,), path, ["images"], ["boxes", "labels", "scores"],
+        rec = _export(model, (x,), path, ["images"], ["boxes", "labels", "scores"],
                       {"images": {1: "height", 2: "width"}, "boxes": {0: "num_detections"},
                        "labels": {0: "num_detections"}, "scores": {0: "num_detections"}}, prefer_torchscript=True)
         rec["recipe"] = (f"torchvision.models.detection.{arch}(weights=None, weights_backbone=None"
@@ -465,32 +486,41 @@ def detection(name: str, arch: str, size: int, head_gain: float = 1.0, export_on
                     inputs=image_inputs([3, size, size]), build=tv_detector(arch, size, head_gain, **kwargs),
                     set_outputs=(("boxes", "labels", "scores"),), export_on=export_on, note=note,
                     libs=("torch", "torchvision", "onnx"), timeout_s=timeout_s,
+                    module=lambda: tv_detector_module(arch, size, head_gain, **kwargs),
                     recipe=f"size={size} head_gain={head_gain} {_kw(kwargs)}")
 
 
 # torchvision segmentation --------------------------------------------------
 
 
+def tv_segmenter_module(arch: str, size: int):
+    """torchvision.models.segmentation.<arch>, seed 0, BatchNorm calibrated, returning only "out"; eval mode."""
+    import torch
+    import torchvision
+
+    torch.manual_seed(0)
+    model = getattr(torchvision.models.segmentation, arch)(weights=None, weights_backbone=None).eval()
+    calibrate_batchnorm(model, (size, size))
+
+    class Out(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, x):
+            return self.inner(x)["out"]
+
+    return Out(model).eval()
+
+
 def tv_segmenter(arch: str, size: int) -> Callable[[Path], dict]:
     def build(path: Path) -> dict:
         import torch
-        import torchvision
 
-        torch.manual_seed(0)
-        model = getattr(torchvision.models.segmentation, arch)(weights=None, weights_backbone=None).eval()
-        calibrate_batchnorm(model, (size, size))
-
-        class Out(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, x):
-                return self.inner(x)["out"]
-
+        model = tv_segmenter_module(arch, size)
         x = torch.rand(1, 3, size, size)
         axes = {0: "batch_size", 2: "height", 3: "width"}
-        rec = _export(Out(model), (x,), path, ["input"], ["out"], {"input": axes, "out": axes})
+        rec = _export(model, (x,), path, ["input"], ["out"], {"input": axes, "out": axes})
         rec["recipe"] = f"torchvision.models.segmentation.{arch}(weights=None, weights_backbone=None), seed 0, " \
                         f"BatchNorm calibrated; trace 1x3x{size}x{size}"
         return rec
@@ -501,7 +531,8 @@ def tv_segmenter(arch: str, size: int) -> Callable[[Path], dict]:
 def segmentation(name: str, arch: str, size: int = 224, timeout_s: float = 1800.0) -> ZooModel:
     return ZooModel(name=name, family="segmentation", source=f"torchvision.models.segmentation.{arch}",
                     inputs=image_inputs([1, 3, size, size]), build=tv_segmenter(arch, size),
-                    libs=("torch", "torchvision", "onnx"), timeout_s=timeout_s, recipe=f"size={size}")
+                    libs=("torch", "torchvision", "onnx"), timeout_s=timeout_s, recipe=f"size={size}",
+                    module=lambda: tv_segmenter_module(arch, size))
 
 
 # transformers encoders -----------------------------------------------------
@@ -513,33 +544,42 @@ def _hf_config(config_cls: str, overrides: dict):
     return getattr(transformers, config_cls)(**overrides)
 
 
+def hf_text_module(model_cls: str, config_cls: str, overrides: dict, inputs: tuple[str, ...],
+                   output: str = "last_hidden_state"):
+    """transformers.<model_cls>(<config_cls>(**overrides)), seed 0, eval mode, taking `inputs` positionally
+    and returning the output field `output` (last_hidden_state; logits for a causal LM)."""
+    import torch
+    import transformers
+
+    torch.manual_seed(0)
+    model = getattr(transformers, model_cls)(_hf_config(config_cls, overrides)).eval()
+
+    class Wrap(torch.nn.Module):
+        def __init__(self, inner):
+            super().__init__()
+            self.inner = inner
+
+        def forward(self, *args):
+            return getattr(self.inner(**dict(zip(inputs, args)), return_dict=True), output)
+
+    return Wrap(model).eval()
+
+
 def hf_encoder(model_cls: str, config_cls: str, overrides: dict, inputs: tuple[str, ...],
                batch: int = 2, seq: int = 16) -> Callable[[Path], dict]:
     """optimum's feature-extraction export: last_hidden_state, dynamic batch and sequence."""
 
     def build(path: Path) -> dict:
         import torch
-        import transformers
 
-        torch.manual_seed(0)
-        config = _hf_config(config_cls, overrides)
-        model = getattr(transformers, model_cls)(config).eval()
-
-        class Wrap(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, *args):
-                out = self.inner(**dict(zip(inputs, args)), return_dict=True)
-                return out.last_hidden_state
-
+        wrapped = hf_text_module(model_cls, config_cls, overrides, inputs)
+        config = wrapped.inner.config
         feeds = text_inputs(config.vocab_size, batch, seq)(
             [(n, "tensor(int64)", ["batch_size", "sequence_length"]) for n in inputs], np.random.default_rng(0))
         args = tuple(torch.from_numpy(feeds[n]) for n in inputs)
         axes = {n: {0: "batch_size", 1: "sequence_length"} for n in inputs}
         axes["last_hidden_state"] = {0: "batch_size", 1: "sequence_length"}
-        rec = _export(Wrap(model), args, path, inputs, ["last_hidden_state"], axes, prefer_torchscript=True)
+        rec = _export(wrapped, args, path, inputs, ["last_hidden_state"], axes, prefer_torchscript=True)
         rec["recipe"] = f"transformers.{model_cls}({config_cls}({_kw(overrides)})), seed 0; trace {batch}x{seq}"
         return rec
 
@@ -558,6 +598,7 @@ def encoder(name: str, model_cls: str, config_cls: str, overrides: dict | None =
     return ZooModel(name=name, family="encoder", source=f"transformers.{model_cls}",
                     inputs=text_inputs(vocab), build=hf_encoder(model_cls, config_cls, overrides, tuple(inputs)),
                     export_on=export_on, note=note, libs=("torch", "transformers", "onnx"), timeout_s=timeout_s,
+                    module=lambda: hf_text_module(model_cls, config_cls, overrides, tuple(inputs)),
                     recipe=f"{config_cls}({_kw(overrides)}) inputs={list(inputs)}")
 
 

@@ -1,0 +1,604 @@
+#!/usr/bin/env python3
+"""The GPU zoo benchmark (issue #20, build item 2): kiln's cuda target with
+device I/O against torch.compile on models outside the dev set, fp16, batch 1
+and 32, measured in one device call.
+
+Models come from the zoo's recipes (tools/models/zoo_models.py: torchvision
+and transformers architectures, seed-0 random weights, exported as their owners
+export them); the decoder LMs run a prefill of --seq tokens without a KV cache
+(GPT-2 and the zoo's tiny Llama config, logits out). Each model runs in its own
+worker process (`gpu_zoo.py worker`):
+
+  1. export: the recipe writes MODEL.onnx (dynamic batch / sequence; float32);
+     the very torch module it exports is rebuilt (same seeds) for PyTorch.
+  2. torch.compile(module.half(), mode=--torch-mode) per batch: the wall time
+     of the compile call and the first call ("torch compile s", cold: an empty
+     TORCHINDUCTOR_CACHE_DIR per worker). Workers do this at once (phase 1), so
+     these times are under --workers concurrent compiles (the report says so).
+  3. after the barrier (every worker compiled, or --barrier-s passed), one
+     worker at a time holds the GPU lock (phase 2): per batch, a kiln.Session
+     (target cuda, precision fp16, the batch's shapes, an empty cache: the
+     constructor's wall time is "kiln compile s", stats.compile_ms is kept too), bound once to torch CUDA tensors
+     (Session.bind: Session::run_device, no host copy; float32 inputs and
+     outputs, 16-bit inside), then the latency of both sides: --warmup calls,
+     then --runs calls in two alternating blocks per side, each call timed by
+     the wall clock around call + torch.cuda.synchronize(); the median. The
+     outputs are compared (max |kiln - torch| / max |torch|, first output).
+A record per (model, batch) is written as soon as it exists; a failure is
+recorded with its phase and first line, and the worker goes on with what it
+can still measure. The parent kills what is left at --budget-s and writes the
+report from the records: a Markdown table (kiln/torch per row, geometric
+means), a PNG chart and the JSON, with the torch, torchvision, transformers,
+kiln and GPU versions.
+
+Usage:
+  GPU (scripts/device/gpu_zoo.sh runs it):
+    gpu_zoo.py run --out DIR [--models ...] [--batches 1 32] [--budget-s 540]
+  CPU dry run (kiln target cpu fp32, torch eager on the CPU: torch 1.13 has no
+  torch.compile; two small models, batches 1 and 2, few runs):
+    gpu_zoo.py run --dry-run --out /tmp/gz
+  Report from records (merging calls; a later record of a row wins):
+    gpu_zoo.py report RECORDS.jsonl [...] --out PREFIX   (writes PREFIX.md/.png/.json)
+This is a benchmark: it asserts nothing and exits 0 unless its arguments are wrong.
+"""
+
+from __future__ import annotations
+
+import argparse
+import fcntl
+import json
+import math
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tools" / "models"))
+
+# name -> (family, title). Zoo registry names, plus the decoder prefill recipes of PREFILL below.
+MODELS = {
+    "mobilenet_v2": ("cnn-depthwise", "MobileNetV2"),
+    "efficientnet_b0": ("cnn-depthwise", "EfficientNet-B0"),
+    "resnext50_32x4d": ("cnn-grouped", "ResNeXt-50 32x4d"),
+    "regnet_y_400mf": ("cnn-grouped", "RegNetY-400MF"),
+    "convnext_tiny": ("convnext", "ConvNeXt-Tiny"),
+    "densenet121": ("dense", "DenseNet-121"),
+    "ssdlite320_mobilenet_v3_large": ("detector", "SSDlite320 MobileNetV3"),
+    "fcn_resnet50": ("segmenter", "FCN-ResNet50"),
+    "vit_b_16": ("vit", "ViT-B/16"),
+    "swin_t": ("vit", "Swin-T"),
+    "distilbert": ("encoder", "DistilBERT"),
+    "roberta": ("encoder", "RoBERTa-base"),
+    "gpt2_prefill": ("decoder", "GPT-2 (4 layers)"),
+    "llama_prefill": ("decoder", "Llama (zoo tiny config)"),
+}
+DRY_MODELS = ["mobilenet_v2", "distilbert"]
+# Decoder prefill: (transformers model class, config class, overrides); the zoo's configs, no KV cache.
+PREFILL = {
+    "gpt2_prefill": ("GPT2LMHeadModel", "GPT2Config", {"n_layer": 4, "use_cache": False}),
+    "llama_prefill": ("LlamaForCausalLM", "LlamaConfig", None),  # None: zoo_models._LLAMA
+}
+IMAGE_SIZE = {"ssdlite320_mobilenet_v3_large": 320}
+SINGLE_IMAGE = {"ssdlite320_mobilenet_v3_large"}  # torchvision's detector export takes one image [3,H,W]
+
+
+def now() -> float:
+    return time.time()
+
+
+class Recorder:
+    """Appends JSON records to one file per worker (a killed worker keeps what it wrote) and a status line."""
+
+    def __init__(self, work: Path, model: str):
+        self.path = work / "records" / f"{model}.jsonl"
+        self.status = work / "status" / f"{model}.txt"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.status.parent.mkdir(parents=True, exist_ok=True)
+        self.model = model
+
+    def phase(self, text: str) -> None:
+        self.status.write_text(text)
+        print(f"[{time.strftime('%H:%M:%S')}] {self.model}: {text}", flush=True)
+
+    def record(self, rec: dict) -> None:
+        rec = {"model": self.model, "ts": now(), **rec}
+        with self.path.open("a") as f:
+            f.write(json.dumps(rec) + "\n")
+
+
+def first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return f"{type(e).__name__}: {text[0][:300] if text else ''}"
+
+
+# ---------------------------------------------------------------- models and inputs
+def export(name: str, path: Path) -> dict:
+    """Writes `name`'s ONNX file with its zoo recipe (or the prefill recipe); the exporter's record."""
+    import zoo_models as zm
+
+    if name in PREFILL:
+        import torch
+
+        module = prefill_module(name)
+        vocab = module.inner.config.vocab_size
+        names = ("input_ids", "attention_mask")
+        feeds = zm.text_inputs(vocab, 2, 16)([(n, "tensor(int64)", ["b", "s"]) for n in names],
+                               __import__("numpy").random.default_rng(0))
+        axes = {n: {0: "batch_size", 1: "sequence_length"} for n in names}
+        axes["logits"] = {0: "batch_size", 1: "sequence_length"}
+        return zm._export(module, tuple(torch.from_numpy(feeds[n]) for n in names), path, names, ["logits"],
+                          axes, prefer_torchscript=True)
+    return zm.models()[name].build(path)
+
+
+def prefill_module(name: str):
+    import zoo_models as zm
+
+    cls, cfg, overrides = PREFILL[name]
+    overrides = dict(zm._LLAMA, use_cache=False) if overrides is None else overrides
+    return zm.hf_text_module(cls, cfg, overrides, ("input_ids", "attention_mask"), output="logits")
+
+
+def torch_module(name: str):
+    """The torch module the recipe exports (eval, float32, CPU)."""
+    if name in PREFILL:
+        return prefill_module(name)
+    import zoo_models as zm
+
+    return zm.models()[name].module()
+
+
+def make_inputs(onnx_path: Path, name: str, batch: int, seq: int, vocab: int) -> dict:
+    """name -> numpy array for every graph input (the zoo's generators, seeded per model and batch);
+    token ids in [0, vocab)."""
+    import numpy as np
+    import onnx
+
+    import zoo_models as zm
+
+    g = onnx.load(str(onnx_path), load_external_data=False).graph
+    init = {i.name for i in g.initializer}
+    specs = []
+    for i in g.input:
+        if i.name in init:
+            continue
+        t = i.type.tensor_type
+        type_str = "tensor(" + {1: "float", 10: "float16", 7: "int64", 6: "int32", 9: "bool"}[t.elem_type] + ")"
+        specs.append((i.name, type_str, [d.dim_param or d.dim_value for d in t.shape.dim]))
+    rng = np.random.default_rng(zm.seed_of(f"{name}/b{batch}"))
+    if specs[0][0] == "input_ids":
+        if not vocab:
+            raise ValueError(f"{name}: no vocabulary size (the torch module did not build)")
+        return zm.text_inputs(vocab, batch, seq)(specs, rng)
+    size = IMAGE_SIZE.get(name, 224)
+    shape = [3, size, size] if name in SINGLE_IMAGE else [batch, 3, size, size]
+    return zm.image_inputs(shape)(specs, rng)
+
+
+# ---------------------------------------------------------------- timing
+def time_calls(fn, sync, runs: int) -> list:
+    out = []
+    for _ in range(runs):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append((time.perf_counter() - t0) * 1e3)
+    return out
+
+
+def alternating(fns: dict, sync, runs: int, warmup: int) -> dict:
+    """Warm-up, then `runs` calls per side in two alternating blocks (ABAB); side -> median ms, p90 ms."""
+    for fn in fns.values():
+        time_calls(fn, sync, warmup)
+    lat = {k: [] for k in fns}
+    for _ in range(2):
+        for k, fn in fns.items():
+            lat[k] += time_calls(fn, sync, max(1, runs // 2))
+    res = {}
+    for k, v in lat.items():
+        v.sort()
+        res[k] = {"median_ms": statistics.median(v), "p90_ms": v[int(0.9 * (len(v) - 1))], "runs": len(v)}
+    return res
+
+
+# ---------------------------------------------------------------- the worker (one model)
+def worker(a: argparse.Namespace) -> int:
+    work = Path(a.work)
+    rec = Recorder(work, a.model)
+    dry = a.dry_run
+    rec.phase("start")
+    import torch
+
+    versions = {"torch": torch.__version__, "python": sys.version.split()[0]}
+    for lib in ("torchvision", "transformers", "onnx"):
+        try:
+            versions[lib] = __import__(lib).__version__
+        except Exception:  # noqa: BLE001 - informative only
+            pass
+    dev = torch.device("cpu" if dry else "cuda")
+    if not dry:
+        torch.zeros(1, device=dev)
+        versions.update(gpu=torch.cuda.get_device_name(0), cuda=torch.version.cuda)
+    rec.record({"kind": "versions", **versions})
+    onnx_path = work / "models" / f"{a.model}.onnx"
+    onnx_path.parent.mkdir(parents=True, exist_ok=True)
+    batches = [1] if a.model in SINGLE_IMAGE else a.batches
+    for b in a.batches:
+        if b not in batches:
+            rec.record({"kind": "row", "batch": b, "skipped": f"the recipe takes one image [3,H,W] (torchvision's "
+                                                             f"detector export); batch {b} not applicable"})
+    rec.phase("export")
+    t0 = time.perf_counter()
+    try:
+        if not onnx_path.exists():
+            tmp = onnx_path.with_suffix(".tmp.onnx")
+            info = export(a.model, tmp)
+            os.replace(tmp, onnx_path)
+        else:
+            info = {"exporter": "kept from an earlier run"}
+        rec.record({"kind": "export", "export_s": time.perf_counter() - t0, **{k: info.get(k) for k in
+                    ("exporter", "exporter_note", "recipe")}})
+    except Exception as e:  # noqa: BLE001 - the model is then skipped, with the reason
+        traceback.print_exc()
+        for b in batches:
+            rec.record({"kind": "row", "batch": b, "error": f"export: {first_line(e)}"})
+        (work / "barrier" / a.model).touch()
+        return 0
+
+    # Phase 1: torch.compile per batch (concurrently with the other workers).
+    rec.phase("torch compile")
+    dtype = torch.float32 if dry else torch.float16
+    sides = {}
+    try:
+        module = torch_module(a.model).to(device=dev, dtype=dtype)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        module = None
+        torch_err = f"torch module: {first_line(e)}"
+    config = getattr(getattr(module, "inner", None), "config", None)
+    vocab = getattr(config, "vocab_size", 0)
+    for b in batches:
+        st = sides.setdefault(b, {})
+        try:
+            host = make_inputs(onnx_path, a.model, b, a.seq, vocab)
+            st["host"] = host
+            if module is None:
+                raise RuntimeError(torch_err)
+            targs = tuple(torch.from_numpy(v).to(dev).to(dtype) if v.dtype.kind == "f" else torch.from_numpy(v).to(dev)
+                          for v in host.values())
+            fn = module
+            with torch.inference_mode():
+                t0 = time.perf_counter()
+                if not dry:
+                    fn = torch.compile(module, mode=a.torch_mode)
+                out = fn(*targs)
+                if not dry:
+                    torch.cuda.synchronize()
+                st["torch_compile_s"] = time.perf_counter() - t0
+                out = out[0] if isinstance(out, (tuple, list)) else out
+                st["torch_out"] = out.detach().float().cpu().numpy()
+                del out  # CUDA-graph outputs are overwritten by the next call
+            st["torch_fn"], st["torch_args"] = fn, targs
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            st["torch_error"] = f"torch {'eager' if dry else a.torch_mode}: {first_line(e)}"
+    (work / "barrier" / a.model).touch()
+
+    # Phase 2: wait for the barrier, then take the GPU lock and measure.
+    rec.phase("waiting for the barrier")
+    while not (work / "barrier" / "GO").exists():
+        time.sleep(0.2)
+    rec.phase("waiting for the GPU lock")
+    with open(work / "gpu.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        for b in batches:
+            running = sum(1 for f in (work / "status").glob("*.txt") if not (work / "barrier" / f.stem).exists())
+            measure(a, rec, module, onnx_path, b, sides.get(b, {}), dev, running, vocab)
+        fcntl.flock(lock, fcntl.LOCK_UN)
+    rec.phase("done")
+    return 0
+
+
+def measure(a, rec: Recorder, module, onnx_path: Path, batch: int, st: dict, dev, compiles_running: int,
+            vocab: int) -> None:
+    """Phase 2 for one batch: kiln compile, bind, latency of both sides, output comparison; one record."""
+    import numpy as np
+    import torch
+
+    import kiln
+
+    dry = a.dry_run
+    row = {"kind": "row", "batch": batch, "torch_mode": "eager (dry run)" if dry else a.torch_mode,
+           "compiles_running": compiles_running, "kiln_version": kiln.__version__}
+    for k in ("torch_compile_s", "torch_error"):
+        if k in st:
+            row[k] = st[k]
+    sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
+    fns = {}
+    rec.phase(f"kiln compile b{batch}")
+    try:
+        host = st.get("host") or make_inputs(onnx_path, a.model, batch, a.seq, vocab)
+        shapes = {k: list(v.shape) for k, v in host.items()}
+        cache = Path(a.work) / "kcache" / f"{a.model}_b{batch}"
+        opts = dict(target="cpu", precision="fp32") if dry else dict(target="cuda", precision="fp16")
+        t0 = time.perf_counter()
+        s = kiln.Session(str(onnx_path), cache_dir=str(cache), shapes=shapes, **opts)
+        row.update(kiln_compile_s=s.stats.compile_ms / 1e3, kiln_session_s=time.perf_counter() - t0,
+                   kiln_cache=s.stats.cache, kiln_notes=list(s.stats.notes)[:6])
+        if dry:
+            fns["kiln"] = lambda: s.run(host)
+            kout = s.run(host)
+        else:
+            dev_in = {k: torch.from_numpy(v).to(dev) for k, v in host.items()}
+            bound = s.bind(dev_in, stream=torch.cuda.current_stream())
+            fns["kiln"] = bound.run
+            kout = {k: torch.from_dlpack(v).float().cpu().numpy() for k, v in bound.run().items()}
+        row["kiln_out"] = list(kout.keys())[0]
+        kfirst = np.asarray(list(kout.values())[0], dtype=np.float32)
+    except Exception as e:  # noqa: BLE001
+        traceback.print_exc()
+        row["kiln_error"] = f"kiln: {first_line(e)}"
+        kfirst = None
+    if "torch_fn" in st:
+        fn, targs = st["torch_fn"], st["torch_args"]
+
+        def call():
+            with torch.inference_mode():
+                fn(*targs)
+
+        fns["torch"] = call
+    rec.phase(f"timing b{batch}")
+    if fns:
+        try:
+            res = alternating(fns, sync, a.runs, a.warmup)
+            for k, v in res.items():
+                row.update({f"{k}_ms": v["median_ms"], f"{k}_p90_ms": v["p90_ms"], "runs": v["runs"]})
+        except Exception as e:  # noqa: BLE001
+            traceback.print_exc()
+            row["timing_error"] = f"timing: {first_line(e)}"
+    tout = st.get("torch_out")
+    if kfirst is not None and tout is not None:
+        if kfirst.shape == tout.shape:
+            scale = float(np.abs(tout).max()) or 1.0
+            row["max_rel_diff"] = float(np.abs(kfirst - tout).max()) / scale
+        else:
+            row["diff_note"] = f"output shapes differ: kiln {list(kfirst.shape)}, torch {list(tout.shape)}"
+    rec.record(row)
+
+
+# ---------------------------------------------------------------- the parent
+def run(a: argparse.Namespace) -> int:
+    t_start = now()
+    work = Path(a.work)
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for sub in ("records", "status", "barrier"):
+        d = work / sub
+        d.mkdir(parents=True, exist_ok=True)
+        for f in d.iterdir():
+            f.unlink()
+    models = a.models or (DRY_MODELS if a.dry_run else list(MODELS))
+    unknown = [m for m in models if m not in MODELS]
+    if unknown:
+        raise SystemExit(f"gpu_zoo: unknown model(s): {', '.join(unknown)} (known: {', '.join(MODELS)})")
+    logs = out / "logs"
+    logs.mkdir(exist_ok=True)
+    procs = {}
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_COMPILE_THREADS=str(a.compile_threads))
+    for i, m in enumerate(models):
+        if len(procs) >= a.workers:
+            break
+        cmd = [sys.executable, __file__, "worker", "--model", m, "--work", str(work), "--seq", str(a.seq),
+               "--runs", str(a.runs), "--warmup", str(a.warmup), "--torch-mode", a.torch_mode,
+               "--batches", *map(str, a.batches)] + (["--dry-run"] if a.dry_run else [])
+        wenv = dict(env, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor" / m))
+        log = open(logs / f"{m}.log", "w")
+        procs[m] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=wenv, start_new_session=True)
+    print(f"gpu_zoo: {len(procs)} workers: {' '.join(procs)}", flush=True)
+    go = False
+    deadline = t_start + a.budget_s
+    while any(p.poll() is None for p in procs.values()) and now() < deadline:
+        if not go and (len(list((work / "barrier").glob("*"))) >= len(procs) or now() > t_start + a.barrier_s):
+            (work / "barrier" / "GO").touch()
+            go = True
+            print(f"gpu_zoo: barrier passed at {now() - t_start:.0f} s", flush=True)
+        time.sleep(0.5)
+    cut = {}
+    for m, p in procs.items():
+        if p.poll() is None:
+            st = (work / "status" / f"{m}.txt")
+            cut[m] = st.read_text() if st.exists() else "not started"
+            os.killpg(p.pid, signal.SIGKILL)
+    for m, p in procs.items():
+        p.wait()
+    records = []
+    for m in procs:
+        f = work / "records" / f"{m}.jsonl"
+        if f.exists():
+            records += [json.loads(line) for line in f.read_text().splitlines() if line.strip()]
+    for m, phase in cut.items():
+        records.append({"model": m, "kind": "cut", "ts": now(), "phase": phase,
+                        "reason": f"cut by the {a.budget_s:.0f} s budget while in '{phase}'"})
+    for m in models:
+        if m not in procs:
+            records.append({"model": m, "kind": "cut", "ts": now(), "phase": "not started",
+                            "reason": f"not started (--workers {a.workers})"})
+    meta = {"kind": "meta", "ts": now(), "dry_run": a.dry_run, "batches": a.batches, "seq": a.seq, "runs": a.runs,
+            "warmup": a.warmup, "workers": len(procs), "budget_s": a.budget_s, "barrier_s": a.barrier_s,
+            "wall_s": now() - t_start, "command": " ".join(sys.argv)}
+    records.append(meta)
+    rec_path = out / "gpu_zoo.jsonl"
+    rec_path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    report([rec_path], out / "gpu_zoo")
+    print(f"gpu_zoo: done in {now() - t_start:.0f} s; {rec_path}", flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- report
+def geomean(xs: list) -> float | None:
+    xs = [x for x in xs if x and x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
+
+
+def collect(paths: list) -> tuple[list, dict, list]:
+    """(rows keyed (model, batch), later records winning; per-model info; meta records)."""
+    rows, info, metas = {}, {}, []
+    for p in paths:
+        for line in Path(p).read_text().splitlines():
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r["kind"] == "meta":
+                metas.append(r)
+            elif r["kind"] == "row":
+                rows[(r["model"], r["batch"])] = r
+            elif r["kind"] == "cut":
+                info.setdefault(r["model"], {})["cut"] = r["reason"]
+            else:
+                info.setdefault(r["model"], {}).update({k: v for k, v in r.items() if k not in ("model", "ts")})
+    return rows, info, metas
+
+
+def fmt(x, d=3) -> str:
+    return "—" if x is None else f"{x:.{d}f}"
+
+
+def fmt_e(x) -> str:
+    return "—" if x is None else f"{x:.1e}"
+
+
+def report(paths: list, prefix: Path) -> str:
+    rows, info, metas = collect(paths)
+    meta = metas[-1] if metas else {}
+    batches = meta.get("batches") or sorted({b for _, b in rows})
+    v = next((i for i in info.values() if "torch" in i), {})
+    kv = next((r.get("kiln_version") for r in rows.values() if r.get("kiln_version")), "?")
+    lines = [f"# GPU zoo: kiln (cuda, fp16, device I/O) against torch.compile"
+             f"{' — DRY RUN (CPU: kiln cpu fp32, torch eager)' if meta.get('dry_run') else ''}", "",
+             f"GPU {v.get('gpu', '?')}, CUDA {v.get('cuda', '?')}; torch {v.get('torch', '?')}, torchvision "
+             f"{v.get('torchvision', '?')}, transformers {v.get('transformers', '?')}, Python {v.get('python', '?')}; "
+             f"kiln {kv}. LMs: sequence {meta.get('seq', '?')}. Latency: median of {meta.get('runs', '?')} calls per "
+             f"side after {meta.get('warmup', '?')} warm-up, wall clock around call + synchronize, two alternating "
+             f"blocks per side, one worker at a time on the GPU. kiln compile: the kiln.Session constructor's wall "
+             f"time (cold, empty cache, fp16 precision check included; its compile_ms is in the JSON); torch compile: compile call + first call, cold inductor cache, "
+             f"{meta.get('workers', '?')} workers compiling at once.", "",
+             "| model | family | batch | kiln ms | torch ms | kiln/torch | kiln compile s | torch compile s "
+             "| max rel diff | note |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
+    ratios = {b: [] for b in batches}
+    chart = []
+    for m, (fam, title) in MODELS.items():
+        mi = info.get(m, {})
+        if not mi and not any(k[0] == m for k in rows):
+            continue
+        for b in batches:
+            r = rows.get((m, b))
+            notes = []
+            if r is None:
+                notes.append(mi.get("cut", "no record"))
+                lines.append(f"| {title} | {fam} | {b} | — | — | — | — | — | — | {'; '.join(notes)} |")
+                continue
+            for k in ("skipped", "error", "kiln_error", "torch_error", "timing_error", "diff_note"):
+                if r.get(k):
+                    notes.append(r[k])
+            if r.get("compiles_running"):
+                notes.append(f"timed while {r['compiles_running']} other worker(s) still compiled")
+            if mi.get("exporter_note"):
+                notes.append("exporter: TorchScript (dynamo failed)")
+            ratio = r["kiln_ms"] / r["torch_ms"] if r.get("kiln_ms") and r.get("torch_ms") else None
+            if ratio:
+                ratios[b].append(ratio)
+                chart.append((f"{title} b{b}", ratio))
+            lines.append(f"| {title} | {fam} | {b} | {fmt(r.get('kiln_ms'))} | {fmt(r.get('torch_ms'))} | "
+                         f"{fmt(ratio, 2)} | {fmt(r.get('kiln_session_s'), 1)} | {fmt(r.get('torch_compile_s'), 1)} | "
+                         f"{fmt_e(r.get('max_rel_diff'))} | "
+                         f"{'; '.join(n.replace('|', '/') for n in notes)} |")
+    lines.append("")
+    all_r = [x for b in batches for x in ratios[b]]
+    for b in batches:
+        g = geomean(ratios[b])
+        lines.append(f"- geometric mean kiln/torch, batch {b}: **{fmt(g, 2)}** over {len(ratios[b])} models")
+    lines.append(f"- geometric mean kiln/torch, all rows: **{fmt(geomean(all_r), 2)}** over {len(all_r)} rows "
+                 f"(goal of issue #20: <= 0.70, no row > 1.00; rows above 1.00: "
+                 f"{sum(1 for x in all_r if x > 1.0)})")
+    if meta:
+        lines += ["", f"Command: `{meta.get('command', '')}`; wall {meta.get('wall_s', 0):.0f} s."]
+    text = "\n".join(lines) + "\n"
+    prefix = Path(prefix)
+    prefix.with_suffix(".md").write_text(text)
+    prefix.with_suffix(".json").write_text(json.dumps({"rows": [rows[k] for k in sorted(rows, key=str)],
+                                                       "models": info, "meta": meta}, indent=1, default=str))
+    chart_png(chart, prefix.with_suffix(".png"), "dry run" if meta.get("dry_run") else f"{v.get('gpu', '')}")
+    print(text)
+    return text
+
+
+def chart_png(chart: list, path: Path, where: str) -> None:
+    """Horizontal bars of kiln/torch per row (log scale, 1.0 marked); nothing without matplotlib."""
+    if not chart:
+        return
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("gpu_zoo: no matplotlib: no chart")
+        return
+    fig, ax = plt.subplots(figsize=(8, 0.3 * len(chart) + 1.2))
+    labels, vals = zip(*chart)
+    ax.barh(range(len(vals)), vals, color=["#c0392b" if x > 1 else "#2e86c1" for x in vals])
+    ax.set_yticks(range(len(vals)), labels, fontsize=8)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.axvline(1.0, color="k", lw=0.8)
+    ax.axvline(0.7, color="g", lw=0.8, ls="--")
+    ax.set_xlabel("kiln / torch.compile latency (lower is better; dashed: goal 0.7)")
+    ax.set_title(f"GPU zoo, fp16, {where}", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+# ---------------------------------------------------------------- command line
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("run", "worker"):
+        p = sub.add_parser(name)
+        p.add_argument("--work", default="/tmp/gpu_zoo_work")
+        p.add_argument("--batches", type=int, nargs="+", default=None)
+        p.add_argument("--seq", type=int, default=None, help="LM sequence length (default 128; dry run 16)")
+        p.add_argument("--runs", type=int, default=None, help="timed calls per side (default 200; dry run 10)")
+        p.add_argument("--warmup", type=int, default=None, help="warm-up calls per side (default 30; dry run 2)")
+        p.add_argument("--torch-mode", default="reduce-overhead")
+        p.add_argument("--dry-run", action="store_true")
+    w = sub.choices["worker"]
+    w.add_argument("--model", required=True)
+    r = sub.choices["run"]
+    r.add_argument("--out", required=True)
+    r.add_argument("--models", nargs="+")
+    r.add_argument("--workers", type=int, default=16)
+    r.add_argument("--compile-threads", type=int, default=2, help="TORCHINDUCTOR_COMPILE_THREADS per worker")
+    r.add_argument("--budget-s", type=float, default=540)
+    r.add_argument("--barrier-s", type=float, default=240, help="timing starts then even if compiles still run")
+    rp = sub.add_parser("report")
+    rp.add_argument("records", nargs="+")
+    rp.add_argument("--out", required=True, help="prefix of the .md/.png/.json written")
+    a = ap.parse_args()
+    if a.cmd == "report":
+        report(a.records, Path(a.out))
+        return 0
+    dry = a.dry_run
+    a.batches = a.batches or ([1, 2] if dry else [1, 32])
+    a.seq = a.seq or (16 if dry else 128)
+    a.runs = a.runs or (10 if dry else 200)
+    a.warmup = a.warmup or (2 if dry else 30)
+    return worker(a) if a.cmd == "worker" else run(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
