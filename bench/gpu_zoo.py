@@ -53,6 +53,7 @@ import signal
 import statistics
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from pathlib import Path
@@ -102,6 +103,7 @@ class Recorder:
         self.model = model
 
     def phase(self, text: str) -> None:
+        self.current = text
         self.status.write_text(text)
         print(f"[{time.strftime('%H:%M:%S')}] {self.model}: {text}", flush=True)
 
@@ -296,9 +298,20 @@ def worker(a: argparse.Namespace) -> int:
     rec.phase("waiting for the GPU lock")
     with open(work / "gpu.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
+        # A worker stuck while it holds the GPU would starve the others: it ends itself after --hold-s
+        # (the lock goes with the process), recording where it was.
+        def give_up():
+            rec.record({"kind": "cut", "phase": rec.current,
+                        "reason": f"held the GPU over {a.hold_s:.0f} s (in '{rec.current}'): ended"})
+            os._exit(3)
+
+        watchdog = threading.Timer(a.hold_s, give_up)
+        watchdog.daemon = True
+        watchdog.start()
         for b in batches:
             running = sum(1 for f in (work / "status").glob("*.txt") if not (work / "barrier" / f.stem).exists())
             measure(a, rec, module, onnx_path, b, sides.get(b, {}), dev, running, vocab)
+        watchdog.cancel()
         fcntl.flock(lock, fcntl.LOCK_UN)
     rec.phase("done")
     return 0
@@ -389,13 +402,15 @@ def run(a: argparse.Namespace) -> int:
     logs = out / "logs"
     logs.mkdir(exist_ok=True)
     procs = {}
-    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_COMPILE_THREADS=str(a.compile_threads))
+    # OMP_NUM_THREADS: the workers' CPU work (BatchNorm calibration, export) would oversubscribe the cores.
+    env = dict(os.environ, PYTHONUNBUFFERED="1", TORCHINDUCTOR_COMPILE_THREADS=str(a.compile_threads),
+               OMP_NUM_THREADS=str(a.compile_threads))
     for i, m in enumerate(models):
         if len(procs) >= a.workers:
             break
         cmd = [sys.executable, __file__, "worker", "--model", m, "--work", str(work), "--seq", str(a.seq),
                "--runs", str(a.runs), "--warmup", str(a.warmup), "--torch-mode", a.torch_mode,
-               "--batches", *map(str, a.batches)] + (["--dry-run"] if a.dry_run else [])
+               "--hold-s", str(a.hold_s), "--batches", *map(str, a.batches)] + (["--dry-run"] if a.dry_run else [])
         wenv = dict(env, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor" / m))
         log = open(logs / f"{m}.log", "w")
         procs[m] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=wenv, start_new_session=True)
@@ -403,7 +418,8 @@ def run(a: argparse.Namespace) -> int:
     go = False
     deadline = t_start + a.budget_s
     while any(p.poll() is None for p in procs.values()) and now() < deadline:
-        if not go and (len(list((work / "barrier").glob("*"))) >= len(procs) or now() > t_start + a.barrier_s):
+        at_barrier = sum(1 for m, p in procs.items() if (work / "barrier" / m).exists() or p.poll() is not None)
+        if not go and (at_barrier >= len(procs) or now() > t_start + a.barrier_s):
             (work / "barrier" / "GO").touch()
             go = True
             print(f"gpu_zoo: barrier passed at {now() - t_start:.0f} s", flush=True)
@@ -436,6 +452,34 @@ def run(a: argparse.Namespace) -> int:
     rec_path.write_text("".join(json.dumps(r) + "\n" for r in records))
     report([rec_path], out / "gpu_zoo")
     print(f"gpu_zoo: done in {now() - t_start:.0f} s; {rec_path}", flush=True)
+    return 0
+
+
+# ---------------------------------------------------------------- kiln perf --profile
+def profile(a: argparse.Namespace) -> int:
+    """`kiln perf MODEL.onnx --target cuda --precision fp16 --shape ... --profile` for each MODEL:BATCH (the
+    model exported by an earlier `run` into --work, else exported now); stdout and stderr to
+    OUT/profile_MODEL_bBATCH.txt."""
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    for item in a.items:
+        name, batch = item.split(":")
+        path = Path(a.work) / "models" / f"{name}.onnx"
+        try:
+            if not path.exists():
+                path.parent.mkdir(parents=True, exist_ok=True)
+                export(name, path)
+            feeds = make_inputs(path, name, int(batch), a.seq, 2)
+            shapes = [x for k, v in feeds.items() for x in ("--shape", f"{k}={'x'.join(map(str, v.shape))}")]
+            cmd = [a.kiln, "perf", str(path), "--target", a.target, "--precision", a.precision, "--runs", str(a.runs),
+                   *shapes, "--profile"]
+            t0 = time.perf_counter()
+            p = subprocess.run(cmd, capture_output=True, text=True, timeout=a.timeout)
+            text = f"$ {' '.join(cmd)}\n# exit {p.returncode}, {time.perf_counter() - t0:.1f} s\n{p.stdout}\n{p.stderr}"
+        except Exception as e:  # noqa: BLE001 - recorded in the file, the next item goes on
+            text = f"{item}: {first_line(e)}\n{traceback.format_exc()}"
+        (out / f"profile_{name}_b{batch}.txt").write_text(text)
+        print(text[:3000], flush=True)
     return 0
 
 
@@ -485,8 +529,9 @@ def report(paths: list, prefix: Path) -> str:
              f"kiln {kv}. LMs: sequence {meta.get('seq', '?')}. Latency: median of {meta.get('runs', '?')} calls per "
              f"side after {meta.get('warmup', '?')} warm-up, wall clock around call + synchronize, two alternating "
              f"blocks per side, one worker at a time on the GPU. kiln compile: the kiln.Session constructor's wall "
-             f"time (cold, empty cache, fp16 precision check included; its compile_ms is in the JSON); torch compile: compile call + first call, cold inductor cache, "
-             f"{meta.get('workers', '?')} workers compiling at once.", "",
+             f"time (cold, empty cache, fp16 precision check included; its compile_ms is in the JSON); "
+             f"torch compile: compile call + first call, cold inductor cache, {meta.get('workers', '?')} workers "
+             f"compiling at once.", "",
              "| model | family | batch | kiln ms | torch ms | kiln/torch | kiln compile s | torch compile s "
              "| max rel diff | note |", "|---|---|---:|---:|---:|---:|---:|---:|---:|---|"]
     ratios = {b: [] for b in batches}
@@ -576,6 +621,7 @@ def main() -> int:
         p.add_argument("--warmup", type=int, default=None, help="warm-up calls per side (default 30; dry run 2)")
         p.add_argument("--torch-mode", default="reduce-overhead")
         p.add_argument("--dry-run", action="store_true")
+        p.add_argument("--hold-s", type=float, default=120, help="longest a worker may hold the GPU lock")
     w = sub.choices["worker"]
     w.add_argument("--model", required=True)
     r = sub.choices["run"]
@@ -585,6 +631,16 @@ def main() -> int:
     r.add_argument("--compile-threads", type=int, default=2, help="TORCHINDUCTOR_COMPILE_THREADS per worker")
     r.add_argument("--budget-s", type=float, default=540)
     r.add_argument("--barrier-s", type=float, default=240, help="timing starts then even if compiles still run")
+    pp = sub.add_parser("profile")
+    pp.add_argument("items", nargs="+", help="MODEL:BATCH")
+    pp.add_argument("--kiln", required=True, help="the kiln command line")
+    pp.add_argument("--work", default="/tmp/gpu_zoo_work")
+    pp.add_argument("--out", required=True)
+    pp.add_argument("--seq", type=int, default=128)
+    pp.add_argument("--runs", type=int, default=100)
+    pp.add_argument("--timeout", type=float, default=240)
+    pp.add_argument("--target", default="cuda")
+    pp.add_argument("--precision", default="fp16")
     rp = sub.add_parser("report")
     rp.add_argument("records", nargs="+")
     rp.add_argument("--out", required=True, help="prefix of the .md/.png/.json written")
@@ -592,6 +648,8 @@ def main() -> int:
     if a.cmd == "report":
         report(a.records, Path(a.out))
         return 0
+    if a.cmd == "profile":
+        return profile(a)
     dry = a.dry_run
     a.batches = a.batches or ([1, 2] if dry else [1, 32])
     a.seq = a.seq or (16 if dry else 128)

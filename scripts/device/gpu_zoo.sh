@@ -13,7 +13,8 @@
 #   gpu_zoo.md, gpu_zoo.png   the table and the chart
 #   gpu_zoo.tar.gz            gpu_zoo.{md,png,json,jsonl} and logs/ (one per model worker)
 #   gpu_zoo.log               the run's progress
-# Here: bench/gpu_zoo.py report gpu_zoo.jsonl [more.jsonl] --out bench/results/cuda/gpu_zoo_DATE
+# The exports stay in build-gpuzoo/work/models (git-ignored: a machine still warm keeps them for a
+# second call). Here: bench/gpu_zoo.py report gpu_zoo.jsonl [more.jsonl] --out bench/results/cuda/gpu_zoo_DATE
 set -uo pipefail
 T0=$(date +%s)
 cd "$(dirname "$0")/../.."
@@ -30,7 +31,7 @@ mkdir -p "$OUT"
   left=$(( BUDGET - ($(date +%s) - T0) - 10 ))
   echo "gpu_zoo.sh: setup took $(( $(date +%s) - T0 )) s; bench budget ${left} s"
   # A hard stop 20 s after the bench's own watchdog, should the watchdog itself hang.
-  timeout -k 5 $(( left + 20 )) python3 bench/gpu_zoo.py run --out /tmp/gpu_zoo_out --work /tmp/gpu_zoo_work \
+  timeout -k 5 $(( left + 20 )) python3 bench/gpu_zoo.py run --out /tmp/gpu_zoo_out --work build-gpuzoo/work \
     --budget-s "$left" "$@"
   echo "gpu_zoo.sh: bench exit $?; $(( $(date +%s) - T0 )) s"
 } 2>&1 | tee "$OUT/gpu_zoo.log"
