@@ -277,7 +277,8 @@ def worker(a: argparse.Namespace) -> int:
             with torch.inference_mode():
                 t0 = time.perf_counter()
                 if not dry:
-                    fn = torch.compile(module, mode=a.torch_mode)
+                    # dynamic=False: each batch gets its own static-shape graph, as kiln's program is static.
+                    fn = torch.compile(module, mode=a.torch_mode, dynamic=False)
                 out = fn(*targs)
                 if not dry:
                     torch.cuda.synchronize()
