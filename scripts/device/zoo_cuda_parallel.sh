@@ -17,6 +17,11 @@
 # start. Results: $OUT/zoo_cuda.tar.gz (zoo_<precision>_g<N>.{json,md} and
 # logs/: the device tool brings back at most 8 files) and $OUT/zoo_cuda_report.md.
 # Here: tar -xzf zoo_cuda.tar.gz && tools/models/zoo_cuda_report.py zoo_*_g*.json
+# KILN_ZOO_EXPORT_SHARE (default 40): percent of the budget left for exports.
+# KILN_ZOO_CONFORMANCE=1 (needs .gpu/node.tar.xz) also runs the ONNX node tests
+# on cuda in parallel, with --fallback host then error (KILN_ZOO_CONF_JOBS jobs,
+# default 6), ratcheting copies of tests/conformance/baseline_cuda*.txt.
+# The kiln log of every model that fails its check goes into the tar (logs/failed/).
 set -u
 T0=$(date +%s)
 mkdir -p "$OUT/logs"
@@ -37,7 +42,7 @@ group() {  # $1: group index; the rest: its models
     [ -e ".gpu/zoo_wheel/$m.onnx" ] && cp ".gpu/zoo_wheel/$m.onnx" "$dir/"
   done
   local left=$(( BUDGET - ($(date +%s) - T0) ))
-  timeout "$(( left * 2 / 5 ))" python3 tools/models/zoo.py export --dir "$dir" --only "$@" > "$OUT/logs/export_g$g.log" 2>&1
+  timeout "$(( left * ${KILN_ZOO_EXPORT_SHARE:-40} / 100 ))" python3 tools/models/zoo.py export --dir "$dir" --only "$@" > "$OUT/logs/export_g$g.log" 2>&1
   for p in $PRECISIONS; do
     left=$(( BUDGET - ($(date +%s) - T0) ))
     [ "$left" -gt 20 ] || break
@@ -45,6 +50,45 @@ group() {  # $1: group index; the rest: its models
       KILN_ZOO_KILN_ARGS="--target cuda --precision $p --tuning heuristic" \
       timeout "$left" python3 tools/models/zoo.py check --dir "$dir" --kiln build-cuda/tools/kiln/kiln --timeout 150 \
       --report "$OUT/zoo_${p}_g$g.md" --json "$OUT/zoo_${p}_g$g.json" --only "$@" > "$OUT/logs/check_${p}_g$g.log" 2>&1
+    keep_failed "$dir" "$p" "$OUT/zoo_${p}_g$g.json"
+  done
+}
+
+keep_failed() {  # $1: group dir, $2: precision, $3: its JSON: copies the kiln logs of failed models
+  mkdir -p "$OUT/logs/failed"
+  [ -e "$3" ] || return 0
+  python3 - "$3" <<'PY' | while read -r m; do cp "$1/check-logs/$m.log" "$OUT/logs/failed/${m}_$2.log" 2>/dev/null; done
+import json, sys
+d = json.load(open(sys.argv[1]))
+rows = d.values() if isinstance(d, dict) else d
+for r in rows:
+    if isinstance(r, dict) and r.get("result") == "FAIL" and "not exported" not in r.get("reason", ""):
+        print(r["model"])
+PY
+}
+
+conformance() {  # the ONNX node tests on cuda: first those cpu passes and cuda's baseline lacks,
+  # then the whole suite in 4 chunks with host fallback, then with --fallback error, while time is
+  # left; every chunk writes its own passing list (pass_<step>.txt: a run cut by the budget loses
+  # one chunk, not all); merge them here with the baselines.
+  mkdir -p /tmp/onnxdata && tar -xJf .gpu/node.tar.xz -C /tmp/onnxdata
+  comm -23 <(grep -v '^#' tests/conformance/baseline_cpu.txt | sort) \
+           <(grep -v '^#' tests/conformance/baseline_cuda.txt | sort) > /tmp/conf_missing.txt
+  (cd /tmp/onnxdata/node && ls -d test_* | sort) > /tmp/conf_all.txt
+  split -n l/4 -d /tmp/conf_all.txt /tmp/conf_chunk_
+  local step fb list left
+  for step in missing:host c00:host c01:host c02:host c03:host c00:error c01:error c02:error c03:error; do
+    fb=${step#*:}
+    list=/tmp/conf_chunk_${step%%:*}
+    [ "${step%%:*}" = missing ] && list=/tmp/conf_missing.txt
+    left=$(( BUDGET - ($(date +%s) - T0) - 10 ))
+    [ "$left" -gt 20 ] || break
+    timeout "$left" build-cuda/tests/conformance/kiln_conformance --data /tmp/onnxdata/node --list "$list" \
+      --target cuda --jobs "${KILN_ZOO_CONF_JOBS:-6}" --fallback "$fb" --timeout 60 \
+      --markdown "$OUT/conformance_cuda_${step/:/_}.md" \
+      --tolerances tests/conformance/tolerances.txt --baseline "$OUT/pass_${step/:/_}.txt" --update-baseline \
+      > "$OUT/logs/conformance_${step/:/_}.log" 2>&1
+    echo "rc=$?" >> "$OUT/logs/conformance_${step/:/_}.log"
   done
 }
 
@@ -55,9 +99,12 @@ for g in $(seq 0 $((WORKERS - 1))); do
   # shellcheck disable=SC2086
   group "$g" ${G[$g]} &
 done
+if [ "${KILN_ZOO_CONFORMANCE:-0}" = 1 ] && [ -e .gpu/node.tar.xz ]; then conformance & fi
 wait
+for f in "$OUT"/logs/conformance_*.log; do [ -e "$f" ] && { echo "== $f"; grep -E "^conformance|REGRESS|crash|rc=" "$f" | head -5; }; done
+for f in "$OUT"/logs/failed/*.log; do [ -e "$f" ] && { echo "== $f"; grep -v "^\s*$" "$f" | tail -6 | cut -c1-400; }; done
 for f in "$OUT"/logs/check_*; do echo "== $f"; tail -3 "$f"; done
 grep -h "export FAILED\|not exported" "$OUT"/logs/export_g*.log | cut -c1-300
 python3 tools/models/zoo_cuda_report.py "$OUT"/zoo_*_g*.json --out "$OUT/zoo_cuda_report.md" | tail -3
-(cd "$OUT" && tar -czf zoo_cuda.tar.gz zoo_*_g*.json zoo_*_g*.md logs && rm -rf zoo_*_g*.json zoo_*_g*.md logs)
+(cd "$OUT" && tar -czf zoo_cuda.tar.gz zoo_*_g*.json zoo_*_g*.md logs $(ls conformance_cuda_*.md pass_*.txt 2>/dev/null) && rm -rf zoo_*_g*.json zoo_*_g*.md logs conformance_cuda_*.md pass_*.txt)
 echo "zoo_cuda_parallel: done in $(( $(date +%s) - T0 )) s"

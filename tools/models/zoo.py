@@ -428,7 +428,16 @@ def run_kiln(cmd: list[str], timeout: float) -> tuple[int | None, str, str, floa
         return None, out, err, time.perf_counter() - t0
 
 
-def kiln_error_line(stderr: str) -> str:
+def kiln_error_line(stderr: str, stdout: str = "") -> str:
+    """The line that says why kiln failed: the `--json` error object's message on stdout when
+    there is one, else stderr's first line naming an error, else its last line."""
+    for ln in stdout.splitlines():
+        try:
+            obj = json.loads(ln)
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("error"), dict) and obj["error"].get("message"):
+            return f"{obj['error'].get('code', 'error')}: {obj['error']['message']}"[:400]
     lines = [ln.strip() for ln in stderr.splitlines() if ln.strip()]
     for ln in lines:
         if "error" in ln.lower():
@@ -551,7 +560,7 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
         if code != 0:
             how = (f"killed by {signal.Signals(-code).name}" if code < 0
                    else f"exit {code} ({EXIT_CODES.get(code, '?')})")
-            res["reason"] = f"kiln run {how}: {kiln_error_line(err)}"
+            res["reason"] = f"kiln run {how}: {kiln_error_line(err, out)}"
             return res
         try:
             obj = json.loads(out)
