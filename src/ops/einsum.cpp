@@ -19,6 +19,7 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/einsum.h"
 #include "ops/util.h"
 
 namespace kiln::ops {
@@ -277,6 +278,11 @@ void kernel_einsum(KernelContext& ctx) {
 }
 
 }  // namespace
+
+EinsumLabels einsum_labels(const ir::Node& n, const std::vector<int64_t>& ranks) {
+  Plan p = make_plan(n, ranks);
+  return {std::move(p.inputs), std::move(p.output)};
+}
 
 /// Registers Einsum.
 void register_einsum(Registry& r) { r.add({"", "Einsum", infer_einsum, kernel_einsum}); }

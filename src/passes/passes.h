@@ -122,6 +122,24 @@ int recognize_gelu(ir::Model& m);
 /// dead. Returns the number of LayerNormalizations made.
 int recognize_layernorm(ir::Model& m);
 
+/// Rewrites every two-operand float32 Einsum with static dims that is a
+/// (batched) GEMM (each label in both inputs and the output: batch; in one
+/// input and the output: M or N; in both inputs only: summed, K) into
+/// Transpose / Reshape / MatMul / Reshape / Transpose, each view only where it
+/// moves or merges dims ("bhid,bhjd->bhij" becomes MatMul(A, Transpose(B))).
+/// Diagonals, labels summed within one input and size-1 broadcasting between
+/// the inputs keep the Einsum. Returns the number of Einsums rewritten (the
+/// Einsum node is replaced; its output value stays).
+int einsum_to_matmul(ir::Model& m);
+
+/// Cuts the kernel of every Conv (constant f32 weights, static dims, explicit
+/// pads) to the taps that read the input for at least one output position,
+/// per spatial dim from both ends: the weights are sliced, kernel_shape,
+/// pads (and the dilation of a dim left with one tap) follow, the output is
+/// unchanged. A dilated 3x3 whose dilation reaches past the feature map
+/// (DeepLab's atrous pyramid) becomes a 1x1. Returns the number of Convs cut.
+int prune_conv_taps(ir::Model& m);
+
 /// What recognize_attention found.
 struct AttentionStats {
   int blocks = 0;     ///< scaled dot-product attention blocks recognised

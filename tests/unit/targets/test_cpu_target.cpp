@@ -261,6 +261,92 @@ TEST(CpuTarget, KeepsSplitConcatPoolAndResizeBlocked) {
   expect_matches_ref(split_concat(), {{"x", filled({1, 3, 8, 8}, 11)}});
 }
 
+/// AveragePool 3x3 stride 2 in floor mode where the last input row is never
+/// read: 8 -> 3 without padding (the last window ends at row 6), and 8 -> 4
+/// with pads 1 counting them (the last window ends at row 7, short of the end
+/// pad). Both are oneDNN poolings (end padding max(need, 0)), not reference
+/// kernels (MaxViT's Pad + AveragePool downsampling).
+TEST(CpuTarget, LowersFloorModePoolsThatSkipTheLastRow) {
+  for (int include : {0, 1}) {
+    SCOPED_TRACE(include);
+    ModelBuilder b;
+    b.input("x", 1, {1, 16, 8, 8});
+    auto& pool = b.node("AveragePool", {"x"}, {"y"});
+    ModelBuilder::attr_ints(pool, "kernel_shape", {3, 3});
+    ModelBuilder::attr_ints(pool, "strides", {2, 2});
+    ModelBuilder::attr_ints(pool, "pads", include ? std::vector<int64_t>{1, 1, 1, 1} : std::vector<int64_t>{0, 0, 0, 0});
+    ModelBuilder::attr_int(pool, "count_include_pad", include);
+    b.output("y");
+    auto cp = compile_for(b, Target::cpu());
+    EXPECT_EQ(count(cp.model, "Pool"), 1);
+    EXPECT_EQ(count(cp.model, "AveragePool", ""), 0);
+    Tensor x = filled({1, 16, 8, 8}, 13);
+    auto y = run(std::move(cp), {{"x", x}}).at("y");
+    ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, 16, include ? 4 : 3, include ? 4 : 3}));
+    // By hand: output (0, 0) of channel 0 averages rows and columns 0..2
+    // (no padding) or -1..1 counting the 5 padded zeros (divisor 9).
+    const float* xp = x.data<float>();
+    float sum = 0;
+    for (int r = 0; r < 3; ++r)
+      for (int c = 0; c < 3; ++c) {
+        const int rr = r - include, cc = c - include;
+        if (rr >= 0 && cc >= 0) sum += xp[rr * 8 + cc];
+      }
+    EXPECT_NEAR(y.data<float>()[0], sum / 9.f, 1e-6);
+    expect_matches_ref(b, {{"x", x}});
+  }
+}
+
+/// Resize linear with half_pixel coordinates (torch's bilinear upsampling,
+/// align_corners=False) is a oneDNN linear resampling. By hand for a row
+/// [a, b] doubled: sources -0.25, 0.25, 0.75, 1.25 (clamped to the edges)
+/// give a, 0.75a + 0.25b, 0.25a + 0.75b, b. Then odd factors and a
+/// downscale against ref, by sizes and by scales, both coordinate modes.
+TEST(CpuTarget, LowersLinearResizeWithHalfPixelCoordinates) {
+  auto resize = [](std::vector<int64_t> in, std::vector<int64_t> out, const char* ctm, bool by_scales) {
+    ModelBuilder b;
+    b.input("x", 1, in);
+    if (by_scales) {
+      std::vector<float> s;
+      for (size_t i = 0; i < in.size(); ++i) s.push_back(static_cast<float>(out[i]) / static_cast<float>(in[i]));
+      b.initializer("scales", {static_cast<int64_t>(in.size())}, s);
+    } else {
+      b.initializer_i64("sizes", {static_cast<int64_t>(out.size())}, out);
+    }
+    auto& rs = b.node("Resize", {"x", "", by_scales ? "scales" : "", by_scales ? "" : "sizes"}, {"y"});
+    attr_string(rs, "mode", "linear");
+    attr_string(rs, "coordinate_transformation_mode", ctm);
+    b.output("y");
+    return b;
+  };
+  ModelBuilder two = resize({1, 1, 1, 2}, {1, 1, 1, 4}, "half_pixel", false);
+  auto cp = compile_for(two, Target::cpu());
+  EXPECT_EQ(count(cp.model, "Resample"), 1);
+  EXPECT_EQ(count(cp.model, "Resize", ""), 0);
+  Tensor x(DType::f32, {1, 1, 1, 2});
+  x.data<float>()[0] = 1.f;
+  x.data<float>()[1] = 5.f;
+  auto y = run(std::move(cp), {{"x", x}}).at("y");
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{1, 1, 1, 4}));
+  const float want[] = {1.f, 2.f, 4.f, 5.f};
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y.data<float>()[i], want[i], 1e-6) << i;
+  for (const char* ctm : {"half_pixel", "pytorch_half_pixel"})
+    for (bool by_scales : {false, true}) {
+      SCOPED_TRACE(std::string(ctm) + (by_scales ? " scales" : " sizes"));
+      ModelBuilder up = resize({1, 16, 3, 5}, {1, 16, 12, 15}, ctm, by_scales);
+      EXPECT_EQ(count(compile_for(up, Target::cpu()).model, "Resample"), 1);
+      expect_matches_ref(up, {{"x", filled({1, 16, 3, 5}, 14)}});
+      ModelBuilder down = resize({1, 3, 8, 10}, {1, 3, 4, 4}, ctm, by_scales);
+      EXPECT_EQ(count(compile_for(down, Target::cpu()).model, "Resample"), 1);
+      expect_matches_ref(down, {{"x", filled({1, 3, 8, 10}, 15)}});
+    }
+  // pytorch_half_pixel to an output of size 1 samples source 0, not the
+  // centre: left to the reference kernel.
+  ModelBuilder to_one = resize({1, 2, 4, 4}, {1, 2, 1, 4}, "pytorch_half_pixel", false);
+  EXPECT_EQ(count(compile_for(to_one, Target::cpu()).model, "Resample"), 0);
+  expect_matches_ref(to_one, {{"x", filled({1, 2, 4, 4}, 16)}});
+}
+
 TEST(CpuTarget, ThreadCountChangesOnlyRounding) {
   auto cp = compile_for(split_concat(), Target::cpu());
   Tensor x = filled({1, 3, 8, 8}, 12);

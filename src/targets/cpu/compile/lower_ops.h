@@ -32,7 +32,7 @@ std::optional<std::vector<ir::Node>> lower_split(ir::Model& m, const ir::Node& n
 /// Inference BatchNormalization with constant statistics (rank 2 to 5) ->
 /// Binary x * s with a per-channel add of t (its affine form) as a post-op.
 std::optional<std::vector<ir::Node>> lower_batchnorm(ir::Model& m, const ir::Node& n);
-/// Resize (nearest, integer upscale) -> Resample.
+/// Resize (nearest with integer upscale, or linear with half-pixel coordinates) -> Resample.
 std::optional<std::vector<ir::Node>> lower_resize(ir::Model& m, const ir::Node& n);
 
 /// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation

@@ -45,13 +45,20 @@ std::optional<std::vector<ir::Node>> lower_pool(ir::Model& m, const ir::Node& n)
       pb[i] = auto_pad == "SAME_UPPER" ? total / 2 : total - total / 2;
       pe[i] = total - pb[i];
     }
-    // Ceil mode: oneDNN takes the extra end padding explicitly; an averaging
-    // pool that counts padding must not count it (ONNX does not), so that
-    // case stays on the reference kernel.
+    // `need`: the end padding the last window reaches into. Ceil mode
+    // (need > pe): oneDNN takes the extra end padding explicitly; an
+    // averaging pool that counts padding must not count it (ONNX does not),
+    // so that case stays on the reference kernel. Floor mode (need < pe):
+    // the rows past the last window are never read (fewer than a stride,
+    // need > pe - stride), and oneDNN, which rounds its output size down
+    // too, takes max(need, 0): a 3x3 stride-2 pool over an even size
+    // without padding (need = -1) is an ordinary oneDNN pooling.
     int64_t need = (out - 1) * strides[i] + span - in - pb[i];
-    if (need != pe[i]) {
-      if (include_pad || need < 0) return std::nullopt;
+    if (need > pe[i]) {
+      if (include_pad) return std::nullopt;
       pe[i] = need;
+    } else if (need < pe[i]) {
+      pe[i] = std::max<int64_t>(need, 0);
     }
     dilates[i] = dil[i] - 1;
   }

@@ -61,8 +61,10 @@ dnnl::layer_normalization_forward::primitive_desc layernorm_pd(const ir::Node& n
 /// attributes slice_axis and slice_offset say which, for the layout pass).
 dnnl::reorder::primitive_desc reorder_pd(const ir::Node& n);
 
-/// kiln.cpu.Resample: input src; attributes md.src, md.dst (nearest neighbour,
-/// integer upscale factors given by the dims).
+/// kiln.cpu.Resample: input src; attributes md.src, md.dst, [alg]
+/// (dnnl::algorithm: resampling_nearest, the default, for integer upscale
+/// factors, or resampling_linear with half-pixel coordinates; the factors
+/// are out / in of the dims). Throws Error(corrupt_artifact) for another alg.
 dnnl::resampling_forward::primitive_desc resample_pd(const ir::Node& n);
 
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
