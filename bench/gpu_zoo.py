@@ -290,6 +290,25 @@ def worker(a: argparse.Namespace) -> int:
         except Exception as e:  # noqa: BLE001
             traceback.print_exc()
             st["torch_error"] = f"torch {'eager' if dry else a.torch_mode}: {first_line(e)}"
+        rec.record({"kind": "torch_compile", "batch": b,
+                    **{k: st[k] for k in ("torch_compile_s", "torch_error") if k in st}})
+    if a.kiln_compile == "phase1":
+        # kiln compiles here too, alongside the other workers (its fp16 precision check runs the model on the
+        # host's reference kernels at the compiled batch: tens of seconds at batch 32, too long to do one
+        # model at a time); phase 2 then loads the cache entry.
+        for b in batches:
+            st = sides[b]
+            rec.phase(f"kiln compile b{b}")
+            try:
+                host = st.get("host") or make_inputs(onnx_path, a.model, b, a.seq, vocab)
+                s, fields = kiln_session(a, onnx_path, b, host)
+                del s
+                st["kiln_compiled"] = fields
+            except Exception as e:  # noqa: BLE001
+                traceback.print_exc()
+                st["kiln_error"] = f"kiln: {first_line(e)}"
+            rec.record({"kind": "kiln_compile", "batch": b, **st.get("kiln_compiled", {}),
+                        **({"kiln_error": st["kiln_error"]} if "kiln_error" in st else {})})
     (work / "barrier" / a.model).touch()
 
     # Phase 2: wait for the barrier, then take the GPU lock and measure.
@@ -318,6 +337,31 @@ def worker(a: argparse.Namespace) -> int:
     return 0
 
 
+def kiln_session(a, onnx_path: Path, batch: int, host: dict):
+    """kiln.Session for one batch through this worker's cache directory for it: the first call compiles
+    (an empty cache), a later one loads the entry. Returns (session, record fields): a compile's wall
+    time, compile_ms, the precision check's share (kiln.inspect of the entry) and notes; a load's time."""
+    import kiln
+
+    shapes = {k: list(v.shape) for k, v in host.items()}
+    cache = Path(a.work) / "kcache" / f"{a.model}_b{batch}"
+    opts = dict(target="cpu", precision="fp32") if a.dry_run else dict(target="cuda", precision="fp16")
+    t0 = time.perf_counter()
+    s = kiln.Session(str(onnx_path), cache_dir=str(cache), shapes=shapes, **opts)
+    wall = time.perf_counter() - t0
+    if s.stats.cache == "hit":
+        return s, {"kiln_load_s": wall}
+    f = {"kiln_compile_s": s.stats.compile_ms / 1e3, "kiln_session_s": wall, "kiln_cache": s.stats.cache,
+         "kiln_notes": list(s.stats.notes)[:6]}
+    try:
+        check = kiln.inspect(s.stats.artifact_path).get("precision_check") or {}
+        if check.get("ms") is not None:
+            f["kiln_check_s"] = check["ms"] / 1e3
+    except Exception as e:  # noqa: BLE001 - informative only
+        f["kiln_check_note"] = first_line(e)
+    return s, f
+
+
 def measure(a, rec: Recorder, module, onnx_path: Path, batch: int, st: dict, dev, compiles_running: int,
             vocab: int) -> None:
     """Phase 2 for one batch: kiln compile, bind, latency of both sides, output comparison; one record."""
@@ -332,18 +376,16 @@ def measure(a, rec: Recorder, module, onnx_path: Path, batch: int, st: dict, dev
     for k in ("torch_compile_s", "torch_error"):
         if k in st:
             row[k] = st[k]
+    row.update(st.get("kiln_compiled", {}))
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
     fns = {}
-    rec.phase(f"kiln compile b{batch}")
+    rec.phase(f"kiln {'load' if 'kiln_compiled' in st else 'compile'} b{batch}")
     try:
+        if st.get("kiln_error"):
+            raise RuntimeError(st["kiln_error"])
         host = st.get("host") or make_inputs(onnx_path, a.model, batch, a.seq, vocab)
-        shapes = {k: list(v.shape) for k, v in host.items()}
-        cache = Path(a.work) / "kcache" / f"{a.model}_b{batch}"
-        opts = dict(target="cpu", precision="fp32") if dry else dict(target="cuda", precision="fp16")
-        t0 = time.perf_counter()
-        s = kiln.Session(str(onnx_path), cache_dir=str(cache), shapes=shapes, **opts)
-        row.update(kiln_compile_s=s.stats.compile_ms / 1e3, kiln_session_s=time.perf_counter() - t0,
-                   kiln_cache=s.stats.cache, kiln_notes=list(s.stats.notes)[:6])
+        s, fields = kiln_session(a, onnx_path, batch, host)
+        row.update(fields)
         if dry:
             fns["kiln"] = lambda: s.run(host)
             kout = s.run(host)
@@ -356,7 +398,7 @@ def measure(a, rec: Recorder, module, onnx_path: Path, batch: int, st: dict, dev
         kfirst = np.asarray(list(kout.values())[0], dtype=np.float32)
     except Exception as e:  # noqa: BLE001
         traceback.print_exc()
-        row["kiln_error"] = f"kiln: {first_line(e)}"
+        row["kiln_error"] = st.get("kiln_error") or f"kiln: {first_line(e)}"
         kfirst = None
     if "torch_fn" in st:
         fn, targs = st["torch_fn"], st["torch_args"]
@@ -411,7 +453,8 @@ def run(a: argparse.Namespace) -> int:
             break
         cmd = [sys.executable, __file__, "worker", "--model", m, "--work", str(work), "--seq", str(a.seq),
                "--runs", str(a.runs), "--warmup", str(a.warmup), "--torch-mode", a.torch_mode,
-               "--hold-s", str(a.hold_s), "--batches", *map(str, a.batches)] + (["--dry-run"] if a.dry_run else [])
+               "--hold-s", str(a.hold_s), "--kiln-compile", a.kiln_compile, "--batches", *map(str, a.batches)]
+        cmd += ["--dry-run"] if a.dry_run else []
         wenv = dict(env, TORCHINDUCTOR_CACHE_DIR=str(work / "inductor" / m))
         log = open(logs / f"{m}.log", "w")
         procs[m] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=wenv, start_new_session=True)
@@ -447,6 +490,7 @@ def run(a: argparse.Namespace) -> int:
                             "reason": f"not started (--workers {a.workers})"})
     meta = {"kind": "meta", "ts": now(), "dry_run": a.dry_run, "batches": a.batches, "seq": a.seq, "runs": a.runs,
             "warmup": a.warmup, "workers": len(procs), "budget_s": a.budget_s, "barrier_s": a.barrier_s,
+            "kiln_compile": a.kiln_compile,
             "wall_s": now() - t_start, "command": " ".join(sys.argv)}
     records.append(meta)
     rec_path = out / "gpu_zoo.jsonl"
@@ -504,6 +548,9 @@ def collect(paths: list) -> tuple[list, dict, list]:
                 rows[(r["model"], r["batch"])] = r
             elif r["kind"] == "cut":
                 info.setdefault(r["model"], {})["cut"] = r["reason"]
+            elif r["kind"] in ("torch_compile", "kiln_compile"):  # phase 1: what a row cut later still shows
+                phase1 = info.setdefault(r["model"], {}).setdefault("phase1", {})
+                phase1.setdefault(r["batch"], {}).update({k: v for k, v in r.items() if k not in ("model", "ts")})
             else:
                 info.setdefault(r["model"], {}).update({k: v for k, v in r.items() if k not in ("model", "ts")})
     return rows, info, metas
@@ -511,6 +558,19 @@ def collect(paths: list) -> tuple[list, dict, list]:
 
 def fmt(x, d=3) -> str:
     return "—" if x is None else f"{x:.{d}f}"
+
+
+def kiln_when(meta: dict) -> str:
+    if meta.get("kiln_compile", "locked") == "locked":
+        return "one model at a time holding the GPU"
+    return (f"in phase 1 alongside the other workers' compiles ({meta.get('workers', '?')} at once: its tuning "
+            f"timed candidates on a shared GPU), the timed session loaded from that cache entry")
+
+
+def compile_cell(r: dict) -> str:
+    """kiln's compile wall time, with the precision check's share when known."""
+    cell = fmt(r.get("kiln_session_s"), 1)
+    return cell + (f" (check {r['kiln_check_s']:.1f})" if r.get("kiln_check_s") is not None else "")
 
 
 def fmt_e(x) -> str:
@@ -530,7 +590,8 @@ def report(paths: list, prefix: Path) -> str:
              f"kiln {kv}. LMs: sequence {meta.get('seq', '?')}. Latency: median of {meta.get('runs', '?')} calls per "
              f"side after {meta.get('warmup', '?')} warm-up, wall clock around call + synchronize, two alternating "
              f"blocks per side, one worker at a time on the GPU. kiln compile: the kiln.Session constructor's wall "
-             f"time (cold, empty cache, fp16 precision check included; its compile_ms is in the JSON); "
+             f"time (cold, empty cache; in brackets its fp16 precision check; compile_ms is in the JSON), "
+             f"{kiln_when(meta)}; "
              f"torch compile: compile call + first call, cold inductor cache, {meta.get('workers', '?')} workers "
              f"compiling at once.", "",
              "| model | family | batch | kiln ms | torch ms | kiln/torch | kiln compile s | torch compile s "
@@ -545,22 +606,22 @@ def report(paths: list, prefix: Path) -> str:
             r = rows.get((m, b))
             notes = []
             if r is None:
-                notes.append(mi.get("cut", "no record"))
-                lines.append(f"| {title} | {fam} | {b} | — | — | — | — | — | — | {'; '.join(notes)} |")
-                continue
-            for k in ("skipped", "error", "kiln_error", "torch_error", "timing_error", "diff_note"):
+                r = {**mi.get("phase1", {}).get(b, {}), "cut": mi.get("cut", "no record")}
+            for k in ("cut", "skipped", "error", "kiln_error", "torch_error", "timing_error", "diff_note"):
                 if r.get(k):
                     notes.append(r[k])
             if r.get("compiles_running"):
                 notes.append(f"timed while {r['compiles_running']} other worker(s) still compiled")
-            if mi.get("exporter_note"):
-                notes.append("exporter: TorchScript (dynamo failed)")
+            if "TorchScript" in (mi.get("exporter") or "") and "torch 2" in mi.get("exporter", ""):
+                failed = "failed" in (mi.get("exporter_note") or "")
+                how = "dynamo failed" if failed else "the recipe, as optimum does"
+                notes.append(f"TorchScript exporter ({how})")
             ratio = r["kiln_ms"] / r["torch_ms"] if r.get("kiln_ms") and r.get("torch_ms") else None
             if ratio:
                 ratios[b].append(ratio)
                 chart.append((f"{title} b{b}", ratio))
             lines.append(f"| {title} | {fam} | {b} | {fmt(r.get('kiln_ms'))} | {fmt(r.get('torch_ms'))} | "
-                         f"{fmt(ratio, 2)} | {fmt(r.get('kiln_session_s'), 1)} | {fmt(r.get('torch_compile_s'), 1)} | "
+                         f"{fmt(ratio, 2)} | {compile_cell(r)} | {fmt(r.get('torch_compile_s'), 1)} | "
                          f"{fmt_e(r.get('max_rel_diff'))} | "
                          f"{'; '.join(n.replace('|', '/') for n in notes)} |")
     lines.append("")
@@ -623,6 +684,9 @@ def main() -> int:
         p.add_argument("--torch-mode", default="reduce-overhead")
         p.add_argument("--dry-run", action="store_true")
         p.add_argument("--hold-s", type=float, default=120, help="longest a worker may hold the GPU lock")
+        p.add_argument("--kiln-compile", choices=("phase1", "locked"), default="phase1",
+                       help="phase1: kiln compiles alongside the other workers (default); locked: one at a time, "
+                            "holding the GPU (its tuning undisturbed; about 50-80 s per model at batch 32)")
     w = sub.choices["worker"]
     w.add_argument("--model", required=True)
     r = sub.choices["run"]
