@@ -547,7 +547,8 @@ def _hf_config(config_cls: str, overrides: dict):
 def hf_text_module(model_cls: str, config_cls: str, overrides: dict, inputs: tuple[str, ...],
                    output: str = "last_hidden_state"):
     """transformers.<model_cls>(<config_cls>(**overrides)), seed 0, eval mode, taking `inputs` positionally
-    and returning the output field `output` (last_hidden_state; logits for a causal LM)."""
+    and returning the output field `output` (last_hidden_state; logits for a causal LM). Text models, and
+    vision encoders with inputs ("pixel_values",)."""
     import torch
     import transformers
 
@@ -616,21 +617,10 @@ def hf_vision_encoder(model_cls: str, config_cls: str, overrides: dict, size: in
 
     def build(path: Path) -> dict:
         import torch
-        import transformers
 
-        torch.manual_seed(0)
-        model = getattr(transformers, model_cls)(_hf_config(config_cls, overrides)).eval()
-
-        class Wrap(torch.nn.Module):
-            def __init__(self, inner):
-                super().__init__()
-                self.inner = inner
-
-            def forward(self, pixel_values):
-                return self.inner(pixel_values=pixel_values, return_dict=True).last_hidden_state
-
+        model = hf_text_module(model_cls, config_cls, overrides, ("pixel_values",))
         x = torch.rand(2, 3, size, size)
-        rec = _export(Wrap(model), (x,), path, ["pixel_values"], ["last_hidden_state"],
+        rec = _export(model, (x,), path, ["pixel_values"], ["last_hidden_state"],
                       {"pixel_values": {0: "batch_size", 1: "num_channels", 2: "height", 3: "width"},
                        "last_hidden_state": {0: "batch_size", 1: "sequence_length"}}, prefer_torchscript=True)
         rec["recipe"] = f"transformers.{model_cls}({config_cls}({_kw(overrides)})), seed 0; trace 2x3x{size}x{size}"
