@@ -6,39 +6,11 @@
 
 #include <cmath>
 
-#include "../onnx/model_builder.h"
 #include "../passes/graph_pass_util.h"
-#include "artifact/artifact.h"
-#include "kiln/session.h"
-#include "onnx/importer.h"
-#include "passes/passes.h"
-#include "targets/pipeline.h"
+#include "cpu_test_util.h"
 
 namespace kiln::testing {
 namespace {
-
-/// Number of kiln.cpu.LSTM nodes after the cpu pipeline.
-int lowered_lstms(const ModelBuilder& b) {
-  auto bytes = b.bytes();
-  artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::bind_input_shapes(cp.model, {});
-  SessionOptions opt;
-  opt.target = Target::cpu();
-  targets::run_pipeline(cp, opt);
-  int c = 0;
-  for (auto& n : cp.model.main.nodes) c += n.op_type == "LSTM" && n.domain == "kiln.cpu";
-  return c;
-}
-
-std::map<std::string, Tensor> run_on(const ModelBuilder& b, Target t, const std::map<std::string, Tensor>& in) {
-  TempDir dir;
-  b.save(dir / "lstm.onnx");
-  SessionOptions opt;
-  opt.target = t;
-  opt.use_cache = false;
-  return Session(dir / "lstm.onnx", opt).run(in);
-}
 
 std::vector<float> wave(int64_t n, float f, float a) {
   std::vector<float> v;
@@ -115,7 +87,7 @@ TEST(CpuLstm, OneStepByHand) {
   b.output("y");
   b.output("y_h");
   b.output("y_c");
-  EXPECT_EQ(lowered_lstms(b), 1);
+  EXPECT_EQ(cpu_nodes(b, "LSTM"), 1);
   auto out = run_on(b, Target::cpu(),
                     {{"x", tensor({1, 1, 1}, {1.f})}, {"h0", tensor({1, 1, 1}, {0.f})}, {"c0", tensor({1, 1, 1}, {0.5f})}});
   EXPECT_NEAR(out.at("y").data<float>()[0], 0.22146178f, 1e-6);
@@ -140,7 +112,7 @@ TEST(CpuLstm, EveryDirectionBatchAndStateAgainstRef) {
   specs.push_back(batch);
   for (const LstmSpec& s : specs) {
     SCOPED_TRACE(s.direction + " N=" + std::to_string(s.N) + (s.states ? " states" : "") + (s.bias ? "" : " no bias"));
-    EXPECT_EQ(lowered_lstms(lstm(s)), 1);
+    EXPECT_EQ(cpu_nodes(lstm(s), "LSTM"), 1);
     expect_cpu_matches_ref(s);
   }
 }
@@ -149,11 +121,11 @@ TEST(CpuLstm, LeavesOtherFormsToTheReferenceKernel) {
   LstmSpec bi_batch;  // oneDNN's concatenated output is [T, N, 2H], ONNX's Y [T, 2, N, H]
   bi_batch.direction = "bidirectional";
   bi_batch.N = 2;
-  EXPECT_EQ(lowered_lstms(lstm(bi_batch)), 0);
+  EXPECT_EQ(cpu_nodes(lstm(bi_batch), "LSTM"), 0);
   expect_cpu_matches_ref(bi_batch);
   ModelBuilder clipped = lstm(LstmSpec{});
   attr_float(*clipped.graph().mutable_node(0), "clip", 0.5f);
-  EXPECT_EQ(lowered_lstms(clipped), 0);
+  EXPECT_EQ(cpu_nodes(clipped, "LSTM"), 0);
 }
 
 }  // namespace

@@ -23,6 +23,25 @@ ir::ValueId add_constant(ir::Model& m, const std::string& name, const std::vecto
 
 }  // namespace
 
+std::optional<ir::Node> channel_affine(ir::Model& m, const ir::Node& from, ir::ValueId x, ir::ValueId y,
+                                       const std::vector<int64_t>& xd, const std::vector<float>& s,
+                                       const std::vector<float>& t) {
+  std::vector<int64_t> cd(xd.size(), 1);
+  cd[1] = xd[1];
+  ir::Node c = cpu_node(from, "Binary");
+  c.inputs = {x, add_constant(m, from.name + "/channel_scale", cd, s),
+              add_constant(m, from.name + "/channel_shift", cd, t)};
+  c.outputs = {y};
+  c.attrs["alg"] = static_cast<int64_t>(dnnl::algorithm::binary_mul);
+  set_md_attr(c, "md.src0", plain_md(dims_t(xd.begin(), xd.end())));
+  set_md_attr(c, "md.src1", plain_md(dims_t(cd.begin(), cd.end())));
+  set_md_attr(c, "md.dst", plain_md(dims_t(xd.begin(), xd.end())));
+  set_md_attr(c, "md.post2", plain_md(dims_t(cd.begin(), cd.end())));
+  write_post_ops(c, {{PostOp::binary, static_cast<int64_t>(dnnl::algorithm::binary_add), 0.f, 0.f, 1.f, 2}});
+  if (!fast_primitive(c)) return std::nullopt;
+  return c;
+}
+
 std::optional<std::vector<ir::Node>> lower_batchnorm(ir::Model& m, const ir::Node& n) {
   if (!is_onnx(n, "BatchNormalization") || n.inputs.size() != 5 || n.outputs.empty()) return std::nullopt;
   for (size_t o = 1; o < n.outputs.size(); ++o)
@@ -34,19 +53,9 @@ std::optional<std::vector<ir::Node>> lower_batchnorm(ir::Model& m, const ir::Nod
   if (xd.size() < 2 || xd.size() > 5) return std::nullopt;
   std::vector<float> s, t;
   if (!passes::batch_norm_affine(m, n, xd[1], s, t)) return std::nullopt;
-  std::vector<int64_t> cd(xd.size(), 1);
-  cd[1] = xd[1];
-  ir::Node c = cpu_node(n, "Binary");
-  c.inputs = {x, add_constant(m, n.name + "/bn_scale", cd, s), add_constant(m, n.name + "/bn_shift", cd, t)};
-  c.outputs = {y};
-  c.attrs["alg"] = static_cast<int64_t>(dnnl::algorithm::binary_mul);
-  set_md_attr(c, "md.src0", plain_md(dims_t(xd.begin(), xd.end())));
-  set_md_attr(c, "md.src1", plain_md(dims_t(cd.begin(), cd.end())));
-  set_md_attr(c, "md.dst", plain_md(dims_t(xd.begin(), xd.end())));
-  set_md_attr(c, "md.post2", plain_md(dims_t(cd.begin(), cd.end())));
-  write_post_ops(c, {{PostOp::binary, static_cast<int64_t>(dnnl::algorithm::binary_add), 0.f, 0.f, 1.f, 2}});
-  if (!fast_primitive(c)) return std::nullopt;
-  return std::vector<ir::Node>{std::move(c)};
+  auto c = channel_affine(m, n, x, y, xd, s, t);
+  if (!c) return std::nullopt;
+  return std::vector<ir::Node>{std::move(*c)};
 }
 
 }  // namespace kiln::targets::cpu

@@ -29,6 +29,7 @@ LowerFn lowering_of(const ir::Node& n) {
       {"Min", lower_binary},
       {"Softmax", lower_softmax},
       {"LayerNormalization", lower_layernorm},
+      {"InstanceNormalization", lower_instancenorm},
       {"Concat", lower_concat},
       {"Split", lower_split},
       {"Resize", lower_resize},

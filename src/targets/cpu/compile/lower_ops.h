@@ -32,6 +32,16 @@ std::optional<std::vector<ir::Node>> lower_split(ir::Model& m, const ir::Node& n
 /// Inference BatchNormalization with constant statistics (rank 2 to 5) ->
 /// Binary x * s with a per-channel add of t (its affine form) as a post-op.
 std::optional<std::vector<ir::Node>> lower_batchnorm(ir::Model& m, const ir::Node& n);
+/// InstanceNormalization (f32, static, rank 3 to 5) -> LayerNorm without
+/// scale over [N*C, spatial], then (unless scale is all ones and B all
+/// zeros, torch's GroupNorm export) the per-channel affine as channel_affine.
+std::optional<std::vector<ir::Node>> lower_instancenorm(ir::Model& m, const ir::Node& n);
+/// y = x * s + t per channel (dim 1 of x [N, C, ...]; s, t of C values) as
+/// one kiln.cpu.Binary (multiply, with the add as a binary post-op), named
+/// after `from`; nullopt when oneDNN has only a reference kernel for it.
+std::optional<ir::Node> channel_affine(ir::Model& m, const ir::Node& from, ir::ValueId x, ir::ValueId y,
+                                       const std::vector<int64_t>& xd, const std::vector<float>& s,
+                                       const std::vector<float>& t);
 /// Resize (nearest with integer upscale, or linear with half-pixel coordinates) -> Resample.
 std::optional<std::vector<ir::Node>> lower_resize(ir::Model& m, const ir::Node& n);
 

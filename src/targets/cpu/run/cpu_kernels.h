@@ -52,8 +52,9 @@ dnnl::binary::primitive_desc binary_pd(const ir::Node& n);
 /// kiln.cpu.Softmax: input src; attributes axis, md.src (dst the same).
 dnnl::softmax_forward::primitive_desc softmax_pd(const ir::Node& n);
 
-/// kiln.cpu.LayerNorm: inputs (src, scale, [shift]); attributes epsilon,
-/// md.src (normalised over its last dim; dst the same), md.scale.
+/// kiln.cpu.LayerNorm: inputs (src, [scale], [shift]; shift only with a
+/// scale); attributes epsilon, md.src (normalised over its last dim; dst the
+/// same), md.scale (with a scale).
 dnnl::layer_normalization_forward::primitive_desc layernorm_pd(const ir::Node& n);
 
 /// kiln.cpu.Reorder: input src; attributes md.src, md.dst (same dims). A
