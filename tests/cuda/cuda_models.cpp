@@ -4,6 +4,8 @@
 #include "onnx/importer.h"
 #include "passes/passes.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <cmath>
 
@@ -717,6 +719,68 @@ ModelBuilder tent_map_model(int steps) {
   }
   b.node("Identity", {x}, {"out"}, "out");
   b.output("out", 1, {1, 64});
+  return b;
+}
+
+std::string LstmConfig::label() const {
+  return fmt::format("{} layout {} seq {} batch {} input {} hidden {}{}{}{}{}{}{}{}", direction, layout, seq, batch, input,
+                     hidden, bias ? " B" : "", init_h ? " h0" : "", init_c ? " c0" : "", peepholes ? " P" : "",
+                     lens.empty() ? "" : " lens", clip > 0 ? " clip" : "", input_forget ? " input_forget" : "");
+}
+
+ModelBuilder lstm_model(const LstmConfig& c) {
+  ModelBuilder b(14);
+  const int64_t D = c.direction == "bidirectional" ? 2 : 1, H = c.hidden, G = 4 * H;
+  auto seeded = [](int64_t n, float scale, uint32_t seed) {
+    std::vector<float> v(static_cast<size_t>(n));
+    uint32_t s = seed;
+    for (auto& x : v) {
+      s = s * 1664525u + 1013904223u;
+      x = scale * (static_cast<float>(s >> 8) / 8388608.f - 1.f);  // uniform in [-scale, scale)
+    }
+    return v;
+  };
+  const float scale = 1.f / std::sqrt(static_cast<float>(H));
+  const std::vector<int64_t> xdims = c.layout == 0 ? std::vector<int64_t>{c.seq, c.batch, c.input}
+                                                   : std::vector<int64_t>{c.batch, c.seq, c.input};
+  const std::vector<int64_t> state = c.layout == 0 ? std::vector<int64_t>{D, c.batch, H}
+                                                   : std::vector<int64_t>{c.batch, D, H};
+  b.input("x", 1, xdims);
+  b.initializer("W", {D, G, c.input}, seeded(D * G * c.input, scale, 1));
+  b.initializer("R", {D, G, H}, seeded(D * G * H, scale, 2));
+  std::vector<std::string> ins = {"x", "W", "R", "", "", "", "", ""};
+  if (c.bias) b.initializer("B", {D, 2 * G}, seeded(D * 2 * G, scale, 3)), ins[3] = "B";
+  if (!c.lens.empty()) {
+    auto* t = b.graph().add_initializer();
+    t->set_name("lens");
+    t->set_data_type(6);  // int32
+    t->add_dims(static_cast<int64_t>(c.lens.size()));
+    for (int32_t v : c.lens) t->add_int32_data(v);
+    ins[4] = "lens";
+  }
+  if (c.init_h) b.input("h0", 1, state), ins[5] = "h0";
+  if (c.init_c) b.input("c0", 1, state), ins[6] = "c0";
+  if (c.peepholes) b.initializer("P", {D, 3 * H}, seeded(D * 3 * H, scale, 4)), ins[7] = "P";
+  while (!ins.empty() && ins.back().empty()) ins.pop_back();
+  std::vector<std::string> outs = {c.y ? "y" : "", c.yh ? "yh" : "", c.yc ? "yc" : ""};
+  while (!outs.empty() && outs.back().empty()) outs.pop_back();
+  auto& n = b.node("LSTM", ins, outs, "lstm");
+  ModelBuilder::attr_int(n, "hidden_size", H);
+  if (c.layout) ModelBuilder::attr_int(n, "layout", c.layout);
+  if (c.input_forget) ModelBuilder::attr_int(n, "input_forget", 1);
+  if (c.clip > 0) attr_float(n, "clip", c.clip);
+  auto* dir = n.add_attribute();
+  dir->set_name("direction");
+  dir->set_type(onnx::AttributeProto::STRING);
+  dir->set_s(c.direction);
+  if (!c.activations.empty()) {
+    auto* a = n.add_attribute();
+    a->set_name("activations");
+    a->set_type(onnx::AttributeProto::STRINGS);
+    for (auto& s : c.activations) a->add_strings(s);
+  }
+  for (auto& o : outs)
+    if (!o.empty()) b.output(o);
   return b;
 }
 

@@ -171,4 +171,23 @@ ModelBuilder data_if_gemm_model(int64_t batch = 4, int64_t dim = 64);
 /// s = Sigmoid(x) [16] (a device output).
 ModelBuilder nonzero_model();
 
+/// One ONNX LSTM node (gen_recurrent's tests), opset 14; what is present is
+/// chosen by the fields. Weights W [D,4H,I], R [D,4H,H], B [D,8H] and P
+/// [D,3H] are seeded initializers of magnitude ~1/sqrt(H); sequence_lens an
+/// int32 initializer (lens, one per batch entry); X, initial_h and
+/// initial_c graph inputs "x", "h0", "c0". Outputs "y", "yh", "yc" (those
+/// wanted; an unwanted one is an empty name in the node).
+struct LstmConfig {
+  std::string direction = "forward";  ///< forward, reverse, bidirectional
+  int64_t layout = 0, seq = 1, batch = 1, input = 8, hidden = 16;
+  bool bias = true, init_h = false, init_c = false, peepholes = false;
+  std::vector<int32_t> lens;  ///< sequence_lens; empty: absent
+  bool y = true, yh = true, yc = true;
+  float clip = 0.f;  ///< 0: no clip attribute
+  bool input_forget = false;
+  std::vector<std::string> activations;  ///< empty: the defaults
+  std::string label() const;  ///< a short description for test traces
+};
+ModelBuilder lstm_model(const LstmConfig& c);
+
 }  // namespace kiln::testing

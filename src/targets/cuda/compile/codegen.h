@@ -145,6 +145,13 @@ std::vector<ir::Node> gen_resize(Lowering& L, const ir::Node& n);
 /// a LogSoftmax kernel followed by the first). Targets outside [0, C) are
 /// clamped (the reference kernel reports them; a kernel cannot).
 std::vector<ir::Node> gen_loss(Lowering& L, const ir::Node& n);
+/// LSTM (float32; every direction, layout, optional input and output,
+/// activation, clip and input_forget of ONNX LSTM): one recurrence kernel per
+/// node, a block per (direction, batch entry), preceded by an input
+/// projection kernel when the sequence has more than one step
+/// (gen_recurrent.cpp). Refuses GRU and RNN (no kernel yet), other dtypes,
+/// and sizes whose step needs more than 200 KiB of shared memory.
+std::vector<ir::Node> gen_recurrent(Lowering& L, const ir::Node& n);
 /// QuantizeLinear / DequantizeLinear, per tensor or per axis, 8/16-bit integers.
 std::vector<ir::Node> gen_quant(Lowering& L, const ir::Node& n);
 /// MaxPool (one output), AveragePool and LpPool, any number of spatial dims

@@ -201,6 +201,7 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
       if (out.empty()) out = gen_resize(L, n);
       if (out.empty()) out = gen_loss(L, n);
       if (out.empty()) out = gen_quant(L, n);
+      if (out.empty()) out = gen_recurrent(L, n);
       if (out.empty())
         refuse(n, n.domain.empty() ? "the cuda target has no kernel for this operator yet"
                                    : fmt::format("domain '{}' is not supported", n.domain));
