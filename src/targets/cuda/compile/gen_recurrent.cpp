@@ -35,6 +35,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdlib>
 
 #include "ops/rnn_activation.h"
 #include "support/error.h"
@@ -350,6 +351,10 @@ ir::Node recurrence_kernel(Lowering& L, const ir::Node& n, const LstmSpec& s, ir
 std::vector<ir::Node> gen_recurrent(Lowering& L, const ir::Node& n) {
   if (!n.domain.empty() || (n.op_type != "LSTM" && n.op_type != "GRU" && n.op_type != "RNN")) return {};
   if (n.op_type != "LSTM") refuse(n, "the cuda target has no kernel for GRU / RNN yet (LSTM only)");
+  // Measurement aid (the before / after of scripts/device/lstm_session.sh):
+  // KILN_CUDA_LSTM=0 sends every LSTM to the host, as before this kernel.
+  if (const char* e = std::getenv("KILN_CUDA_LSTM"); e && std::string(e) == "0")
+    refuse(n, "the native LSTM kernel is off (KILN_CUDA_LSTM=0)");
   const LstmSpec s = read_spec(L, n);
   if (s.seq * s.batch == 0) refuse(n, "an empty sequence or batch");
   std::vector<ir::Node> out;
