@@ -3,7 +3,8 @@
 // layouts, sequence lengths 1 / 5 / 37 / 50, optional inputs and outputs,
 // hidden 16 to 512, fp32 and fp16 programs; and Silero VAD models (paths in
 // KILN_SILERO_MODELS, colon-separated; skipped when unset) against ref over
-// three chunks with the state fed back.
+// three chunks with the state fed back (fp16: against the same program
+// with the LSTM on the host).
 //
 // Tolerances: |cuda - ref| <= atol + rtol |ref|. The kernels compute in
 // float32 like ref, in another order (warp-shuffle sums over I + H terms,
@@ -12,13 +13,13 @@
 // 50 steps. fp16 programs keep the LSTM in float32 (its inputs here are
 // graph inputs, which keep their dtype), so the same bound holds; we still
 // check them with the fp16 bound 1e-2 x max|ref| to state what a
-// user gets. Silero: max|diff| <= 1e-3 x max|ref| (fp32) and 1e-2 x max|ref|
-// (fp16), the zoo's acceptance against ONNX Runtime.
+// user gets. Silero: see SileroVadModelsMatchRef.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <sstream>
 
 #include "cuda_models.h"
@@ -145,8 +146,45 @@ TEST(CudaRecurrentGpu, LargeHidden512Seq50Batch8) {
   check_config(c);
 }
 
-/// Silero VAD: inputs of the session (batch 1, 576 samples, zero state, sr
-/// 16000), three chunks with the state output fed back.
+/// Silero VAD's inputs for session `s`: batch 1, 576 samples of a 0.1 wave
+/// (faster-whisper's v6: 4 chunks of 576), zero state, sr 16000.
+std::map<std::string, Tensor> silero_inputs(const Session& s) {
+  std::map<std::string, Tensor> in;
+  for (auto& t : s.inputs()) {
+    std::vector<int64_t> dims = t.dims;
+    const bool chunks = t.name == "input" && dims.size() == 2 && dims[1] == 576;
+    for (size_t i = 0; i < dims.size(); ++i)
+      if (dims[i] < 0) dims[i] = (t.name == "input" && i == 1) ? 576 : chunks ? 4 : 1;
+    if (t.dtype == DType::i64) {
+      Tensor sr(DType::i64, dims);
+      sr.data<int64_t>()[0] = 16000;
+      in[t.name] = sr;
+    } else if (t.name == "input") {
+      in[t.name] = wave(dims, 0.1f, 0.5f);
+    } else {
+      Tensor z(DType::f32, dims);  // zero state
+      std::fill_n(z.data<float>(), z.numel(), 0.f);
+      in[t.name] = z;
+    }
+  }
+  return in;
+}
+
+/// The next chunk's inputs: new audio, `state`'s state outputs as the state inputs.
+void next_chunk(std::map<std::string, Tensor>& in, const std::map<std::string, Tensor>& state, int chunk) {
+  if (in.count("input")) in["input"] = wave(in["input"].shape(), 0.1f, 1.7f + static_cast<float>(chunk));
+  for (auto [out, inp] : {std::pair<const char*, const char*>{"stateN", "state"}, {"hn", "h"}, {"cn", "c"}})
+    if (state.count(out) && in.count(inp)) in[inp] = state.at(out);
+}
+
+/// Silero VAD models (KILN_SILERO_MODELS), three chunks with the state fed
+/// back. fp32: the cuda program against ref, max|diff| <= 1e-3 x max|ref|
+/// (the zoo's bound against ONNX Runtime). fp16: the LSTM is float32 in
+/// both, so the native LSTM is checked against the same fp16 program with
+/// its LSTM on the host (KILN_CUDA_LSTM=0): <= 2e-3 x max (the native and
+/// host LSTMs differ by ~1e-6, which may move a later 16-bit rounding by one
+/// unit, 4.9e-4 relative); both fp16 programs' distance to ref is printed
+/// (the rest of the model's 16-bit error, the same with the LSTM anywhere).
 TEST(CudaRecurrentGpu, SileroVadModelsMatchRef) {
   const char* env = std::getenv("KILN_SILERO_MODELS");
   if (!env || !*env) GTEST_SKIP() << "KILN_SILERO_MODELS is not set (colon-separated Silero VAD .onnx paths)";
@@ -155,45 +193,51 @@ TEST(CudaRecurrentGpu, SileroVadModelsMatchRef) {
   while (std::getline(list, path, ':')) {
     if (path.empty()) continue;
     SCOPED_TRACE(path);
-    for (Precision p : {Precision::fp32, Precision::fp16}) {
-      Session ref(path, options(Target::ref()));
-      Session gpu(path, options(Target::cuda(), p));
-      std::map<std::string, Tensor> in;
-      for (auto& t : ref.inputs()) {
-        std::vector<int64_t> dims = t.dims;
-        // Silero: input [batch, samples] -> [1, 576]; faster-whisper's v6:
-        // input [chunks, 576] -> 4 chunks (its LSTM's sequence).
-        const bool chunks = t.name == "input" && dims.size() == 2 && dims[1] == 576;
-        for (size_t i = 0; i < dims.size(); ++i)
-          if (dims[i] < 0) dims[i] = (t.name == "input" && i == 1) ? 576 : chunks ? 4 : 1;
-        if (t.dtype == DType::i64) {
-          Tensor sr(DType::i64, dims);
-          sr.data<int64_t>()[0] = 16000;
-          in[t.name] = sr;
-        } else if (t.name == "input") {
-          in[t.name] = wave(dims, 0.1f, 0.5f);
-        } else {
-          in[t.name] = Tensor(DType::f32, dims);  // zero state
-          std::fill_n(in[t.name].data<float>(), in[t.name].numel(), 0.f);
-        }
-      }
+    Session ref(path, options(Target::ref()));
+    {
+      Session gpu(path, options(Target::cuda()));
+      auto in = silero_inputs(ref);
       for (int chunk = 0; chunk < 3; ++chunk) {
         const auto want = ref.run(in);
         const auto got = gpu.run(in);
         for (auto& [name, w] : want) {
           ASSERT_TRUE(got.count(name)) << name;
           const double rel = relative_max_diff(got.at(name), w);
-          EXPECT_LE(rel, p == Precision::fp32 ? 1e-3 : 1e-2) << name << " chunk " << chunk;
-          std::printf("  %s %s chunk %d %-12s max|diff|/max|ref| %.2e\n", path.c_str(),
-                      p == Precision::fp32 ? "fp32" : "fp16", chunk, name.c_str(), rel);
+          EXPECT_LE(rel, 1e-3) << name << " chunk " << chunk;
+          std::printf("  %s fp32 chunk %d %-12s cuda vs ref max|diff|/max|ref| %.2e\n", path.c_str(), chunk, name.c_str(), rel);
         }
-        // Next chunk: new audio, the reference's state outputs as the state inputs.
-        for (auto& [name, t] : in)
-          if (name == "input") t = wave(t.shape(), 0.1f, 1.7f + chunk);
-        if (want.count("stateN") && in.count("state")) in["state"] = want.at("stateN");
-        if (want.count("hn") && in.count("h")) in["h"] = want.at("hn");
-        if (want.count("cn") && in.count("c")) in["c"] = want.at("cn");
+        next_chunk(in, want, chunk);
       }
+    }
+    Session gpu(path, options(Target::cuda(), Precision::fp16));
+    SessionOptions host_opt = options(Target::cuda(), Precision::fp16);
+    host_opt.fallback = Fallback::host;
+    setenv("KILN_CUDA_LSTM", "0", 1);
+    std::unique_ptr<Session> host;
+    try {
+      host = std::make_unique<Session>(path, host_opt);
+    } catch (const Error& e) {
+      ADD_FAILURE() << "the fp16 program with its LSTM on the host does not compile: " << e.what();
+    }
+    auto in = silero_inputs(ref);
+    // The first run compiles (shapes from the inputs): with the variable still set.
+    std::map<std::string, Tensor> first_host;
+    if (host) first_host = host->run(in);
+    unsetenv("KILN_CUDA_LSTM");
+    if (!host) continue;
+    for (int chunk = 0; chunk < 3; ++chunk) {
+      const auto want = ref.run(in);
+      const auto got = gpu.run(in);
+      const auto base = chunk == 0 ? first_host : host->run(in);
+      for (auto& [name, w] : want) {
+        ASSERT_TRUE(got.count(name) && base.count(name)) << name;
+        const double rel = relative_max_diff(got.at(name), base.at(name));
+        EXPECT_LE(rel, 2e-3) << name << " chunk " << chunk;
+        std::printf("  %s fp16 chunk %d %-12s native vs host LSTM %.2e; vs ref: native %.2e, host LSTM %.2e\n",
+                    path.c_str(), chunk, name.c_str(), rel, relative_max_diff(got.at(name), w),
+                    relative_max_diff(base.at(name), w));
+      }
+      next_chunk(in, want, chunk);
     }
   }
 }
