@@ -108,8 +108,10 @@ bool batch_norm_affine(const ir::Model& m, const ir::Node& bn, int64_t channels,
 
 /// Replaces the erf form of Gelu, 0.5 * x * (1 + Erf(x / sqrt 2)) in any
 /// association (x / sqrt 2 also as x * 0.7071...), by one Gelu node
-/// (ONNX Gelu-20, approximate "none"). Intermediates must have no other
-/// reader; they are left dead. Returns the number of Gelus made.
+/// (ONNX Gelu-20, approximate "none"), and the tanh approximation,
+/// 0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3)))), by one with
+/// approximate "tanh". Intermediates must have no other reader; they are
+/// left dead. Returns the number of Gelus made.
 int recognize_gelu(ir::Model& m);
 
 /// Replaces the decomposed layer norm over the last axis,

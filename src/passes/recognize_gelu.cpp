@@ -1,8 +1,10 @@
-// Gelu recognition: the erf form exporters emit for Gelu,
+// Gelu recognition: the forms exporters emit for Gelu,
 //   0.5 * x * (1 + Erf(x / sqrt(2)))   (any association of the three products,
 //   x / sqrt(2) also as x * (1/sqrt(2))),
-// becomes one Gelu node (ONNX Gelu-20, approximate="none"), which targets can
-// run as one kernel or fuse. The bypassed nodes become dead.
+// and the tanh approximation (HF's gelu_new / NewGELU: GPT-2, ALBERT, ...),
+//   0.5 * x * (1 + Tanh(sqrt(2/pi) * (x + 0.044715 * Pow(x, 3)))),
+// become one Gelu node (ONNX Gelu-20, approximate "none" or "tanh"), which
+// targets can run as one kernel or fuse. The bypassed nodes become dead.
 #include <cmath>
 
 #include "passes/graph_edit.h"
@@ -32,7 +34,7 @@ class GeluMatcher {
       gelu.opset = n.opset;
       gelu.inputs = {x};
       gelu.outputs = {n.outputs[0]};
-      gelu.attrs["approximate"] = std::string("none");
+      gelu.attrs["approximate"] = std::string(tanh_ ? "tanh" : "none");
       n = std::move(gelu);
       ++found;
     }
@@ -50,11 +52,17 @@ class GeluMatcher {
     double c;
     return scalar_constant(m_, v, c) && near(c, want);
   }
-  /// x when v = 1 + Erf(x / sqrt 2), else kNoValue.
+  /// x when v = 1 + Erf(x / sqrt 2) or 1 + Tanh(sqrt(2/pi) (x + 0.044715 x^3))
+  /// (tanh_ says which), else kNoValue.
   ir::ValueId one_plus_erf(ir::ValueId v) const {
     const ir::Node* add = prod(v, "Add");
     if (!add || add->inputs.size() != 2) return ir::kNoValue;
     ir::ValueId e = is_const(add->inputs[0], 1.0) ? add->inputs[1] : is_const(add->inputs[1], 1.0) ? add->inputs[0] : ir::kNoValue;
+    tanh_ = false;
+    if (const ir::Node* th = prod(e, "Tanh")) {
+      tanh_ = true;
+      return tanh_argument(th->inputs[0]);
+    }
     const ir::Node* erf = prod(e, "Erf");
     if (!erf) return ir::kNoValue;
     ir::ValueId d = erf->inputs[0];
@@ -62,6 +70,23 @@ class GeluMatcher {
     if (const ir::Node* mul = prod(d, "Mul")) {
       if (is_const(mul->inputs[1], 1.0 / std::sqrt(2.0))) return mul->inputs[0];
       if (is_const(mul->inputs[0], 1.0 / std::sqrt(2.0))) return mul->inputs[1];
+    }
+    return ir::kNoValue;
+  }
+  /// x when v = sqrt(2/pi) * (x + 0.044715 * Pow(x, 3)) (either operand
+  /// order of each Mul and Add), else kNoValue.
+  ir::ValueId tanh_argument(ir::ValueId v) const {
+    const ir::Node* scale = prod(v, "Mul");
+    if (!scale) return ir::kNoValue;
+    const ir::ValueId inner = times_const(*scale, std::sqrt(2.0 / 3.14159265358979323846));
+    const ir::Node* add = prod(inner, "Add");
+    if (!add || add->inputs.size() != 2) return ir::kNoValue;
+    for (int s = 0; s < 2; ++s) {
+      const ir::ValueId x = add->inputs[s];
+      const ir::Node* cubic = prod(add->inputs[1 - s], "Mul");
+      if (!cubic) continue;
+      const ir::Node* pow = prod(times_const(*cubic, 0.044715), "Pow");
+      if (pow && pow->inputs.size() == 2 && pow->inputs[0] == x && is_const(pow->inputs[1], 3.0)) return x;
     }
     return ir::kNoValue;
   }
@@ -102,6 +127,7 @@ class GeluMatcher {
   ir::Graph& g_;
   std::vector<int> producer_;
   std::vector<int> uses_;
+  mutable bool tanh_ = false;  ///< the last one_plus_erf matched the tanh form
 };
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "graph_pass_util.h"
+#include "kiln/session.h"
 #include "passes/passes.h"
 
 namespace kiln::testing {
@@ -67,6 +68,58 @@ TEST(RecognizeGelu, KeepsAnIntermediateWithAnotherReader) {
   b.output("e");  // the Erf output is also a graph output
   ir::Model m = import_inferred(b);
   EXPECT_EQ(passes::recognize_gelu(m), 0);
+}
+
+// HF's gelu_new as ALBERT / GPT-2 export it:
+// (x * 0.5) * (1 + Tanh((x + Pow(x, 3) * 0.044715) * 0.7978846)).
+ModelBuilder tanh_gelu(float cubic = 0.044715f) {
+  ModelBuilder b;
+  b.input("x", 1, {4, 8});
+  b.initializer("half", {}, {0.5f});
+  b.initializer("three", {}, {3.f});
+  b.initializer("cubic", {}, {cubic});
+  b.initializer("scale", {}, {0.7978846f});
+  b.initializer("one", {}, {1.f});
+  b.node("Mul", {"x", "half"}, {"h"});
+  b.node("Pow", {"x", "three"}, {"p"});
+  b.node("Mul", {"p", "cubic"}, {"c"});
+  b.node("Add", {"x", "c"}, {"a"});
+  b.node("Mul", {"a", "scale"}, {"s"});
+  b.node("Tanh", {"s"}, {"t"});
+  b.node("Add", {"t", "one"}, {"o"});
+  b.node("Mul", {"h", "o"}, {"y"});
+  b.output("y");
+  return b;
+}
+
+TEST(RecognizeGelu, ReplacesTheTanhForm) {
+  ir::Model m = import_inferred(tanh_gelu());
+  EXPECT_EQ(passes::recognize_gelu(m), 1);
+  passes::eliminate_dead_code(m);
+  ASSERT_EQ(op_types(m), (std::vector<std::string>{"Gelu"}));
+  EXPECT_EQ(m.main.nodes[0].inputs[0], value_named(m, "x"));
+  EXPECT_EQ(m.main.nodes[0].s("approximate", ""), "tanh");
+  ir::Model other = import_inferred(tanh_gelu(0.05f));  // not the tanh approximation's constant
+  EXPECT_EQ(passes::recognize_gelu(other), 0);
+}
+
+TEST(RecognizeGelu, TanhFormOnCpuMatchesTheUnrewrittenGraphOnRef) {
+  TempDir dir;
+  tanh_gelu().save(dir / "gelu.onnx");
+  Tensor x(DType::f32, {4, 8});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 0.25f * static_cast<float>(i) - 4.f;
+  SessionOptions ref;
+  ref.target = Target::ref();
+  ref.use_cache = false;
+  SessionOptions cpu = ref;
+  cpu.target = Target::cpu();
+  const Tensor want = Session(dir / "gelu.onnx", ref).run({{"x", x}}).at("y");
+  const Tensor got = Session(dir / "gelu.onnx", cpu).run({{"x", x}}).at("y");
+  ASSERT_EQ(got.shape(), want.shape());
+  for (int64_t i = 0; i < want.numel(); ++i)
+    EXPECT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-5 + 1e-4 * std::fabs(want.data<float>()[i])) << i;
+  // By hand: gelu_tanh(1) = 0.5 (1 + tanh(0.7978846 * 1.044715)) = 0.8411920.
+  EXPECT_NEAR(got.data<float>()[20], 0.8411920f, 1e-5);  // x[20] = 1
 }
 
 }  // namespace
