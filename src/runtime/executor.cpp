@@ -81,7 +81,8 @@ class Program::HostSide final : public targets::HostSegments {
  public:
   explicit HostSide(const Program& p) : p_(p) {}
   std::vector<Tensor> environment() const override { return p_.base_env_; }
-  void run(size_t first, size_t count, std::vector<Tensor>& env) const override;
+  void run(size_t first, size_t count, std::vector<Tensor>& env,
+           const std::map<ir::ValueId, Tensor>& into) const override;
 
  private:
   const Program& p_;
@@ -209,10 +210,11 @@ class Program::Run {
   /// segments): no arena, every value in its own buffer.
   Run(const Program& p, std::vector<Tensor>&& env) : p_(p), arena_(nullptr), env_(std::move(env)) {}
 
-  /// Main-graph nodes [first, first + count) (a host segment).
+  /// Main-graph nodes [first, first + count) (a host segment; no arena:
+  /// outputs in their own buffers or in write_into's).
   void nodes(size_t first, size_t count) {
     const auto& nodes = p_.cp_.model.main.nodes;
-    for (size_t i = first; i < first + count; ++i) node(nodes.at(i), /*planned=*/false);
+    for (size_t i = first; i < first + count; ++i) node(nodes.at(i), /*planned=*/!into_.empty());
   }
   std::vector<Tensor> take_env() { return std::move(env_); }
 
@@ -304,8 +306,10 @@ class Program::Run {
   std::map<ir::ValueId, Tensor> into_;
 };
 
-void Program::HostSide::run(size_t first, size_t count, std::vector<Tensor>& env) const {
+void Program::HostSide::run(size_t first, size_t count, std::vector<Tensor>& env,
+                            const std::map<ir::ValueId, Tensor>& into) const {
   Run r(p_, std::move(env));
+  if (!into.empty()) r.write_into(into);
   try {
     r.nodes(first, count);
   } catch (...) {

@@ -79,9 +79,14 @@ class HostSegments {
   /// (ir::Model::values), constants bound, everything else undefined.
   virtual std::vector<Tensor> environment() const = 0;
   /// Runs main-graph nodes [first, first + count) in order; their inputs are
-  /// in `env`, their outputs are written there (each in its own buffer).
-  /// Throws what a kernel throws, naming the node.
-  virtual void run(size_t first, size_t count, std::vector<Tensor>& env) const = 0;
+  /// in `env`, their outputs are written there, each in its own buffer, or,
+  /// for a value id in `into` whose tensor has the dtype and shape the
+  /// kernel asks for, in that tensor's memory (contents overwritten; a
+  /// device program's pinned staging for its copy to the device). A kernel
+  /// may still set an output it built elsewhere (a view of an input): the
+  /// caller checks where each landed. Throws what a kernel throws, naming the node.
+  virtual void run(size_t first, size_t count, std::vector<Tensor>& env,
+                   const std::map<ir::ValueId, Tensor>& into) const = 0;
 };
 
 /// The DeviceProgram of a compiled program whose target runs on a device

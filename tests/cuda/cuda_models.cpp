@@ -572,6 +572,33 @@ ModelBuilder einsum_middle_model(bool einsum) {
   return b;
 }
 
+ModelBuilder two_host_segments_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 64});
+  auto weights = [](size_t n, float phase) {
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; ++i) w[i] = 0.1f * std::sin(0.53f * static_cast<float>(i) + phase);
+    return w;
+  };
+  b.initializer("W1", {64, 64}, weights(64 * 64, 0.2f));
+  b.initializer("W2", {64, 64}, weights(64 * 64, 0.9f));
+  auto einsum = [&](std::vector<std::string> in, const std::string& out, const char* eq) {
+    auto* a = b.node("Einsum", in, {out}, "einsum_" + out).add_attribute();
+    a->set_name("equation");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(eq);
+  };
+  b.node("MatMul", {"x", "W1"}, {"a"}, "mm1");
+  einsum({"a", "W2"}, "e", "bi,ij->bj");
+  b.node("Tanh", {"e"}, {"t"}, "tanh");
+  einsum({"t", "x"}, "f", "bi,bi->bi");
+  b.node("Relu", {"f"}, {"r"}, "relu");
+  b.node("Add", {"r", "e"}, {"y"}, "add");
+  b.output("y", 1, {4, 64});
+  b.output("e", 1, {4, 64});
+  return b;
+}
+
 namespace {
 /// A branch graph computing `out` = op(x[, c]) from the outer scope's x.
 void branch(onnx::AttributeProto* a, const std::string& name, const std::string& op, const std::string& out,

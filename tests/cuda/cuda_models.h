@@ -155,6 +155,12 @@ ModelBuilder sigmoid_head_model(float k = 50.f);
 /// program without its host node.
 ModelBuilder einsum_middle_model(bool einsum = true);
 
+/// Host fallback in two host segments: x float32[4,64] -> MatMul(W1[64,64])
+/// -> a; e = Einsum("bi,ij->bj", a, W2[64,64]) (host segment 1; e is also a
+/// program output); t = Tanh(e); f = Einsum("bi,bi->bi", t, x) (host segment
+/// 2, reading the program input x too); y = Relu(f) + e [4,64]. Outputs y, e.
+ModelBuilder two_host_segments_model();
+
 /// Host fallback of control flow: x float32[8]; an If whose condition
 /// comes from the data (ReduceSum(x) > 0): then Mul(x, 2), else Neg(x)
 /// (both read the outer x), then y = If + x on the device [8].

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 
 #include "cuda_models.h"
 #include "kiln/compile.h"
@@ -126,6 +127,75 @@ TEST(CudaFallbackGpu, ArtifactProfileAndDeviceRun) {
   Tensor got(DType::f32, {4, 32});
   check(d.cuMemcpyDtoH(got.raw(), y.get(), got.nbytes()), "download");
   expect_same({{"y", got}}, want);
+}
+
+/// Inputs of run `i` of a repeated-run test: a different wave each time.
+std::map<std::string, Tensor> nth_input(int i, std::vector<int64_t> shape) {
+  return {{"x", wave(shape, 0.61f * static_cast<float>(i) - 2.f)}};
+}
+
+/// A host segment's boundary values cross through pinned staging that every
+/// run reuses: 16 runs with different data (run, run_into, a profiled run,
+/// run_device in turn) each match ref, and what earlier runs returned still
+/// does afterwards (no returned tensor shares the staging).
+void repeat_against_ref(const ModelBuilder& b, std::vector<int64_t> shape) {
+  TempDir dir;
+  b.save(dir / "m.onnx");
+  Session ref(dir / "m.onnx", options(Target::ref()));
+  Session gpu(dir / "m.onnx", options(Target::cuda()));
+  using namespace targets::cuda;
+  const DriverApi& d = driver();
+  std::vector<std::map<std::string, Tensor>> wants, gots;
+  for (int i = 0; i < 16; ++i) {
+    auto in = nth_input(i, shape);
+    auto want = ref.run(in);
+    std::map<std::string, Tensor> got;
+    if (i % 4 == 0) {
+      got = gpu.run(in);
+    } else if (i % 4 == 1) {
+      for (auto& [name, w] : want) got.emplace(name, Tensor(w.dtype(), w.shape()));
+      gpu.run_into(in, got);
+    } else if (i % 4 == 2) {
+      RunProfile prof;
+      got = gpu.run(in, &prof);
+    } else {  // inputs and outputs in device memory
+      const Tensor& x = in.at("x");
+      DeviceBuffer dx(x.nbytes(), "x");
+      check(d.cuMemcpyHtoD(dx.get(), x.raw(), x.nbytes()), "upload");
+      std::vector<DeviceBuffer> keep;
+      std::map<std::string, DeviceTensor> outs;
+      for (auto& [name, w] : want) {
+        keep.emplace_back(w.nbytes(), "an output");
+        outs[name] = {keep.back().get(), w.nbytes()};
+      }
+      gpu.run_device({{"x", {dx.get(), x.nbytes()}}}, outs);
+      for (auto& [name, w] : want) {
+        Tensor t(w.dtype(), w.shape());
+        check(d.cuMemcpyDtoH(t.raw(), static_cast<CUdeviceptr>(outs[name].ptr), t.nbytes()), "download");
+        got.emplace(name, t);
+      }
+    }
+    SCOPED_TRACE("run " + std::to_string(i));
+    expect_same(got, want);
+    if (i > 0) {  // the data changed: a stale staging buffer would repeat the last result
+      const Tensor &now = want.begin()->second, &before = wants.back().begin()->second;
+      ASSERT_NE(std::memcmp(now.raw(), before.raw(), now.nbytes()), 0);
+    }
+    wants.push_back(want);
+    gots.push_back(got);
+  }
+  for (size_t i = 0; i < gots.size(); ++i) {
+    SCOPED_TRACE("run " + std::to_string(i) + ", read after the last run");
+    expect_same(gots[i], wants[i]);
+  }
+}
+
+TEST(CudaFallbackGpu, ManyRunsWithChangingDataEachMatchRef) {
+  repeat_against_ref(einsum_middle_model(), {4, 64});
+}
+
+TEST(CudaFallbackGpu, TwoHostSegmentsManyRunsMatchRef) {
+  repeat_against_ref(two_host_segments_model(), {4, 64});
 }
 
 }  // namespace

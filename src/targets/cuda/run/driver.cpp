@@ -174,4 +174,25 @@ DeviceBuffer::~DeviceBuffer() {
   if (ptr_) loaded().api.cuMemFree(ptr_);
 }
 
+PinnedBuffer::PinnedBuffer(size_t bytes, const char* what) : bytes_(bytes) {
+  CUresult r = driver().cuMemAllocHost(&ptr_, bytes ? bytes : 1);
+  if (r != CUDA_SUCCESS) {
+    ptr_ = nullptr;
+    check(r, fmt::format("cuMemAllocHost of {} bytes (pinned) for {}", bytes, what).c_str());
+  }
+}
+
+PinnedBuffer& PinnedBuffer::operator=(PinnedBuffer&& o) noexcept {
+  if (this != &o) {
+    if (ptr_) driver().cuMemFreeHost(ptr_);
+    ptr_ = std::exchange(o.ptr_, nullptr);
+    bytes_ = o.bytes_;
+  }
+  return *this;
+}
+
+PinnedBuffer::~PinnedBuffer() {
+  if (ptr_) loaded().api.cuMemFreeHost(ptr_);
+}
+
 }  // namespace kiln::targets::cuda

@@ -84,4 +84,31 @@ class DeviceBuffer {
   size_t bytes_ = 0;
 };
 
+/// Page-locked (pinned) host memory owned by value (cuMemAllocHost, freed
+/// with cuMemFreeHost). Copies between it and the device run asynchronously
+/// on a stream at full bus speed; from pageable memory the driver stages
+/// them through its own buffers and may block. Sizes in bytes.
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  /// Allocates max(bytes, 1) bytes in the current context. Throws
+  /// Error(unsupported) naming `what` and the size when it fails.
+  PinnedBuffer(size_t bytes, const char* what);
+  PinnedBuffer(PinnedBuffer&& o) noexcept : ptr_(std::exchange(o.ptr_, nullptr)), bytes_(o.bytes_) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept;
+  ~PinnedBuffer();
+  uint8_t* get() const { return static_cast<uint8_t*>(ptr_); }
+  size_t bytes() const { return bytes_; }
+  /// True when [p, p + n) lies inside this buffer.
+  bool holds(const void* p, size_t n) const {
+    auto* b = static_cast<const uint8_t*>(ptr_);
+    auto* q = static_cast<const uint8_t*>(p);
+    return ptr_ && q >= b && q + n <= b + bytes_;
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t bytes_ = 0;
+};
+
 }  // namespace kiln::targets::cuda

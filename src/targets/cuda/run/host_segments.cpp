@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include <cstring>
 #include <set>
 
 #include "support/error.h"
@@ -44,7 +45,23 @@ HostStep make_host_step(const ir::Model& m, const ir::Segment& s, size_t index, 
       if (id != ir::kNoValue) h.outputs.back().push_back(id);
   }
   h.label = fmt::format("host segment {} ({})", index, list);
+  // One pinned block for the segment, each value at a 256-byte aligned offset.
+  size_t total = 0;
+  for (auto* side : {&h.to_host, &h.to_device})
+    for (auto& b : *side) b.offset = total, total += (b.bytes + 255) / 256 * 256;
+  if (!total) return h;
+  h.staging = PinnedBuffer(total, fmt::format("the boundary values of {}", h.label).c_str());
+  const std::set<ir::ValueId> outputs(m.main.outputs.begin(), m.main.outputs.end());
+  for (auto& b : h.to_device)
+    if (!outputs.count(b.id)) h.into.emplace(b.id, Tensor::view(b.dtype, b.shape, h.staging.get() + b.offset, nullptr));
   return h;
+}
+
+Tensor detach_from_staging(const std::vector<HostStep>& steps, const Tensor& t) {
+  if (!t.defined() || !t.nbytes()) return t;
+  for (auto& h : steps)
+    if (h.staging.holds(t.raw(), t.nbytes())) return t.clone();
+  return t;
 }
 
 void run_host_step(const HostStep& h, const HostSegments& host, std::vector<Tensor>& env, CUstream stream,
@@ -54,24 +71,31 @@ void run_host_step(const HostStep& h, const HostSegments& host, std::vector<Tens
   for (auto& b : h.to_host) {
     Tensor& t = env.at(static_cast<size_t>(b.id));
     if (t.defined()) continue;  // a model input the caller gave on the host
-    t = Tensor(b.dtype, b.shape);
-    if (b.bytes) check(d.cuMemcpyDtoHAsync(t.raw(), b.addr, b.bytes, stream), "cuMemcpyDtoHAsync (to a host segment)");
+    uint8_t* staged = h.staging.get() + b.offset;
+    t = Tensor::view(b.dtype, b.shape, staged, nullptr);
+    if (b.bytes) check(d.cuMemcpyDtoHAsync(staged, b.addr, b.bytes, stream), "cuMemcpyDtoHAsync (to a host segment)");
   }
   check(d.cuStreamSynchronize(stream), "running the cuda program up to a host segment (cuStreamSynchronize)");
   if (observe) {
+    static const std::map<ir::ValueId, Tensor> none;
     for (size_t i = h.first; i < h.first + h.count; ++i) {
-      host.run(i, 1, env);
+      host.run(i, 1, env, none);
       for (auto id : h.outputs[i - h.first]) (*observe)(i, id, env.at(static_cast<size_t>(id)));
     }
   } else {
-    host.run(h.first, h.count, env);
+    host.run(h.first, h.count, env, h.into);
   }
   for (auto& b : h.to_device) {
     const Tensor& t = env.at(static_cast<size_t>(b.id));
     if (t.nbytes() != b.bytes || t.dtype() != b.dtype)
       fail(ErrorCode::internal, "a host segment produced {} bytes of {} for a value the device holds as {} bytes of {}",
            t.nbytes(), dtype_name(t.dtype()), b.bytes, dtype_name(b.dtype));
-    if (b.bytes) check(d.cuMemcpyHtoDAsync(b.addr, t.raw(), b.bytes, stream), "cuMemcpyHtoDAsync (from a host segment)");
+    if (!b.bytes) continue;
+    // A kernel that did not write in place (a program output, an observed
+    // run, an output set as a view of an input) is copied into the staging.
+    uint8_t* staged = h.staging.get() + b.offset;
+    if (t.raw() != staged) std::memcpy(staged, t.raw(), b.bytes);
+    check(d.cuMemcpyHtoDAsync(b.addr, staged, b.bytes, stream), "cuMemcpyHtoDAsync (from a host segment)");
   }
   if (profile) {
     // Profiled runs wait for the copies back too, so that the entry holds

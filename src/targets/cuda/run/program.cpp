@@ -421,7 +421,7 @@ class CudaProgram final : public DeviceProgram {
         continue;
       }
       if (o.host) {
-        out[o.name] = env.at(static_cast<size_t>(o.id));
+        out[o.name] = detach_from_staging(hosts_, env.at(static_cast<size_t>(o.id)));
         continue;
       }
       Tensor t(o.dtype, o.shape);
