@@ -1,6 +1,8 @@
 // Einsum reference kernel. Expected values come from numpy 1.24's
 // numpy.einsum run offline on the same inputs with the same equations (and
 // are small enough to check by hand).
+#include <omp.h>
+
 #include "kiln/errors.h"
 #include "op_test_util.h"
 
@@ -64,6 +66,32 @@ TEST(Einsum, OuterProductAndImplicitAsciiOrder) {
   auto t = run_op("Einsum", eq("zA"), {arange_f64({2, 3})});
   EXPECT_EQ(t[0].shape(), (Ints{3, 2}));
   EXPECT_EQ(values<double>(t[0]), (std::vector<double>{0, 3, 1, 4, 2, 5}));
+}
+
+TEST(Einsum, LargeOutputsSplitAcrossThreadsMatchDirectLoops) {
+  // Above the parallel threshold with 4 threads, each thread starting its
+  // share of the output mid-row: every element against a direct loop.
+  omp_set_num_threads(4);
+  const int64_t B = 37, I = 2053, J = 3;
+  Tensor x(DType::f32, {B, I}), s(DType::f32, {I}), w(DType::f64, {B, I, J}), v(DType::f64, {B, J});
+  for (int64_t k = 0; k < x.numel(); ++k) x.data<float>()[k] = static_cast<float>((k * 7919) % 1013) * 0.01f - 5.f;
+  for (int64_t k = 0; k < s.numel(); ++k) s.data<float>()[k] = 0.5f + static_cast<float>(k % 17) * 0.0625f;
+  for (int64_t k = 0; k < w.numel(); ++k) w.data<double>()[k] = static_cast<double>((k * 31) % 101) - 50.0;
+  for (int64_t k = 0; k < v.numel(); ++k) v.data<double>()[k] = static_cast<double>(k % 7) - 3.0;
+  auto scaled = run_op("Einsum", eq("bi,i->bi"), {x, s})[0];
+  ASSERT_EQ(scaled.shape(), (Ints{B, I}));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t i = 0; i < I; ++i)
+      ASSERT_EQ(scaled.data<float>()[b * I + i], x.data<float>()[b * I + i] * s.data<float>()[i]) << b << "," << i;
+  // Output labels in another order than the input's ("ib"), one summed label.
+  auto moved = run_op("Einsum", eq("bij,bj->ib"), {w, v})[0];
+  ASSERT_EQ(moved.shape(), (Ints{I, B}));
+  for (int64_t i = 0; i < I; ++i)
+    for (int64_t b = 0; b < B; ++b) {
+      double want = 0;
+      for (int64_t j = 0; j < J; ++j) want += w.data<double>()[(b * I + i) * J + j] * v.data<double>()[b * J + j];
+      ASSERT_EQ(moved.data<double>()[i * B + b], want) << i << "," << b;
+    }
 }
 
 TEST(Einsum, MalformedEquationsAreErrors) {
