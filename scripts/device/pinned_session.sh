@@ -3,13 +3,14 @@
 # line), one device call. Runs from a folder carried to the GPU machine (the
 # device tool sends the lead's checkout; a helper's builds travel in an
 # ignored folder of it) that holds: this script, after.tar.xz and optionally
-# before.tar.xz (scripts/device/pack.sh of the build to measure and of the
-# one to compare with), debs/ (the Debian runtime libraries,
+# before.tar.xz and pinned.tar.xz (scripts/device/pack.sh of the build to
+# measure, of main before the change, of a build in between), debs/ (the Debian runtime libraries,
 # scripts/device/README.md) and fallback_timing.py (bench/). Steps:
 #  - kiln_cuda_fallback_gpu_tests of the after build (repeated runs with
 #    changing data against ref, two host segments, ...);
-#  - bench/fallback_timing.py with the after build, then the before build,
-#    then the after build again (drift shows as a difference of the two);
+#  - bench/fallback_timing.py with the after build, the before build, the
+#    in-between build, then the after build again (drift shows as a
+#    difference of the two);
 #  - kiln_cuda_gpu_tests of the after build, while time is left.
 # PINNED_RUNS (default 300) timed runs per figure; PINNED_BUDGET_S (330) the
 # seconds after which no new step starts. Results under $OUT (one results.tgz).
@@ -22,7 +23,7 @@ t0=$(date +%s)
 stamp() { echo "[$(( $(date +%s) - t0 )) s] $*"; }
 left() { echo $(( ${PINNED_BUDGET_S:-330} - ($(date +%s) - t0) )); }
 mkdir -p /tmp/debs && for f in "$D"/debs/*.deb; do dpkg -x "$f" /tmp/debs; done
-for b in after before; do
+for b in after before pinned; do
   [ -e "$D/$b.tar.xz" ] && mkdir -p /tmp/kb_$b && tar -xJf "$D/$b.tar.xz" -C /tmp/kb_$b
 done
 extra=""
@@ -54,6 +55,7 @@ timing() {  # timing NAME BUILD
 }
 timing after after
 timing before before
+timing pinned pinned
 timing after_again after
 
 if [ "$(left)" -gt 40 ]; then
