@@ -5,7 +5,6 @@
 // Running such programs on a GPU: test_cuda_fallback_gpu.cpp.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cstdlib>
 
 #include "artifact/artifact.h"
@@ -60,24 +59,6 @@ TEST(CudaFallback, OneUnsupportedNodeInTheMiddleIsAHostSegmentWithTwoCopies) {
   int gemms = 0;
   for (auto& n : m.main.nodes) gemms += n.op_type == "Gemm" && n.domain == targets::cuda::kCudaDomain;
   EXPECT_EQ(gemms, 2);
-}
-
-TEST(CudaFallback, TwoHostNodesApartAreTwoHostSegments) {
-  TempDir dir;
-  two_host_segments_model().save(dir / "t.onnx");
-  compile(dir / "t.onnx", dir / "t.kiln", cross());
-  const ir::Model m = artifact::read_file(dir / "t.kiln").model;
-  std::vector<std::string> devices;
-  for (auto& s : m.segments) devices.push_back(s.device);
-  ASSERT_EQ(devices, (std::vector<std::string>{"cuda", "host", "cuda", "host", "cuda"}));
-  EXPECT_EQ(names(m, m.segments[1].to_host), std::vector<std::string>{"a"});
-  EXPECT_EQ(names(m, m.segments[1].to_device), std::vector<std::string>{"e"});
-  // The second reads the program input x on the host: copied down only when
-  // the caller gave it on the device (run_device).
-  auto down = names(m, m.segments[3].to_host);
-  std::sort(down.begin(), down.end());
-  EXPECT_EQ(down, (std::vector<std::string>{"t", "x"}));
-  EXPECT_EQ(names(m, m.segments[3].to_device), std::vector<std::string>{"f"});
 }
 
 TEST(CudaFallback, FallbackErrorRefusesNamingEveryNode) {
