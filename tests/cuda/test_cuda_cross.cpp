@@ -146,6 +146,29 @@ TEST(CudaCross, DecomposedLayerNormBecomesOneKernel) {
   EXPECT_EQ(k.s("source_op", ""), "LayerNormalization");
 }
 
+// Host fallback partitions cross-compile too (the GPU side runs them:
+// test_cuda_fallback_gpu.cpp, TwoHostSegmentsManyRunsMatchRef).
+TEST(CudaCross, TwoHostNodesApartAreTwoHostSegments) {
+  TempDir dir;
+  two_host_segments_model().save(dir / "t.onnx");
+  compile(dir / "t.onnx", dir / "t.kiln", cross("sm_90"));
+  const ir::Model m = artifact::read_file(dir / "t.kiln").model;
+  auto names = [&](const std::vector<ir::ValueId>& ids) {
+    std::set<std::string> out;
+    for (auto id : ids) out.insert(m.value(id).name);
+    return out;
+  };
+  std::vector<std::string> devices;
+  for (auto& s : m.segments) devices.push_back(s.device);
+  ASSERT_EQ(devices, (std::vector<std::string>{"cuda", "host", "cuda", "host", "cuda"}));
+  EXPECT_EQ(names(m.segments[1].to_host), std::set<std::string>{"a"});
+  EXPECT_EQ(names(m.segments[1].to_device), std::set<std::string>{"e"});
+  // The second reads the program input x on the host as well (copied down
+  // only when the caller gave it on the device: run_device).
+  EXPECT_EQ(names(m.segments[3].to_host), (std::set<std::string>{"t", "x"}));
+  EXPECT_EQ(names(m.segments[3].to_device), std::set<std::string>{"f"});
+}
+
 TEST(CudaCross, TimedTuningWithoutTheGpuIsRefusedNamingTheOption) {
   TempDir dir;
   mlp_model().save(dir / "m.onnx");
