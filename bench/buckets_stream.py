@@ -3,7 +3,7 @@
 ONNX Runtime, with every output compared (issue #7 acceptance).
 
 Usage:
-  .venv/bin/python bench/buckets_stream.py bert|resnet [--count N] [--batch-max B]
+  .venv/bin/python bench/buckets_stream.py bert|roberta|resnet [--count N] [--batch-max B]
       [--seq-max S] [--seed K] [--threads T] [--model PATH] [--stream build/bench/stream/kiln-stream]
       [--cache-dir DIR] [--work DIR] [--atol A] [--rtol R]
 
@@ -15,6 +15,11 @@ Models: the dynamic copies written by bench/make_dynamic.py (default
           own length, token_type_ids zeros. kiln: --dim batch=1..B
           --dim sequence=1..S (power-of-two buckets; batch padded as rows,
           sequence padded with the mask extended by zeros).
+  roberta: as bert on the zoo's RoBERTa export (.models/zoo/roberta.onnx,
+          tools/models/zoo.py; --model for xlm_roberta): input_ids uniform in
+          [3, vocabulary) (never the padding id 1), always --no-flags (its
+          dims are batch_size / sequence_length: shape specialization; the
+          sequence is padded where the prover bounds its position ids).
   resnet: requests batch uniform in [1..B], input uniform in [0, 1).
           kiln: --dim N=1..B.
 
@@ -56,7 +61,7 @@ def pow2_bucket(v: int, hi: int) -> int:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description="shape-bucket request stream: kiln vs ONNX Runtime")
-    ap.add_argument("model_kind", choices=["bert", "resnet"])
+    ap.add_argument("model_kind", choices=["bert", "roberta", "resnet"])
     ap.add_argument("--count", type=int, default=1000)
     ap.add_argument("--batch-max", type=int, default=32)
     ap.add_argument("--seq-max", type=int, default=512)
@@ -73,6 +78,13 @@ def main() -> int:
                     help="give kiln no --dim: shape specialization by default (issue 16); the compile count is then "
                          "reported, not required to equal the buckets used")
     a = ap.parse_args()
+    if a.model_kind == "roberta":
+        a.no_flags = True
+        a.model = a.model or ".models/zoo/roberta.onnx"
+        import onnx
+        graph = onnx.load(a.model, load_external_data=False).graph
+        vocab = next(int(t.dims[0]) for t in graph.initializer if t.name.endswith("word_embeddings.weight"))
+        model_inputs = {i.name for i in graph.input}
 
     import onnxruntime as ort
 
@@ -89,13 +101,16 @@ def main() -> int:
     for i in range(a.count):
         d = reqs_dir / f"{i:06d}"
         d.mkdir()
-        if a.model_kind == "bert":
+        if a.model_kind in ("bert", "roberta"):
             b, s = int(rng.integers(1, a.batch_max + 1)), int(rng.integers(1, a.seq_max + 1))
             feeds = {
-                "input_ids": rng.integers(1, 30000, (b, s)).astype(np.int64),
+                "input_ids": (rng.integers(1, 30000, (b, s)) if a.model_kind == "bert"
+                              else rng.integers(3, vocab, (b, s))).astype(np.int64),
                 "attention_mask": np.ones((b, s), np.int64),
                 "token_type_ids": np.zeros((b, s), np.int64),
             }
+            if a.model_kind == "roberta":
+                feeds = {k: v for k, v in feeds.items() if k in model_inputs}
             requests.append((b, s))
             buckets.add((pow2_bucket(b, a.batch_max), pow2_bucket(s, a.seq_max)))
         else:
@@ -159,7 +174,7 @@ def main() -> int:
     report = {
         "model": model,
         "params": {"kind": a.model_kind, "target": a.target, "count": a.count, "batch": [1, a.batch_max],
-                   "sequence": [1, a.seq_max] if a.model_kind == "bert" else None, "seed": a.seed,
+                   "sequence": [1, a.seq_max] if a.model_kind != "resnet" else None, "seed": a.seed,
                    "threads": a.threads, "kiln_dims": dims},
         "machine": {"cpus": os.cpu_count(), "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
         "kiln": {"total_s": round((k["construct_ms"] + k["runs_ms"]) / 1000, 2),

@@ -67,7 +67,8 @@ const char* pad_mode_name(PadMode m);
 enum class DimKind : uint8_t {
   declared = 0,     ///< a symbolic dim with user-declared buckets (SessionOptions::dims)
   specialized = 1,  ///< a symbolic dim nobody fixed: one program per size seen (no declared
-                    ///< sizes; min 0, max 0); with a provably safe pad, sizes from the third
+                    ///< sizes; min 0; max 0, or the largest size padding may reach where the
+                    ///< prover bounded it); with a provably safe pad, sizes from the third
                     ///< distinct one on are rounded up to powers of two (runtime, ProgramSet)
   value = 2,        ///< the value of a scalar integer/bool input that shapes or control flow
                     ///< depend on (symbol = the input's name): one program per value, a guard

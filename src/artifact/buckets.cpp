@@ -54,8 +54,9 @@ std::string buckets_problem(const BucketSet& set, const std::vector<ProgramSlot>
     if (!names.insert(d.symbol).second) return fmt::format("dim '{}' is listed twice", d.symbol);
     if (static_cast<uint8_t>(d.kind) > 2) return fmt::format("dim '{}': unknown kind {}", d.symbol, static_cast<int>(d.kind));
     if (d.kind != DimKind::declared) {
-      // Specialized dims and value guards declare no sizes: each program's own size is its guard.
-      if (!d.sizes.empty() || d.min != 0 || d.max != 0)
+      // Specialized dims and value guards declare no sizes: each program's own size is its guard
+      // (a specialized dim's max, when not 0, caps the size it may be padded to).
+      if (!d.sizes.empty() || d.min != 0 || (d.kind == DimKind::value ? d.max != 0 : d.max < 0))
         return fmt::format("dim '{}' is {} but declares bucket sizes", d.symbol, dim_kind_name(d.kind));
       if (d.kind == DimKind::value && d.pad != PadMode::none)
         return fmt::format("value guard '{}' has a pad mode", d.symbol);

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <set>
 
@@ -134,9 +135,10 @@ std::optional<ir::Model> inferred_model(const ir::Model& m) {
 
 /// Whether a specialized dim `name` carried by a keep-mask input may be
 /// padded as a sequence (sequence_prover.h): the interface's outputs each
-/// have it at most once (the runtime slices there).
+/// have it at most once (the runtime slices there). `max_size`: the largest
+/// size it may be padded to (0: no limit).
 bool sequence_padding_proven(const ir::Model& m, const artifact::BucketSet& set, const std::string& name,
-                             const std::set<std::string>& input_symbols) {
+                             const std::set<std::string>& input_symbols, int64_t* max_size) {
   if (keep_mask_inputs(m, name).empty()) return false;
   std::vector<int> output_axes;
   for (auto& io : set.outputs) {
@@ -145,7 +147,11 @@ bool sequence_padding_proven(const ir::Model& m, const artifact::BucketSet& set,
     output_axes.push_back(it == io.axes.end() ? -1 : static_cast<int>(it - io.axes.begin()));
   }
   std::string why;
-  if (sequence_padding_safe(m, name, input_symbols, output_axes, &why)) return true;
+  int64_t cap = 0;
+  if (sequence_padding_safe(m, name, input_symbols, output_axes, &why, &cap)) {
+    *max_size = cap < std::numeric_limits<int64_t>::max() ? cap : 0;
+    return true;
+  }
   log().info("dim '{}' stays one program per size: sequence padding not shown safe ({})", name, why);
   return false;
 }
@@ -199,7 +205,7 @@ artifact::BucketSet plan_buckets(const ir::Model& m, const std::map<std::string,
     if (outputs_declared && guards.empty() && interface_leads(name) &&
         (batch_rows_independent(inferred, name) || batch_rows_independent_bound(m, name, input_symbols)))
       d.pad = artifact::PadMode::batch;
-    else if (outputs_declared && guards.empty() && sequence_padding_proven(m, set, name, input_symbols))
+    else if (outputs_declared && guards.empty() && sequence_padding_proven(m, set, name, input_symbols, &d.max))
       d.pad = artifact::PadMode::sequence;
     set.dims.push_back(std::move(d));
   }

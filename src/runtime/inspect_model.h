@@ -11,7 +11,10 @@ namespace kiln {
 /// {"model", "opset" (default domain), "inputs", "outputs" ({"name", "dtype",
 /// "shape"}, symbolic dims by name), "nodes", "operators" (op -> count,
 /// subgraphs included), "weights", "weight_bytes", "symbolic_dims" (what
-/// --shape / --dim must fix; an unnamed one as "input[axis]")}. Imports the
+/// --shape / --dim must fix; an unnamed one as "input[axis]"),
+/// "data_dependent_dims" ([{"node", "op", "value", "axis", "bound" (text or
+/// null), "max" (number or null)}]: sizes known only at run time,
+/// runtime/data_dependent.h)}. Imports the
 /// model; compiles nothing. Throws Error: io, invalid_model, unsupported.
 nlohmann::ordered_json inspect_model(const std::string& path);
 

@@ -1,6 +1,9 @@
 #include "runtime/pad_region.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <limits>
 #include <cmath>
 #include <optional>
 #include <set>
@@ -15,10 +18,65 @@ Sign sign_of(Kind k) {
   return k.tag == Tag::finite ? k.sign : Sign::unknown;
 }
 
+namespace {
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+/// The hull of two ranges (for every L >= 1: min(a + b L, c + d L) >= min(a, c) + min(b, d) L).
+Range hull(Range a, Range b) {
+  return {std::min(a.lo, b.lo), std::min(a.lo_len, b.lo_len), std::max(a.hi, b.hi), std::max(a.hi_len, b.hi_len)};
+}
+/// Both bounds at once (the tighter of each where both have no term in L, else `a`'s).
+Range meet(Range a, Range b) {
+  Range r = a;
+  if (b.lo_len == 0 && (a.lo_len == 0 || a.lo == -kInf)) r.lo = std::max(a.lo, b.lo), r.lo_len = a.lo == -kInf ? 0 : a.lo_len;
+  if (b.hi_len == 0 && (a.hi_len == 0 || a.hi == kInf)) r.hi = std::min(a.hi, b.hi), r.hi_len = a.hi == kInf ? 0 : a.hi_len;
+  return r;
+}
+}  // namespace
+
+Range range_of(Kind k) {
+  if (k.tag == Tag::konst) return std::isfinite(k.c) ? exactly(k.c) : Range{};
+  return k.tag == Tag::finite ? k.r : Range{};
+}
+
+Kind finite_in(Range r, Sign s) {
+  if (r.lo == r.hi && r.lo_len == 0 && r.hi_len == 0 && std::isfinite(r.lo)) return konst(r.lo);
+  if (r.lo > -kInf && r.lo_len >= 0) s = std::max(s, r.lo > 0 ? Sign::positive : r.lo >= 0 ? Sign::nonneg : Sign::unknown);
+  Kind k = finite_with(s);
+  k.r = r;
+  return k;
+}
+
+Range summed(Range r, bool over_dim, int64_t n) {
+  if (!r.bounded()) return {};
+  if (over_dim) {
+    // At most L terms, each a fixed bound: m * lo >= min(lo, 0) * L for 0 <= m <= L.
+    if (r.lo_len != 0 || r.hi_len != 0) return {};  // a sum of L terms growing with L: quadratic
+    return {0, std::min(r.lo, 0.0), 0, std::max(r.hi, 0.0)};
+  }
+  const double m = static_cast<double>(n);
+  return {std::min(r.lo * m, 0.0), std::min(r.lo_len * m, 0.0), std::max(r.hi * m, 0.0), std::max(r.hi_len * m, 0.0)};
+}
+
+int64_t index_cap(Range r, int64_t rows) {
+  if (!r.bounded()) return 0;
+  const double top = static_cast<double>(rows) - 1, bottom = -static_cast<double>(rows);
+  double cap = static_cast<double>(std::numeric_limits<int64_t>::max());
+  // hi + hi_len L <= rows - 1 and lo + lo_len L >= -rows, for 1 <= L <= cap.
+  if (r.hi + r.hi_len > top || r.lo + r.lo_len < bottom) return 0;
+  if (r.hi_len > 0) cap = std::min(cap, std::floor((top - r.hi) / r.hi_len));
+  if (r.lo_len < 0) cap = std::min(cap, std::floor((bottom - r.lo) / r.lo_len));
+  return cap >= static_cast<double>(std::numeric_limits<int64_t>::max()) ? std::numeric_limits<int64_t>::max()
+                                                                          : static_cast<int64_t>(cap);
+}
+
 Kind join(Kind a, Kind b) {
   if (a.tag == Tag::konst && b.tag == Tag::konst && a.c == b.c) return a;
   if (is_neg(a) && is_neg(b)) return kNeg;
-  return finite(a) && finite(b) ? finite_with(std::min(sign_of(a), sign_of(b))) : kAny;
+  if (!finite(a) || !finite(b)) return kAny;
+  Kind k = finite_with(std::min(sign_of(a), sign_of(b)));
+  if (!is_neg(a) && !is_neg(b)) k.r = hull(range_of(a), range_of(b));
+  return k;
 }
 
 Kind reduced(Kind k, const std::string& op) {
@@ -32,7 +90,11 @@ std::string describe(Kind k) {
   switch (k.tag) {
     case Tag::konst: return "exactly " + std::to_string(k.c);
     case Tag::neg: return "a bias <= -1e4";
-    case Tag::finite: return "finite values";
+    case Tag::finite:
+      if (k.r.bounded())
+        return fmt::format("finite values in [{} + {}*L, {} + {}*L] (L: the padded size)", k.r.lo, k.r.lo_len, k.r.hi,
+                           k.r.hi_len);
+      return "finite values";
     case Tag::any: break;
   }
   return "anything (NaN or infinity possible)";
@@ -107,9 +169,10 @@ bool elementwise_op(const std::string& op) {
   return ops.count(op) > 0;
 }
 
-/// What an element-wise operator makes of one region whose inputs hold `k`
-/// (Cast's and comparisons' results are of dtype `out`).
-Kind ew_kind(const std::string& op, const std::vector<Kind>& k, DType out) {
+namespace {
+
+/// ew_kind without bounds (the tag, the constant, the sign).
+Kind ew_tag(const std::string& op, const std::vector<Kind>& k, DType out) {
   bool all_const = true;
   std::vector<double> c;
   for (auto x : k) all_const &= x.tag == Tag::konst, c.push_back(x.c);
@@ -160,6 +223,64 @@ Kind ew_kind(const std::string& op, const std::vector<Kind>& k, DType out) {
   if (op == "Log") return kAny;
   if (op == "Relu" || op == "Abs") return finite_with(Sign::nonneg);
   return kFinite;
+}
+
+
+/// Bounds of an element-wise result from its inputs' bounds (unbounded where no rule applies).
+Range ew_range(const std::string& op, const std::vector<Kind>& k, DType out) {
+  std::vector<Range> r;
+  for (auto x : k) r.push_back(range_of(x));
+  const Range x = r.empty() ? Range{} : r[0];
+  const Range y = r.size() > 1 ? r[1] : Range{};
+  static const std::set<std::string> predicates = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
+                                                   "Not",   "And",  "Or",      "Xor",         "IsNaN", "IsInf"};
+  if (predicates.count(op) || out == DType::boolean) return {0, 0, 1, 0};
+  if (op == "Add" || op == "Sum") {
+    Range s = exactly(0);
+    for (auto v : r) s = {s.lo + v.lo, s.lo_len + v.lo_len, s.hi + v.hi, s.hi_len + v.hi_len};
+    return s.bounded() ? s : Range{};
+  }
+  if (op == "Sub") {
+    Range s{x.lo - y.hi, x.lo_len - y.hi_len, x.hi - y.lo, x.hi_len - y.lo_len};
+    return s.bounded() ? s : Range{};
+  }
+  if (op == "Neg") return x.bounded() ? Range{-x.hi, -x.hi_len, -x.lo, -x.lo_len} : Range{};
+  if (op == "Mul") {
+    // Non-negative factors, at most one growing with L (else the bound is quadratic in L).
+    const bool nonneg = x.lo >= 0 && x.lo_len >= 0 && y.lo >= 0 && y.lo_len >= 0;
+    if (!nonneg || !x.bounded() || !y.bounded() || (x.hi_len != 0 && y.hi_len != 0)) return {};
+    return {x.lo_len == 0 && y.lo_len == 0 ? x.lo * y.lo : 0, 0, x.hi * y.hi, x.hi_len * y.hi + y.hi_len * x.hi};
+  }
+  if (op == "Identity" || op == "Dropout" || op == "Cast" || op == "CastLike" || op == "Floor" || op == "Ceil" ||
+      op == "Round") {
+    if (!x.bounded()) return {};
+    const bool rounds = op == "Floor" || op == "Ceil" || op == "Round" || ((op == "Cast" || op == "CastLike") && integer_dtype(out));
+    if (!rounds) return x;
+    // Truncation or rounding stays within [floor(lo), ceil(hi)] (a whole term in L keeps floor(a + kL) = floor(a) + kL).
+    const double lo_slack = x.lo_len == std::trunc(x.lo_len) ? 0 : 1, hi_slack = x.hi_len == std::trunc(x.hi_len) ? 0 : 1;
+    return {std::floor(x.lo) - lo_slack, x.lo_len, std::ceil(x.hi) + hi_slack, x.hi_len};
+  }
+  if (op == "Relu") return x.bounded() ? Range{0, 0, std::max(x.hi, 0.0), std::max(x.hi_len, 0.0)} : Range{0, 0, kInf, 0};
+  if (op == "Where") return r.size() == 3 ? hull(r[1], r[2]) : Range{};
+  if (op == "Clip") {
+    Range b{};
+    if (r.size() > 1 && k[1].tag == Tag::konst) b.lo = k[1].c;
+    if (r.size() > 2 && k[2].tag == Tag::konst) b.hi = k[2].c;
+    return meet(x, b);
+  }
+  return {};
+}
+
+}  // namespace
+
+/// What an element-wise operator makes of one region whose inputs hold `k`
+/// (Cast's and comparisons' results are of dtype `out`), with bounds where known.
+Kind ew_kind(const std::string& op, const std::vector<Kind>& k, DType out) {
+  Kind t = ew_tag(op, k, out);
+  if (t.tag != Tag::finite) return t;
+  const Range r = ew_range(op, k, out);
+  if (!r.bounded() && !(r.lo > -kInf) && !(r.hi < kInf)) return t;
+  return finite_in(r, t.sign);
 }
 
 }  // namespace kiln::pad_region

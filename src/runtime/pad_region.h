@@ -2,6 +2,8 @@
 // what one region of a tensor holds once its padded positions are filled
 // with zeros, and what element-wise operators make of it.
 #pragma once
+#include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -21,13 +23,40 @@ enum class Tag { konst, neg, finite, any };
 /// Signs a finite region is known to have (what a divisor or a Sqrt needs).
 enum class Sign { unknown, nonneg, positive };
 
+/// Bounds on a finite region's values as functions of L, the size the dim
+/// is padded to (L >= 1): lo + lo_len * L <= v <= hi + hi_len * L. What an
+/// index computed from a mask needs (a CumSum of a 0/1 mask lies in [0, L]):
+/// a Gather reading a table with it stays in range while L is small enough.
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity(), lo_len = 0;
+  double hi = std::numeric_limits<double>::infinity(), hi_len = 0;
+  bool bounded() const { return lo > -std::numeric_limits<double>::infinity() && hi < std::numeric_limits<double>::infinity(); }
+};
+/// [c, c] (no term in L).
+inline Range exactly(double c) { return {c, 0, c, 0}; }
+
 struct Kind {
   Tag tag = Tag::any;
   double c = 0;                ///< the value, for Tag::konst
   Sign sign = Sign::unknown;   ///< for Tag::finite (a constant's sign is its value's)
+  Range r{};                   ///< for Tag::finite: bounds known on the values (unbounded by default)
 };
 inline Kind konst(double c) { return {Tag::konst, c}; }
 inline constexpr Kind kNeg{Tag::neg, 0}, kFinite{Tag::finite, 0}, kAny{Tag::any, 0};
+
+/// The bounds a region's values are known to lie in ([c, c] for a constant;
+/// unbounded unless finite values were given bounds).
+Range range_of(Kind k);
+/// Finite values within `r` (a constant when r is one point without terms in L).
+Kind finite_in(Range r, Sign s = Sign::unknown);
+/// The bounds of a sum of at most L terms (over: the dim, of size L) or of
+/// at most n terms (a fixed axis of size n), each within `r`, the empty sum
+/// (0) included: the range of a CumSum or ReduceSum over that axis.
+Range summed(Range r, bool over_dim, int64_t n);
+/// The largest L (>= 1) for which every value within `r` indexes an axis of
+/// size `rows` ([-rows, rows - 1], ONNX's Gather range); 0 when not even
+/// L = 1 does; INT64_MAX when r does not depend on L.
+int64_t index_cap(Range r, int64_t rows);
 
 inline bool is_zero(Kind k) { return k.tag == Tag::konst && k.c == 0; }
 /// A large negative additive bias (or below it): masked out by a Softmax.
@@ -50,7 +79,8 @@ inline Kind rowwise(Kind k) { return k.tag == Tag::any ? kAny : kFinite; }
 /// when one side is exactly 0 and the other finite.
 Kind product_sum(Kind x, Kind y);
 
-/// "exactly 0", "a bias <= -1e4", "finite values", "anything (NaN or infinity possible)", for messages.
+/// "exactly 0", "a bias <= -1e4", "finite values", "finite values in [0, 1 + 1*L]", "anything (NaN or
+/// infinity possible)", for messages.
 std::string describe(Kind k);
 
 /// Integer or bool dtypes.

@@ -145,7 +145,10 @@ void ProgramSet::round_specialized(const std::map<std::string, Tensor>& inputs, 
     // bucket: the smallest program held between the request and the next
     // power of two, else that power of two (compiled, then reused).
     if (seen.count(request[k]) || seen.size() < 2) continue;
-    const int64_t cap = next_power_of_two(request[k]);
+    // A sequence the prover bounded (d.max: an index that grows with the
+    // padded size stays within its table up to there) pads no further.
+    if (d.max > 0 && request[k] > d.max) continue;
+    const int64_t cap = d.max > 0 ? std::min(next_power_of_two(request[k]), d.max) : next_power_of_two(request[k]);
     auto it = seen.lower_bound(request[k]);
     sizes[k] = it != seen.end() && *it <= cap ? *it : cap;
   }
@@ -475,9 +478,13 @@ BucketStats ProgramSet::stats() const {
                         "held (split into row parts or padded) or on a new power-of-two bucket, whichever is "
                         "estimated faster (batch rows proven independent)");
     else if (d.pad == artifact::PadMode::sequence)
-      s.modes.push_back("specialized: one program per size; from the third size, power-of-two buckets (sequence "
-                        "padding proven safe: the keep-mask extended with zeros masks out every padded position; a "
-                        "request whose mask does not attend to the first position of every row runs unpadded)");
+      s.modes.push_back(fmt::format(
+          "specialized: one program per size; from the third size, power-of-two buckets{} (sequence "
+          "padding proven safe: the keep-mask extended with zeros masks out every padded position; a "
+          "request whose mask does not attend to the first position of every row runs unpadded)",
+          d.max > 0 ? fmt::format(" up to {} (indices that grow with the padded size stay within their tables "
+                                  "there; a longer request runs unpadded)", d.max)
+                    : std::string()));
     else
       s.modes.push_back("specialized: one program per size (padding not proven safe)");
   }

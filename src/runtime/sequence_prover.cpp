@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -65,6 +66,10 @@ class Prover {
     for (auto id : a_.main.inputs) inputs_.insert(id);
   }
 
+  /// The largest size the dim may be padded to (an index bounded by it stays
+  /// within its table up to there); INT64_MAX when nothing bounds it.
+  int64_t cap() const { return cap_; }
+
   void run(const std::vector<int>& output_axes) {
     for (const ir::Node& n : a_.main.nodes) node(n);
     for (size_t i = 0; i < a_.main.outputs.size(); ++i) {
@@ -85,6 +90,7 @@ class Prover {
   const ir::Model& b_;
   std::set<ir::ValueId> inputs_;
   std::map<ir::ValueId, State> st_;
+  int64_t cap_ = std::numeric_limits<int64_t>::max();
 
   std::vector<int64_t> sizes(ir::ValueId v) const {
     const ir::Value& val = a_.value(v);
@@ -112,26 +118,19 @@ class Prover {
     return axes;
   }
 
+  /// What a constant holds: one value, or finite values within their min and max.
   static Kind tensor_kind(const Tensor& t) {
     if (t.numel() == 0) return kFinite;
-    if (t.dtype() == DType::f32) {
-      const float* p = t.data<float>();
-      bool same = true;
-      for (int64_t i = 0; i < t.numel(); ++i) {
-        if (!std::isfinite(p[i])) return kAny;
-        same &= p[i] == p[0];
-      }
-      return same ? konst(p[0]) : kFinite;
-    }
     if (dtype_size(t.dtype()) == 0 || dtype_is_float8(t.dtype())) return kAny;
-    const double first = ops::element_as_double(t, 0);
-    bool same = true;
+    const bool f32 = t.dtype() == DType::f32;
+    auto at = [&](int64_t i) { return f32 ? static_cast<double>(t.data<float>()[i]) : ops::element_as_double(t, i); };
+    double lo = at(0), hi = lo;
     for (int64_t i = 0; i < t.numel(); ++i) {
-      const double v = ops::element_as_double(t, i);
+      const double v = at(i);
       if (!std::isfinite(v)) return kAny;
-      same &= v == first;
+      lo = std::min(lo, v), hi = std::max(hi, v);
     }
-    return same ? konst(first) : kFinite;
+    return finite_in({lo, 0, hi, 0});
   }
 
   /// A constant that differs between the programs and carries the dim: its
@@ -273,6 +272,8 @@ class Prover {
     if (op == "Split") return split(n, *in.at(0));
     if (op == "Slice") return slice(n, in);
     if (op == "Gather") return gather(n, *in.at(0), *in.at(1));
+    if (op == "GatherElements") return gather_elements(n, *in.at(0), *in.at(1));
+    if (op == "CumSum") return cumsum(n, in);
     if (op == "Range") return range(n);
     if (op == "ConstantOfShape") return constant_of_shape(n);
     refuse("{} is not known to keep padded positions from the real ones (it may mix positions along the dim)",
@@ -602,9 +603,7 @@ class Prover {
     s.axes = carried(n.outputs[0]);
     if (!idx.axes.empty()) {
       // A lookup (embeddings): padded positions read the row of the padded index.
-      for (auto k : idx.pad)
-        if (k.tag != Tag::konst)
-          refuse("{}: the padded positions' indices are not a known constant", n.label());
+      for (auto k : idx.pad) bound_index(n, k, sizes(n.inputs[0]).at(static_cast<size_t>(axis)));
       for (size_t j = 0; j < s.axes.size(); ++j) s.pad.push_back(rowwise(data.all()));
       inherit(s, {&data, &idx});
       return void(put(n.outputs[0], std::move(s)));
@@ -621,6 +620,79 @@ class Prover {
       const int oa = a < axis ? a : a + ri - 1;
       if (std::find(s.axes.begin(), s.axes.end(), oa) == s.axes.end()) refuse("{}: the dim moves", n.label());
       s.pad.push_back(data.pad[static_cast<size_t>(data.slot(a))]);
+    }
+    s.real = data.real;
+    inherit(s, {&data, &idx});
+    put(n.outputs[0], std::move(s));
+  }
+
+  /// Padded positions' indices into an axis of size `rows` must stay within
+  /// it (else the padded run fails or reads out of bounds): a known constant
+  /// in range, or bounds that hold up to some padded size (which caps it).
+  void bound_index(const ir::Node& n, Kind k, int64_t rows) {
+    if (k.tag == Tag::konst) {
+      if (k.c < -static_cast<double>(rows) || k.c > static_cast<double>(rows) - 1)
+        refuse("{}: the padded positions' index {} is outside the {} rows read", n.label(), k.c, rows);
+      return;
+    }
+    const int64_t c = k.tag == Tag::finite ? index_cap(k.r, rows) : 0;
+    if (c < kProbeLarge)
+      refuse("{}: the padded positions' indices are not a known constant nor bounded within the {} rows read ({})",
+             n.label(), rows, describe(k));
+    cap_ = std::min(cap_, c);
+  }
+
+  /// CumSum along `axis`: position i sums positions 0..i (exclusive: 0..i-1),
+  /// so the real positions (a prefix of the dim) sum real positions only and
+  /// keep the unpadded run's values; reverse sums i..end and takes the padded
+  /// positions in.
+  void cumsum(const ir::Node& n, const std::vector<const State*>& in) {
+    const State& x = *in.at(0);
+    if (in.size() < 2 || !in[1] || in[1]->sized || !in[1]->axes.empty() || !a_.value(n.inputs[1]).constant)
+      refuse("{}: the axis is not a constant", n.label());
+    const std::vector<int64_t> sx = sizes(n.inputs[0]);
+    const int axis = static_cast<int>(ops::normalize_axis(n, const_ints(n, 1, a_).at(0), static_cast<int64_t>(sx.size())));
+    const int along = x.slot(axis);
+    if (n.i("reverse", 0) && along >= 0)
+      refuse("{} (reverse) sums each position of the dim with the ones after it: the padded positions reach the real "
+             "ones", n.label());
+    // Each output element sums elements of the input that share its index on every other axis.
+    auto sum_kind = [&](Kind k, bool over_dim) {
+      if (is_zero(k)) return konst(0);
+      if (!finite(k)) return kAny;
+      return finite_in(summed(is_neg(k) ? Range{} : range_of(k), over_dim, sx[static_cast<size_t>(axis)]),
+                       sign_of(k) == Sign::unknown ? Sign::unknown : Sign::nonneg);
+    };
+    State s;
+    s.axes = carried(n.outputs[0]);
+    if (s.axes != x.axes) refuse("{}: the output moves the dim", n.label());
+    for (size_t j = 0; j < x.axes.size(); ++j)
+      s.pad.push_back(static_cast<int>(j) == along ? sum_kind(x.all(), true) : sum_kind(x.pad[j], along >= 0));
+    s.real = sum_kind(x.real, along >= 0);
+    inherit(s, {&x});
+    put(n.outputs[0], std::move(s));
+  }
+
+  /// GatherElements: out[.., i, ..] = data[.., index[.., i, ..], ..] along
+  /// `axis`, every other axis read at the output's own coordinates. The
+  /// gathered axis of data must not carry the dim (an index would reach
+  /// padded positions); each other axis carries it in data and index alike.
+  void gather_elements(const ir::Node& n, const State& data, const State& idx) {
+    const std::vector<int64_t> sd = sizes(n.inputs[0]);
+    const int axis = static_cast<int>(ops::normalize_axis(n, n.i("axis", 0), static_cast<int64_t>(sd.size())));
+    if (data.slot(axis) >= 0)
+      refuse("{} gathers along the dim (an index may select a padded position)", n.label());
+    for (int a : data.axes)
+      if (idx.slot(a) < 0) refuse("{}: data carries the dim at axis {} and the indices do not", n.label(), a);
+    const int64_t rows = sd.at(static_cast<size_t>(axis));
+    for (auto k : idx.pad) bound_index(n, k, rows);
+    // The real region's indices are the unpadded run's: in range there, or that run fails too.
+    State s;
+    s.axes = carried(n.outputs[0]);
+    if (s.axes != idx.axes) refuse("{}: the output moves the dim", n.label());
+    for (int a : s.axes) {
+      const int sl = data.slot(a);
+      s.pad.push_back(sl >= 0 ? data.pad[static_cast<size_t>(sl)] : data.all());
     }
     s.real = data.real;
     inherit(s, {&data, &idx});
@@ -671,15 +743,18 @@ std::vector<std::string> keep_mask_inputs(const ir::Model& m, const std::string&
 }
 
 bool sequence_padding_safe(const ir::Model& m, const std::string& sym, const std::set<std::string>& others,
-                           const std::vector<int>& output_axes, std::string* why) {
+                           const std::vector<int>& output_axes, std::string* why, int64_t* max_size) {
   std::string reason;
   std::optional<BoundPair> pair = bound_pair(m, sym, others);
   if (!pair) {
     reason = "the model does not compile to the same nodes for two sizes of the dim";
   } else {
     try {
-      Prover(*pair).run(output_axes);
-      log().debug("sequence prover: padding '{}' keeps the real positions' results", sym);
+      Prover prover(*pair);
+      prover.run(output_axes);
+      if (max_size) *max_size = prover.cap();
+      log().debug("sequence prover: padding '{}' keeps the real positions' results{}", sym,
+                  prover.cap() < std::numeric_limits<int64_t>::max() ? fmt::format(" up to {}", prover.cap()) : "");
       return true;
     } catch (const Refused& r) {
       reason = r.why;

@@ -27,7 +27,16 @@ namespace kiln {
 /// of a prefix Slice or Range along the dim, or be a constant along the dim
 /// whose smaller copy is a prefix of the larger (position embeddings). Graph
 /// outputs must carry the dim at `output_axes[i]` (-1: not at all) with their
-/// real region exact. Anything else (Conv, CumSum, pooling, a mean over the
+/// real region exact. A CumSum along the dim (not reverse) keeps the real
+/// positions exact (each sums its prefix); a product with exactly 0 in the
+/// padded region makes it exactly 0 there. Integer values carry bounds that
+/// may grow with the padded size L (a CumSum of a 0/1 mask lies in [0, L]): a
+/// Gather or GatherElements whose padded indices are not a known constant is
+/// accepted when those bounds keep them within the rows read, and
+/// `max_size` (may be null) receives the largest L for which they do
+/// (INT64_MAX when nothing bounds it; RoBERTa's position ids
+/// cumsum(ids != pad) * (ids != pad) + pad index a table of 514 rows: 512).
+/// Anything else (Conv, a reverse CumSum, pooling, a mean over the
 /// dim, a Gather with unknown indices, a subgraph, an unknown operator) proves
 /// nothing: false, and `why` (may be null) says which node and why.
 ///
@@ -40,7 +49,8 @@ namespace kiln {
 /// any finite score with HF's finfo.min bias, scores within ~9900 of each
 /// other with a -1e4 bias).
 bool sequence_padding_safe(const ir::Model& m, const std::string& sym, const std::set<std::string>& others,
-                           const std::vector<int>& output_axes, std::string* why = nullptr);
+                           const std::vector<int>& output_axes, std::string* why = nullptr,
+                           int64_t* max_size = nullptr);
 
 /// Names of the graph inputs that can serve as a keep-mask for `sym`: integer
 /// or bool dtype, a name containing "mask" (any case), the dim among their

@@ -166,6 +166,7 @@ def test_inspect_onnx_model_lists_inputs_operators_and_weights(kiln, demo_onnx):
     assert [o["name"] for o in obj["outputs"]] == ["probs"], res.describe()
     assert obj["operators"].get("Conv", 0) >= 1 and obj["nodes"] == sum(obj["operators"].values()), res.describe()
     assert obj["weights"] > 0 and obj["weight_bytes"] > 0 and obj["symbolic_dims"] == [], res.describe()
+    assert obj["data_dependent_dims"] == [], res.describe()
     assert obj["opset"] >= 7, res.describe()
 
 

@@ -37,6 +37,13 @@ void print_model(const json& j) {
   for (auto& sym : j["symbolic_dims"]) list += (list.empty() ? "" : ", ") + sym.get<std::string>();
   if (!list.empty())
     std::printf("symbolic dims: %s (fix them with --shape NAME=DxDx..., or compile buckets with --dim)\n", list.c_str());
+  if (!j["data_dependent_dims"].empty()) {
+    std::printf("data-dependent dims (sizes known only at run time): %zu\n", j["data_dependent_dims"].size());
+    for (auto& d : j["data_dependent_dims"])
+      std::printf("  %s '%s': '%s' axis %d, %s\n", d["op"].get<std::string>().c_str(), d["node"].get<std::string>().c_str(),
+                  d["value"].get<std::string>().c_str(), d["axis"].get<int>(),
+                  d["bound"].is_null() ? "unbounded" : d["bound"].get<std::string>().c_str());
+  }
 }
 
 /// The precision check of a 16-bit cuda artifact (inspect_artifact's

@@ -33,7 +33,53 @@ enum class Variant {
   float_mask,       ///< the mask input is float and added as is (0 attend, -1e4 not): zero padding attends
   cumsum,           ///< the output is a reverse cumulative sum over the sequence
   mean_no_mask,     ///< hf, plus a pooled output ReduceMean over the sequence (counts padded positions)
+  roberta,          ///< hf with RoBERTa's position ids from input_ids: cumsum(ids != 1) * (ids != 1) + 1
+  roberta_mask,     ///< hf with position ids cumsum(mask) * mask + 1 (exactly 1 at padded positions)
+  reverse_ids,      ///< roberta with a reverse CumSum: a real position counts the padded ones after it
+  float_ids,        ///< position ids from a CumSum of float data (unbounded): no table holds them
+  small_table,      ///< roberta with a 12-row position table: padded ids leave it before 17 positions
 };
+
+bool roberta_like(Variant v) {
+  return v == Variant::roberta || v == Variant::roberta_mask || v == Variant::reverse_ids || v == Variant::float_ids ||
+         v == Variant::small_table;
+}
+
+/// RoBERTa's embeddings as transformers exports them: word rows of input_ids
+/// plus position rows of pos = Cast(CumSum(m) * m) + 1 with m = Cast(ids != 1)
+/// (padding_idx 1; the variants change m or the CumSum), added to x into h0.
+void roberta_embeddings(ModelBuilder& b, Variant v) {
+  typed(b.graph().add_input(), "input_ids", 7, {-1, -1}, {"B", "S"});
+  const int64_t rows = v == Variant::small_table ? 12 : 20;
+  b.initializer("word_table", {8, 4}, ramp_values(32, 0.07f, 9));
+  b.initializer("rpos_table", {rows, 4}, ramp_values(static_cast<size_t>(rows) * 4, 0.04f, 13));
+  b.initializer_i64("pad_idx", {}, {1});
+  if (v == Variant::roberta_mask) {
+    ModelBuilder::attr_int(b.node("Cast", {"attention_mask"}, {"m32"}), "to", 6);
+  } else {
+    b.node("Equal", {"input_ids", "pad_idx"}, {"is_pad"});
+    b.node("Not", {"is_pad"}, {"not_pad"});
+    ModelBuilder::attr_int(b.node("Cast", {"not_pad"}, {"m32"}), "to", v == Variant::float_ids ? 1 : 6);
+  }
+  std::string summed = "m32";
+  if (v == Variant::float_ids) {
+    // CumSum over x's first feature (data, unbounded), cast to an index.
+    b.initializer_i64("f0", {1}, {0}).initializer_i64("f1", {1}, {1}).initializer_i64("ax2s", {1}, {2});
+    b.node("Slice", {"x", "f0", "f1", "ax2s"}, {"x0"});
+    b.node("Squeeze", {"x0", "ax2s"}, {"x0s"});
+    b.node("Mul", {"x0s", "m32"}, {"m32x"});
+    summed = "m32x";
+  }
+  auto& cs = b.node("CumSum", {summed, "i1"}, {"inc0"});
+  if (v == Variant::reverse_ids) ModelBuilder::attr_int(cs, "reverse", 1);
+  b.node("Mul", {"inc0", "m32"}, {"inc"});
+  ModelBuilder::attr_int(b.node("Cast", {"inc"}, {"inc64"}), "to", 7);
+  b.node("Add", {"inc64", "pad_idx"}, {"rpos"});
+  b.node("Gather", {"rpos_table", "rpos"}, {"rpemb"});
+  b.node("Gather", {"word_table", "input_ids"}, {"wemb"});
+  b.node("Add", {"x", "wemb"}, {"xw"});
+  b.node("Add", {"xw", "rpemb"}, {"h0"});
+}
 
 /// Single-head-pair self-attention over x[B,S,4] as transformers' BERT
 /// exports it: position ids Range(0, Shape(x)[1]) -> Gather from a table,
@@ -55,12 +101,16 @@ ModelBuilder attention(Variant v) {
   b.initializer_i64("ax1", {1}, {1}).initializer_i64("ax12", {2}, {1, 2}).initializer_i64("ax2", {1}, {2});
   b.initializer_i64("heads", {4}, {0, 0, 2, 2}).initializer_i64("merged", {3}, {0, 0, 4});
   // Position embeddings.
-  b.node("Shape", {"x"}, {"xs"});
-  ModelBuilder::attr_int(b.node("Gather", {"xs", "i1"}, {"len"}), "axis", 0);
-  b.node("Range", {"i0", "len", "i1"}, {"pos"});
-  b.node("Unsqueeze", {"pos", "ax0"}, {"pos2"});
-  b.node("Gather", {"pos_table", "pos2"}, {"pemb"});
-  b.node("Add", {"x", "pemb"}, {"h0"});
+  if (roberta_like(v)) {
+    roberta_embeddings(b, v);
+  } else {
+    b.node("Shape", {"x"}, {"xs"});
+    ModelBuilder::attr_int(b.node("Gather", {"xs", "i1"}, {"len"}), "axis", 0);
+    b.node("Range", {"i0", "len", "i1"}, {"pos"});
+    b.node("Unsqueeze", {"pos", "ax0"}, {"pos2"});
+    b.node("Gather", {"pos_table", "pos2"}, {"pemb"});
+    b.node("Add", {"x", "pemb"}, {"h0"});
+  }
   std::string src = "h0";
   if (v == Variant::rms) {
     b.initializer("two", {}, {2.f}).initializer("eps", {}, {1e-6f}).initializer_i64("last", {1}, {-1});
@@ -157,7 +207,8 @@ bool decide(Variant v, std::string* why) {
 }
 
 TEST(SequenceProver, HfMaskedAttentionIsAccepted) {
-  for (Variant v : {Variant::hf, Variant::hf_10000, Variant::masked_mean, Variant::rms}) {
+  for (Variant v : {Variant::hf, Variant::hf_10000, Variant::masked_mean, Variant::rms, Variant::roberta,
+                    Variant::roberta_mask}) {
     std::string why;
     EXPECT_TRUE(decide(v, &why)) << static_cast<int>(v) << ": " << why;
   }
@@ -170,11 +221,28 @@ TEST(SequenceProver, EveryWayThePaddingLeaksIsRefused) {
   };
   for (const Case& c : {Case{Variant::no_mask, "Softmax"}, Case{Variant::mask_after, "Softmax"},
                         Case{Variant::float_mask, "Softmax"}, Case{Variant::cumsum, "CumSum"},
-                        Case{Variant::mean_no_mask, "ReduceMean"}}) {
+                        Case{Variant::mean_no_mask, "ReduceMean"}, Case{Variant::reverse_ids, "reverse"},
+                        Case{Variant::float_ids, "not a known constant nor bounded"},
+                        Case{Variant::small_table, "not a known constant nor bounded within the 12 rows"}}) {
     std::string why;
     EXPECT_FALSE(decide(c.v, &why)) << static_cast<int>(c.v);
     EXPECT_NE(why.find(c.reason), std::string::npos) << static_cast<int>(c.v) << ": " << why;
   }
+}
+
+// RoBERTa's position ids grow with the padded size L (in [1, L + 1] there):
+// a table of 20 rows holds them up to L = 18; ids from the mask are exactly 1.
+TEST(SequenceProver, PositionIdsFromACumSumBoundThePaddedSize) {
+  TempDir dir;
+  int64_t cap = 0;
+  std::string why;
+  EXPECT_TRUE(sequence_padding_safe(imported(attention(Variant::roberta), dir), "S", {"B", "S"}, {1, -1}, &why, &cap))
+      << why;
+  EXPECT_EQ(cap, 18);
+  EXPECT_TRUE(sequence_padding_safe(imported(attention(Variant::roberta_mask), dir), "S", {"B", "S"}, {1, -1}, &why,
+                                    &cap))
+      << why;
+  EXPECT_EQ(cap, std::numeric_limits<int64_t>::max());
 }
 
 TEST(SequenceProver, OnlyIntegerMasksAreKeepMasks) {
@@ -265,6 +333,13 @@ Tensor mask(int64_t batch, int64_t seq, Row0 row0 = Row0::right_padded) {
   return t;
 }
 
+/// RoBERTa-style token ids for a keep-mask: 2..7 where it attends, the padding id 1 where not.
+Tensor token_ids(const Tensor& keep) {
+  Tensor t(DType::i64, keep.shape());
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<int64_t>()[i] = keep.data<int64_t>()[i] ? 2 + (i * 5) % 6 : 1;
+  return t;
+}
+
 void expect_close(const Tensor& got, const Tensor& want, const std::string& what) {
   ASSERT_EQ(got.shape(), want.shape()) << what;
   for (int64_t i = 0; i < got.numel(); ++i)
@@ -285,6 +360,7 @@ std::vector<std::vector<int64_t>> stream(Variant v, Target target, const std::ve
   for (auto [seq, row0] : seqs) {
     std::map<std::string, Tensor> in{{"x", floats({2, seq, 4}, static_cast<int>(seq))},
                                      {"attention_mask", mask(2, seq, row0)}};
+    if (roberta_like(v)) in["input_ids"] = token_ids(in.at("attention_mask"));
     auto got = s.run(in);
     Session exact(dir / "m.onnx", opt);
     auto want = exact.run(in);
@@ -307,6 +383,23 @@ TEST(SequenceProver, PaddedRunsEqualExactRunsOnRefAndCpu) {
       EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 16}})) << t.name();
       EXPECT_NE(mode.find("sequence padding proven safe"), std::string::npos) << mode;
     }
+  }
+}
+
+// RoBERTa-style position ids: padded runs equal exact ones; ids that grow
+// with the padded size cap it at 18 (20 table rows), ids from the mask do not.
+TEST(SequenceProver, RobertaPositionIdsPadOnRefAndCpu) {
+  const std::vector<std::pair<int64_t, Row0>> seqs = {{3, Row0::right_padded}, {6, Row0::right_padded},
+                                                      {5, Row0::right_padded}, {9, Row0::right_padded},
+                                                      {17, Row0::right_padded}, {11, Row0::right_padded}};
+  for (Target t : {Target::ref(), Target::cpu()}) {
+    std::string mode;
+    auto programs = stream(Variant::roberta, t, seqs, &mode);
+    // 5 -> the held 6; 9 -> 16; 17 -> 32 capped at 18; 11 -> the held 16.
+    EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 16}, {2, 18}})) << t.name();
+    EXPECT_NE(mode.find("up to 18"), std::string::npos) << mode;
+    programs = stream(Variant::roberta_mask, t, seqs, &mode);
+    EXPECT_EQ(programs, (std::vector<std::vector<int64_t>>{{2, 3}, {2, 6}, {2, 16}, {2, 32}})) << t.name();
   }
 }
 
