@@ -112,8 +112,19 @@ void specialize_to_inputs(const PerfArgs& a, SessionOptions& opt, std::vector<st
   }
 }
 
+/// The class of a reference-node reason: its text up to the first ':' or
+/// '(' ("data-dependent shape", "no cpu kernel for TopK" -> "no cpu kernel").
+std::string reason_class(const std::string& reason) {
+  std::string c = reason.substr(0, reason.find_first_of(":("));
+  if (c.rfind("no ", 0) == 0 && c.find(" kernel for ") != std::string::npos) c = c.substr(0, c.find(" for "));
+  while (!c.empty() && c.back() == ' ') c.pop_back();
+  return c;
+}
+
 /// Mean per-node times over `runs` profiled runs, grouped by operator
-/// (JSON: by_op sorted by time, top_nodes the 15 slowest nodes).
+/// (JSON: by_op sorted by time, top_nodes the 15 slowest nodes, by_reason the
+/// time of the nodes on reference kernels per reason class: where a slow
+/// path costs).
 json profile_runs(const Session& s, const std::map<std::string, Tensor>& in, int runs) {
   std::vector<NodeTime> sum;
   double total = 0;
@@ -142,7 +153,20 @@ json profile_runs(const Session& s, const std::map<std::string, Tensor>& in, int
   json j_nodes = json::array();
   for (size_t i = 0; i < sum.size() && i < 15; ++i)
     j_nodes.push_back({{"node", sum[i].node}, {"op", sum[i].op}, {"ms", sum[i].ms}});
-  return {{"runs", runs}, {"total_ms", total}, {"by_op", j_ops}, {"top_nodes", j_nodes}};
+  std::map<std::string, std::string> why;
+  for (auto& r : s.reference_nodes()) why[r.node] = reason_class(r.reason);
+  std::map<std::string, std::pair<int, double>> by_reason;
+  for (auto& n : sum) {
+    auto it = why.find(n.node);
+    auto& slot = by_reason[it != why.end() ? "reference: " + it->second : std::string("target kernels and free nodes")];
+    slot.first++;
+    slot.second += n.ms;
+  }
+  json j_reason = json::array();
+  for (auto& [r, cm] : by_reason)
+    j_reason.push_back({{"reason", r}, {"nodes", cm.first}, {"ms", cm.second},
+                        {"percent", total > 0 ? 100.0 * cm.second / total : 0.0}});
+  return {{"runs", runs}, {"total_ms", total}, {"by_op", j_ops}, {"top_nodes", j_nodes}, {"by_reason", j_reason}};
 }
 
 double percentile(std::vector<double> v, double p) {
@@ -346,6 +370,9 @@ void print_profile(const json& p) {
   for (auto& o : p["by_op"])
     std::printf("    %-28s %6d %10.3f %6.1f%%\n", o["op"].get<std::string>().c_str(), o["nodes"].get<int>(),
                 o["ms"].get<double>(), o["percent"].get<double>());
+  for (auto& r : p["by_reason"])
+    std::printf("    %-40s %6d nodes %9.3f ms %6.1f%%\n", r["reason"].get<std::string>().c_str(), r["nodes"].get<int>(),
+                r["ms"].get<double>(), r["percent"].get<double>());
   std::printf("    slowest nodes:\n");
   for (auto& n : p["top_nodes"])
     std::printf("    %-40s %-22s %9.3f ms\n", n["node"].get<std::string>().c_str(), n["op"].get<std::string>().c_str(),
