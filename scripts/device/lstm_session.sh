@@ -38,6 +38,8 @@ try:
 except Exception as e:
     print(f"{sys.argv[2]}: no JSON ({e})"); sys.exit(0)
 lat = o.get("latency_ms_median"); dev = o.get("latency_device_io_ms_median")
+if lat is None:
+    print(f"{sys.argv[2]}: no latency in the JSON"); sys.exit(0)
 prof = o.get("profile") or {}
 host = sum(x.get("ms", 0) for x in prof.get("by_op") or [] if x.get("op") == "host")
 lstm = sum(x.get("ms", 0) for x in prof.get("by_op") or [] if "lstm" in x.get("op", ""))

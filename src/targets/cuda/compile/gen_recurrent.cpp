@@ -12,8 +12,11 @@
 // step is one matrix-vector product [W | R] (4H x (I + H)) * [x_t; h_prev]
 // (a warp per gate row, lanes over the columns, coalesced weight reads from
 // L2, 4 rows in flight per warp), then the cell update by one thread per
-// hidden unit. Silero VAD's LSTMs (batch 1-4, seq 1, hidden 128) are then one
-// launch each inside the captured CUDA graph, with nothing on the host.
+// hidden unit. A one-step LSTM has no recurrence to carry: its block per
+// (direction, batch entry) is split into blocks of kUnitsPerBlock hidden
+// units (their 4 gate rows each), so Silero VAD's streaming step (seq 1,
+// hidden 128: 16 blocks) is one short launch inside the captured CUDA graph,
+// with nothing on the host.
 //
 // When the sequence is longer than kFusedMaxSteps steps, a first kernel
 // computes the input projection X * W^T + Wb + Rb for every step at once (a
@@ -54,6 +57,8 @@ constexpr int64_t kMaxSmem = 200 * 1024;
 /// launch; each step then reads W too). Longer ones get the projection kernel
 /// first, whose launch costs less than the serial steps it saves.
 constexpr int64_t kFusedMaxSteps = 8;
+/// Hidden units (4 gate rows each) per block of a one-step LSTM.
+constexpr int64_t kUnitsPerBlock = 8;
 
 /// CUDA C++ of activation `a` applied to float expression `x`.
 std::string act_expr(const Activation& a, const std::string& x) {
@@ -206,9 +211,13 @@ extern "C" __global__ void __launch_bounds__(256) {name}(const float* __restrict
 ir::Node recurrence_kernel(Lowering& L, const ir::Node& n, const LstmSpec& s, ir::ValueId proj) {
   const int64_t H = s.hidden, G = 4 * H, I = s.input, S = s.seq, B = s.batch, D = s.dirs;
   const bool fused = proj == ir::kNoValue;
-  const int64_t threads = std::clamp<int64_t>(32 * G, 64, 1024), warps = threads / 32;
-  // Shared memory: x_t (fused only), h, c, gate pre-activations.
-  const int64_t smem = 4 * ((fused ? I : 0) + 2 * H + G);
+  // Hidden units per block: all of them when the loop carries h from step to
+  // step; a slice of kUnitsPerBlock (its 4 gate rows each) when there is one
+  // step, so that Silero's streaming step spreads over many blocks.
+  const int64_t JB = S == 1 ? std::min(H, kUnitsPerBlock) : H, NS = (H + JB - 1) / JB, RB = 4 * JB;
+  const int64_t threads = std::clamp<int64_t>(32 * RB, 64, 1024), warps = threads / 32;
+  // Shared memory: x_t (fused only), h, c, the block's gate pre-activations.
+  const int64_t smem = 4 * ((fused ? I : 0) + 2 * H + RB);
   if (smem > kMaxSmem)
     refuse(n, fmt::format("hidden_size {} and input size {} need {} bytes of shared memory per step (at most {})", H, I,
                           smem, kMaxSmem));
@@ -253,15 +262,17 @@ ir::Node recurrence_kernel(Lowering& L, const ir::Node& n, const LstmSpec& s, ir
       "\n// {label}: LSTM, {D} direction(s){rev}, layout {layout}, seq {S}, batch {B}, input {I}, hidden {H}{mode}\n"
       "extern \"C\" __global__ void __launch_bounds__({T}) {name}({params}) {{\n"
       "  extern __shared__ float kl_lstm_sm[];\n"
-      "  float* hs = kl_lstm_sm; float* cs = hs + {H}; float* gs = cs + {H}; float* xs = gs + {G};\n"
+      "  float* hs = kl_lstm_sm; float* cs = hs + {H}; float* gs = cs + {H}; float* xs = gs + {RB};\n"
       "  (void)xs;\n"
-      "  const int dir = blockIdx.x / {B}, b = blockIdx.x % {B};\n"
+      "  const int dir = blockIdx.x / {BN}, b = (blockIdx.x / {NS}) % {B}, j0 = (blockIdx.x % {NS}) * {JB};\n"
+      "  const int j1 = min(j0 + {JB}, {H});  // this block's hidden units [j0, j1)\n"
       "  const bool rev = {rev_expr};\n"
       "  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;\n"
       "  const int len = {len_expr};\n",
       fmt::arg("label", n.label()), fmt::arg("D", D), fmt::arg("rev", s.reverse_only ? " (reverse)" : ""),
       fmt::arg("layout", s.layout), fmt::arg("S", S), fmt::arg("B", B), fmt::arg("I", I), fmt::arg("H", H),
-      fmt::arg("G", G), fmt::arg("mode", fused ? ", [W|R] per step" : ", X W^T precomputed"), fmt::arg("T", threads),
+      fmt::arg("RB", RB), fmt::arg("BN", B * NS), fmt::arg("NS", NS), fmt::arg("JB", JB),
+      fmt::arg("mode", fused ? ", [W|R] per step" : ", X W^T precomputed"), fmt::arg("T", threads),
       fmt::arg("name", name), fmt::arg("params", params),
       fmt::arg("rev_expr", s.reverse_only ? "true" : (D == 2 ? "dir == 1" : "false")),
       fmt::arg("len_expr", has_lens ? fmt::format("min(max(L[b], 0), {})", S) : std::to_string(S)));
@@ -270,25 +281,29 @@ ir::Node recurrence_kernel(Lowering& L, const ir::Node& n, const LstmSpec& s, ir
   src += fmt::format("  const float* r = R + (size_t)dir * {} * {};\n", G, H);
   // Initial state; Y is 0 at the steps past this entry's length.
   src += fmt::format("  for (int j = threadIdx.x; j < {H}; j += {T}) {{\n"
-                     "    hs[j] = {h0}; cs[j] = {c0};\n",
+                     "    hs[j] = {h0}; cs[j] = {c0};\n"
+                     "  }}\n",
                      fmt::arg("H", H), fmt::arg("T", threads),
                      fmt::arg("h0", s.h0 != ir::kNoValue ? "H0[" + st_at + "]" : "0.f"),
                      fmt::arg("c0", s.c0 != ir::kNoValue ? "C0[" + st_at + "]" : "0.f"));
-  if (s.y != ir::kNoValue) src += fmt::format("    for (int t = len; t < {}; ++t) Y[{}] = 0.f;\n", S, y_at);
-  src += "  }\n";
+  if (s.y != ir::kNoValue)
+    src += fmt::format("  for (int j = j0 + threadIdx.x; j < j1; j += {}) for (int t = len; t < {}; ++t) Y[{}] = 0.f;\n",
+                       threads, S, y_at);
   if (fused)
     src += fmt::format("  if (len > 0) {{ const int t = rev ? len - 1 : 0; const float* x = X + (size_t){} * {};\n"
                        "    for (int k = threadIdx.x; k < {}; k += {}) xs[k] = x[k]; }}\n",
                        x_row, I, I, threads);
   src += "  __syncthreads();\n  for (int s = 0; s < len; ++s) {\n    const int t = rev ? len - 1 - s : s;\n";
   // Gate pre-activations: a warp per row, 4 rows in flight.
-  src += fmt::format("    for (int q = warp; q < {G}; q += {W4}) {{\n"
+  // Local row lr = gate * JB + (j - j0) of the block is global row gate * H + j.
+  src += fmt::format("    for (int q = warp; q < {RB}; q += {W4}) {{\n"
                      "      float acc[4] = {{0.f, 0.f, 0.f, 0.f}};\n"
                      "#pragma unroll\n"
                      "      for (int u = 0; u < 4; ++u) {{\n"
-                     "        const int row = q + u * {NW};\n"
-                     "        if (row < {G}) {{\n",
-                     fmt::arg("G", G), fmt::arg("W4", 4 * warps), fmt::arg("NW", warps));
+                     "        const int lr = q + u * {NW}, j = j0 + lr % {JB}, row = (lr / {JB}) * {H} + j;\n"
+                     "        if (lr < {RB} && j < j1) {{\n",
+                     fmt::arg("RB", RB), fmt::arg("W4", 4 * warps), fmt::arg("NW", warps), fmt::arg("JB", JB),
+                     fmt::arg("H", H));
   if (fused)
     src += fmt::format("          const float* wr = w + (size_t)row * {0};\n"
                        "          for (int k = lane; k < {0}; k += 32) acc[u] = fmaf(wr[k], xs[k], acc[u]);\n",
@@ -301,10 +316,10 @@ ir::Node recurrence_kernel(Lowering& L, const ir::Node& n, const LstmSpec& s, ir
                      "      if (lane == 0)\n"
                      "#pragma unroll\n"
                      "        for (int u = 0; u < 4; ++u) {{\n"
-                     "          const int row = q + u * {NW};\n"
-                     "          if (row < {G}) gs[row] = acc[u] + {add};\n"
+                     "          const int lr = q + u * {NW}, j = j0 + lr % {JB}, row = (lr / {JB}) * {HH} + j;\n"
+                     "          if (lr < {RB} && j < j1) gs[lr] = acc[u] + {add};\n"
                      "        }}\n    }}\n    __syncthreads();\n",
-                     H, fmt::arg("NW", warps), fmt::arg("G", G),
+                     H, fmt::arg("NW", warps), fmt::arg("RB", RB), fmt::arg("JB", JB), fmt::arg("HH", H),
                      fmt::arg("add", fused ? (s.b != ir::kNoValue
                                                   ? fmt::format("Bias[dir * {0} + row] + Bias[dir * {0} + {1} + row]", 2 * G, G)
                                                   : std::string("0.f"))
@@ -314,21 +329,23 @@ ir::Node recurrence_kernel(Lowering& L, const ir::Node& n, const LstmSpec& s, ir
   const std::string pf = has_p ? fmt::format(" + P[dir * {} + {} + j] * c_prev", 3 * H, 2 * H) : "";
   const std::string po = has_p ? fmt::format(" + P[dir * {} + {} + j] * c_new", 3 * H, H) : "";
   src += fmt::format(
-      "    for (int j = threadIdx.x; j < {H}; j += {T}) {{\n"
+      "    for (int j = j0 + threadIdx.x; j < j1; j += {T}) {{\n"
+      "      const int jj = j - j0;\n"
       "      const float c_prev = cs[j];\n"
-      "      const float ig = {f}(dir, {clip}(gs[j]{pi}));\n"
+      "      const float ig = {f}(dir, {clip}(gs[jj]{pi}));\n"
       "      const float fg = {fg};\n"
-      "      const float cg = {g}(dir, {clip}(gs[{H3} + j]));\n"
+      "      const float cg = {g}(dir, {clip}(gs[{J3} + jj]));\n"
       "      const float c_new = fg * c_prev + ig * cg;\n"
-      "      const float og = {f}(dir, {clip}(gs[{H} + j]{po}));\n"
+      "      const float og = {f}(dir, {clip}(gs[{J1} + jj]{po}));\n"
       "      const float h = og * {hf}(dir, c_new);\n"
       "      cs[j] = c_new; hs[j] = h;\n"
       "{ywrite}"
       "    }}\n",
       fmt::arg("H", H), fmt::arg("T", threads), fmt::arg("f", fa), fmt::arg("g", ga), fmt::arg("hf", ha),
-      fmt::arg("clip", name + "_clip"), fmt::arg("pi", pi), fmt::arg("po", po), fmt::arg("H3", 3 * H),
+      fmt::arg("clip", name + "_clip"), fmt::arg("pi", pi), fmt::arg("po", po), fmt::arg("J3", 3 * JB),
+      fmt::arg("J1", JB),
       fmt::arg("fg", s.input_forget ? std::string("1.f - ig")
-                                    : fmt::format("{}(dir, {}(gs[{} + j]{}))", fa, name + "_clip", 2 * H, pf)),
+                                    : fmt::format("{}(dir, {}(gs[{} + jj]{}))", fa, name + "_clip", 2 * JB, pf)),
       fmt::arg("ywrite", s.y != ir::kNoValue ? fmt::format("      Y[{}] = h;\n", y_at) : std::string()));
   if (fused)
     src += fmt::format("    if (s + 1 < len) {{ const int t = rev ? len - 2 - s : s + 1; const float* x = X + (size_t){} * {};\n"
@@ -336,14 +353,14 @@ ir::Node recurrence_kernel(Lowering& L, const ir::Node& n, const LstmSpec& s, ir
                        x_row, I, I, threads);
   src += "    __syncthreads();\n  }\n";
   if (s.yh != ir::kNoValue || s.yc != ir::kNoValue) {
-    src += fmt::format("  for (int j = threadIdx.x; j < {}; j += {}) {{\n", H, threads);
+    src += fmt::format("  for (int j = j0 + threadIdx.x; j < j1; j += {}) {{\n", threads);
     if (s.yh != ir::kNoValue) src += fmt::format("    YH[{}] = hs[j];\n", st_at);
     if (s.yc != ir::kNoValue) src += fmt::format("    YC[{}] = cs[j];\n", st_at);
     src += "  }\n";
   }
   src += "}\n";
   L.source += src;
-  return L.kernel_node(n, name, ins, outs, D * B, threads, smem);
+  return L.kernel_node(n, name, ins, outs, D * B * NS, threads, smem);
 }
 
 }  // namespace
