@@ -72,10 +72,12 @@ conformance() {  # the ONNX node tests on cuda: first those cpu passes and cuda'
   # left; every chunk writes its own passing list (pass_<step>.txt: a run cut by the budget loses
   # one chunk, not all); merge them here with the baselines.
   mkdir -p /tmp/onnxdata && tar -xJf .gpu/node.tar.xz -C /tmp/onnxdata
-  comm -23 <(grep -v '^#' tests/conformance/baseline_cpu.txt | sort) \
-           <(grep -v '^#' tests/conformance/baseline_cuda.txt | sort) > /tmp/conf_missing.txt
-  (cd /tmp/onnxdata/node && ls -d test_* | sort) > /tmp/conf_all.txt
-  split -n l/4 -d /tmp/conf_all.txt /tmp/conf_chunk_
+  # LC_ALL=C: comm needs both lists in one collation (the GPU machine's locale
+  # dropped 26 of the 44 names once).
+  LC_ALL=C comm -23 <(grep -v '^#' tests/conformance/baseline_cpu.txt | LC_ALL=C sort) \
+           <(grep -v '^#' tests/conformance/baseline_cuda.txt | LC_ALL=C sort) > /tmp/conf_missing.txt
+  (cd /tmp/onnxdata/node && ls -d test_* | LC_ALL=C sort) > /tmp/conf_all.txt
+  split -n l/4 -d /tmp/conf_all.txt /tmp/conf_chunk_c
   local step fb list left
   for step in missing:host c00:host c01:host c02:host c03:host c00:error c01:error c02:error c03:error; do
     fb=${step#*:}

@@ -149,5 +149,44 @@ TEST(CudaFallback, ACorruptPartitionIsRefusedByTheReader) {
   expect_refused(twice, "segments alternate");
 }
 
+// A reshape between a device node and a host node is a cuda Copy that the
+// lowering renames away for cuda readers (same bytes, kernels carry their own
+// shapes). A host node takes its inputs' shapes from the values, so the value
+// it reads must keep the reshaped shape: here Einsum must see [4,8,8], not
+// Relu's [4,64] (silero's LSTM failed on cuda fp32 with X seen as [1,128,1]).
+TEST(CudaFallback, AHostNodeReadsTheReshapedValueNotTheBytesBeforeIt) {
+  TempDir dir;
+  ModelBuilder b(17);
+  b.input("x", 1, {4, 64});
+  b.initializer_i64("s3", {3}, {4, 8, 8});
+  b.initializer_i64("s2", {2}, {4, 64});
+  b.node("Relu", {"x"}, {"r"}, "relu");
+  b.node("Reshape", {"r", "s3"}, {"rs"}, "to3d");
+  auto& e = b.node("Einsum", {"rs"}, {"e"}, "einsum");
+  auto* eq = e.add_attribute();
+  eq->set_name("equation");
+  eq->set_type(onnx::AttributeProto::STRING);
+  eq->set_s("bij->bji");
+  b.node("Reshape", {"e", "s2"}, {"eo"}, "to2d");
+  b.node("Tanh", {"eo"}, {"y"}, "tanh");
+  b.output("y", 1, {4, 64});
+  b.save(dir / "r.onnx");
+  compile(dir / "r.onnx", dir / "r.kiln", cross());
+  const ir::Model& m = artifact::read_file(dir / "r.kiln").model;
+  bool seen = false;
+  for (auto& n : m.main.nodes) {
+    if (n.op_type != "Einsum") continue;
+    seen = true;
+    ASSERT_EQ(n.inputs.size(), 1u);
+    const ir::Value& x = m.value(n.inputs[0]);
+    ASSERT_TRUE(x.shape.has_value());
+    EXPECT_EQ(ir::to_sizes(*x.shape), (std::vector<int64_t>{4, 8, 8})) << x.name;
+  }
+  EXPECT_TRUE(seen) << "no host Einsum in the program";
+  for (auto& s : m.segments)
+    if (s.device == "host")
+      for (auto id : s.to_host) EXPECT_EQ(ir::to_sizes(*m.value(id).shape).size(), 3u) << m.value(id).name;
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -37,7 +37,7 @@ Uses uses_of(const ir::Model& m) {
 }
 
 int alias_copies(ir::Model& m) {
-  std::vector<bool> is_output(m.values.size(), false);
+  std::vector<bool> is_output(m.values.size(), false);  // values whose Copy stays
   for (auto v : m.main.outputs) is_output[v] = true;
   // A value read inside a subgraph (an If / Loop of a host segment) keeps
   // its Copy: the renaming below reaches main-graph inputs only.
@@ -51,6 +51,15 @@ int alias_copies(ir::Model& m) {
           for (auto v : g.outputs)
             if (v != ir::kNoValue) is_output[v] = true;
         });
+  // A value a host node reads keeps its Copy too: the Copy is a reshape
+  // (Reshape / Squeeze / Flatten... of the same bytes), and where a cuda
+  // kernel carries its own shapes, a host kernel takes the value's shape:
+  // renamed to the Copy's input it would see the shape before the reshape
+  // (silero's LSTM got X as [1,128,1] instead of [1,1,128] in fp32).
+  for (auto& n : m.main.nodes)
+    if (n.domain != kCudaDomain)
+      for (auto v : n.inputs)
+        if (v != ir::kNoValue) is_output[v] = true;
   std::vector<ir::ValueId> alias(m.values.size(), ir::kNoValue);
   auto resolve = [&](ir::ValueId v) { return v != ir::kNoValue && alias[v] != ir::kNoValue ? alias[v] : v; };
   std::vector<ir::Node> kept;
