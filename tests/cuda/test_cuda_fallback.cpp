@@ -183,9 +183,12 @@ TEST(CudaFallback, AHostNodeReadsTheReshapedValueNotTheBytesBeforeIt) {
     EXPECT_EQ(ir::to_sizes(*x.shape), (std::vector<int64_t>{4, 8, 8})) << x.name;
   }
   EXPECT_TRUE(seen) << "no host Einsum in the program";
-  for (auto& s : m.segments)
-    if (s.device == "host")
-      for (auto id : s.to_host) EXPECT_EQ(ir::to_sizes(*m.value(id).shape).size(), 3u) << m.value(id).name;
+  for (auto& s : m.segments) {
+    if (s.device != "host") continue;
+    for (auto id : s.to_host) {
+      EXPECT_EQ(ir::to_sizes(*m.value(id).shape).size(), 3u) << m.value(id).name;
+    }
+  }
 }
 
 }  // namespace
