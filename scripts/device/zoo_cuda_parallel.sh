@@ -21,7 +21,9 @@
 # KILN_ZOO_CONFORMANCE=1 (needs .gpu/node.tar.xz) also runs the ONNX node tests
 # on cuda in parallel, with --fallback host then error (KILN_ZOO_CONF_JOBS jobs,
 # default 6), ratcheting copies of tests/conformance/baseline_cuda*.txt.
-# The kiln log of every model that fails its check goes into the tar (logs/failed/).
+# The kiln log of every model that fails its check goes into the tar (logs/failed/), with
+# `kiln verify`'s JSON for it (KILN_ZOO_VERIFY, default 1: the first node that differs from ref).
+# KILN_ZOO_GPU_TESTS=1 also runs the cuda GoogleTest programs beside the zoo (logs/).
 set -u
 T0=$(date +%s)
 mkdir -p "$OUT/logs"
@@ -46,7 +48,7 @@ group() {  # $1: group index; the rest: its models
   for p in $PRECISIONS; do
     left=$(( BUDGET - ($(date +%s) - T0) ))
     [ "$left" -gt 20 ] || break
-    KILN_ZOO_TOLERANCE=$(tol "$p") KILN_ZOO_PROFILE=1 \
+    KILN_ZOO_TOLERANCE=$(tol "$p") KILN_ZOO_PROFILE=1 KILN_ZOO_VERIFY=${KILN_ZOO_VERIFY:-1} \
       KILN_ZOO_KILN_ARGS="--target cuda --precision $p --tuning heuristic" \
       timeout "$left" python3 tools/models/zoo.py check --dir "$dir" --kiln build-cuda/tools/kiln/kiln --timeout 150 \
       --report "$OUT/zoo_${p}_g$g.md" --json "$OUT/zoo_${p}_g$g.json" --only "$@" > "$OUT/logs/check_${p}_g$g.log" 2>&1
@@ -57,7 +59,7 @@ group() {  # $1: group index; the rest: its models
 keep_failed() {  # $1: group dir, $2: precision, $3: its JSON: copies the kiln logs of failed models
   mkdir -p "$OUT/logs/failed"
   [ -e "$3" ] || return 0
-  python3 - "$3" <<'PY' | while read -r m; do cp "$1/check-logs/$m.log" "$OUT/logs/failed/${m}_$2.log" 2>/dev/null; done
+  python3 - "$3" <<'PY' | while read -r m; do cp "$1/check-logs/$m.log" "$OUT/logs/failed/${m}_$2.log" 2>/dev/null; cp "$1/check-logs/$m.verify.json" "$OUT/logs/failed/${m}_$2.verify.json" 2>/dev/null; done
 import json, sys
 d = json.load(open(sys.argv[1]))
 rows = d.values() if isinstance(d, dict) else d
@@ -102,8 +104,16 @@ for g in $(seq 0 $((WORKERS - 1))); do
   group "$g" ${G[$g]} &
 done
 if [ "${KILN_ZOO_CONFORMANCE:-0}" = 1 ] && [ -e .gpu/node.tar.xz ]; then conformance & fi
+if [ "${KILN_ZOO_GPU_TESTS:-0}" = 1 ]; then  # the cuda GoogleTest programs, one after another, beside the zoo
+  ( for t in build-cuda/tests/cuda/kiln_cuda_*_gpu_tests build-cuda/tests/cuda/kiln_cuda_gpu_tests; do
+      [ -x "$t" ] || continue
+      left=$(( BUDGET - ($(date +%s) - T0) - 10 )); [ "$left" -gt 20 ] || break
+      timeout "$left" "$t" > "$OUT/logs/$(basename "$t").log" 2>&1; echo "rc=$?" >> "$OUT/logs/$(basename "$t").log"
+    done ) &
+fi
 wait
 for f in "$OUT"/logs/conformance_*.log; do [ -e "$f" ] && { echo "== $f"; grep -E "^conformance|REGRESS|crash|rc=" "$f" | head -5; }; done
+for f in "$OUT"/logs/kiln_cuda_*gpu_tests.log; do [ -e "$f" ] && { echo "== $f"; grep -E "^\[  (PASSED|FAILED) |^rc=|SKIPPED" "$f" | head -12; }; done
 for f in "$OUT"/logs/failed/*.log; do [ -e "$f" ] && { echo "== $f"; grep -v "^\s*$" "$f" | tail -6 | cut -c1-400; }; done
 for f in "$OUT"/logs/check_*; do echo "== $f"; tail -3 "$f"; done
 grep -h "export FAILED\|not exported" "$OUT"/logs/export_g*.log | cut -c1-300

@@ -514,6 +514,37 @@ def host_share(path: Path, run_cmd: list, limit: float) -> dict:
             "host_segments": [{"segment": n.get("node"), "ms": n.get("ms")} for n in segs]}
 
 
+def verify_failure(m: ZooModel, path: Path, run_cmd: list, limit: float, log_dir: Path, res: dict) -> None:
+    """KILN_ZOO_VERIFY=1 (a diagnostic for the device calls): after a failed check, `kiln verify`
+    with the run's inputs and target options against the ref target, value by value; its first
+    failing node goes into res["verify"], its whole JSON into LOG_DIR/NAME.verify.json."""
+    if not os.environ.get("KILN_ZOO_VERIFY"):
+        return
+    args, skip = [], False
+    for a in run_cmd[3:]:  # keep --input and the target options; drop --output-dir / --cache-dir / --json
+        if skip:
+            skip = False
+            continue
+        if a in ("--output-dir", "--cache-dir"):
+            skip = True
+            continue
+        if a != "--json":
+            args.append(a)
+    cmd = [run_cmd[0], "verify", str(path)] + args + ["--json"]
+    try:
+        code, out, err, secs = run_kiln(cmd, limit)
+    except Exception as e:  # noqa: BLE001 - a diagnostic must not hide the check's own failure reason
+        res["verify"] = {"error": f"{type(e).__name__}: {e}"}
+        return
+    (log_dir / f"{m.name}.verify.json").write_text(f"// $ {' '.join(cmd)}\n// exit {code} after {secs:.1f} s\n"
+                                                   f"// stderr: {err[-2000:]}\n{out}\n")
+    try:
+        obj = json.loads(out)
+        res["verify"] = {"ok": obj.get("ok"), "first_failure": obj.get("first_failure")}
+    except ValueError:
+        res["verify"] = {"error": kiln_error_line(err, out) if code is not None else "timeout"}
+
+
 def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, keep: bool,
               log_dir: Path, with_shapes: bool = False) -> dict:
     import numpy as np
@@ -561,6 +592,7 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
             how = (f"killed by {signal.Signals(-code).name}" if code < 0
                    else f"exit {code} ({EXIT_CODES.get(code, '?')})")
             res["reason"] = f"kiln run {how}: {kiln_error_line(err, out)}"
+            verify_failure(m, path, cmd, limit, log_dir, res)
             return res
         try:
             obj = json.loads(out)
@@ -587,6 +619,7 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
         if res["problems"]:
             res["reason"] = res["problems"][0] + (f" (+{len(res['problems']) - 1} more)"
                                                   if len(res["problems"]) > 1 else "")
+            verify_failure(m, path, cmd, limit, log_dir, res)
         else:
             res["result"] = "PASS"
             if os.environ.get("KILN_ZOO_PROFILE"):
