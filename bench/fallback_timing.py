@@ -2,9 +2,10 @@
 """The cost of one host-fallback node in the middle of a cuda program (issue 17).
 
 Builds, for each size, two models that differ in one node:
-  with:    x [B,D] -> MatMul(W1 [D,D]) -> Relu -> Einsum("bi,i->bi", s [D]) -> Tanh -> MatMul(W3 [D,D]) = y
+  with:    x [B,D] -> MatMul(W1 [D,D]) -> Relu -> Einsum("bi,i,i->bi", s [D], ones [D]) -> Tanh -> MatMul(W3 [D,D]) = y
   without: the same with the Einsum left out (Relu feeds Tanh)
-The cuda target has no Einsum kernel, so `with` is three segments (cuda, host,
+The cuda target has no Einsum kernel (two-operand GEMM-like Einsums become
+MatMuls in its pipeline, hence the third operand), so `with` is three segments (cuda, host,
 cuda) with one copy each way. `kiln perf --target cuda` measures both (median
 latency, host I/O), and a profiled run of `with` gives the host segment's
 time (its device-to-host copy, the Einsum on the host, issuing the copy back).
@@ -35,13 +36,14 @@ def model(path: Path, b: int, d: int, einsum: bool) -> Path:
     w1 = numpy_helper.from_array((rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32), "W1")
     w3 = numpy_helper.from_array((rng.standard_normal((d, d)) / np.sqrt(d)).astype(np.float32), "W3")
     sc = numpy_helper.from_array(rng.uniform(0.5, 1.5, d).astype(np.float32), "s")
+    ones = numpy_helper.from_array(np.ones(d, np.float32), "ones")
     nodes = [helper.make_node("MatMul", ["x", "W1"], ["a"], name="mm1"), helper.make_node("Relu", ["a"], ["r"], name="relu")]
     if einsum:
-        nodes.append(helper.make_node("Einsum", ["r", "s"], ["e"], equation="bi,i->bi", name="einsum"))
+        nodes.append(helper.make_node("Einsum", ["r", "s", "ones"], ["e"], equation="bi,i,i->bi", name="einsum"))
     nodes += [helper.make_node("Tanh", ["e" if einsum else "r"], ["t"], name="tanh"),
               helper.make_node("MatMul", ["t", "W3"], ["y"], name="mm2")]
     g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [b, d])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, d])], [w1, w3] + ([sc] if einsum else []))
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [b, d])], [w1, w3] + ([sc, ones] if einsum else []))
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), path)
     return path
 

@@ -560,11 +560,15 @@ ModelBuilder einsum_middle_model(bool einsum) {
   b.node("MatMul", {"x", "W1"}, {"a"}, "mm1");
   b.node("Relu", {"a"}, {"r"}, "relu");
   if (einsum) {
-    auto& e = b.node("Einsum", {"r", "W2"}, {"e"}, "einsum");
+    // Three operands (a ones vector scales W2's columns by 1): the cuda
+    // pipeline turns two-operand GEMM-like Einsums into MatMuls
+    // (einsum_to_matmul), and this model needs one the cuda target lacks.
+    b.initializer("ones", {64}, std::vector<float>(64, 1.f));
+    auto& e = b.node("Einsum", {"r", "W2", "ones"}, {"e"}, "einsum");
     auto* eq = e.add_attribute();
     eq->set_name("equation");
     eq->set_type(onnx::AttributeProto::STRING);
-    eq->set_s("bi,ij->bj");
+    eq->set_s("bi,ij,j->bj");
   }
   b.node("Tanh", {einsum ? "e" : "r"}, {"t"}, "tanh");
   b.node("MatMul", {"t", "W3"}, {"y"}, "mm2");
@@ -588,10 +592,13 @@ ModelBuilder two_host_segments_model() {
     a->set_type(onnx::AttributeProto::STRING);
     a->set_s(eq);
   };
+  // Three-operand Einsums (times a ones vector): two-operand ones become
+  // MatMuls in the cuda pipeline (einsum_to_matmul); these must stay on the host.
+  b.initializer("ones", {64}, std::vector<float>(64, 1.f));
   b.node("MatMul", {"x", "W1"}, {"a"}, "mm1");
-  einsum({"a", "W2"}, "e", "bi,ij->bj");
+  einsum({"a", "W2", "ones"}, "e", "bi,ij,j->bj");
   b.node("Tanh", {"e"}, {"t"}, "tanh");
-  einsum({"t", "x"}, "f", "bi,bi->bi");
+  einsum({"t", "x", "ones"}, "f", "bi,bi,i->bi");
   b.node("Relu", {"f"}, {"r"}, "relu");
   b.node("Add", {"r", "e"}, {"y"}, "add");
   b.output("y", 1, {4, 64});

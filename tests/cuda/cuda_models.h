@@ -150,14 +150,16 @@ ModelBuilder sigmoid_head_model(float k = 50.f);
 
 /// Host fallback: one node the cuda target has no kernel for in the middle
 /// of a device program: x float32[4,64] -> MatMul(W1[64,64]) -> Relu ->
-/// Einsum("bi,ij->bj", W2[64,64]) -> Tanh -> MatMul(W3[64,32]) = y [4,32].
+/// Einsum("bi,ij,j->bj", W2[64,64], ones[64]) -> Tanh -> MatMul(W3[64,32]) =
+/// y [4,32] (three operands: the cuda pipeline makes two-operand GEMM-like
+/// Einsums MatMuls, and this one must stay without a cuda kernel).
 /// With `einsum` false the Einsum is left out (Relu feeds Tanh): the same
 /// program without its host node.
 ModelBuilder einsum_middle_model(bool einsum = true);
 
 /// Host fallback in two host segments: x float32[4,64] -> MatMul(W1[64,64])
-/// -> a; e = Einsum("bi,ij->bj", a, W2[64,64]) (host segment 1; e is also a
-/// program output); t = Tanh(e); f = Einsum("bi,bi->bi", t, x) (host segment
+/// -> a; e = Einsum("bi,ij,j->bj", a, W2[64,64], ones) (host segment 1; e is also
+/// a program output); t = Tanh(e); f = Einsum("bi,bi,i->bi", t, x, ones) (host segment
 /// 2, reading the program input x too); y = Relu(f) + e [4,64]. Outputs y, e.
 ModelBuilder two_host_segments_model();
 
