@@ -34,6 +34,7 @@ LowerFn lowering_of(const ir::Node& n) {
       {"Split", lower_split},
       {"Resize", lower_resize},
       {"BatchNormalization", lower_batchnorm},
+      {"LSTM", lower_lstm},
   };
   for (auto& [op, f] : table)
     if (op == n.op_type) return f;

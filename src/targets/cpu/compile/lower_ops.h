@@ -45,6 +45,10 @@ std::optional<ir::Node> channel_affine(ir::Model& m, const ir::Node& from, ir::V
 /// Resize (nearest with integer upscale, or linear with half-pixel coordinates) -> Resample.
 std::optional<std::vector<ir::Node>> lower_resize(ir::Model& m, const ir::Node& n);
 
+/// LSTM in ONNX's default form (sigmoid / tanh, no clip, peepholes or
+/// partial sequences; batch 1 when bidirectional) -> LSTM with repacked weights.
+std::optional<std::vector<ir::Node>> lower_lstm(ir::Model& m, const ir::Node& n);
+
 /// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation
 /// node (one or two eltwise steps, e.g. HardSigmoid = linear then clip), or
 /// nullopt when the node is not one oneDNN has.

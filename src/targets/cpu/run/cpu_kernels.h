@@ -68,6 +68,14 @@ dnnl::reorder::primitive_desc reorder_pd(const ir::Node& n);
 /// are out / in of the dims). Throws Error(corrupt_artifact) for another alg.
 dnnl::resampling_forward::primitive_desc resample_pd(const ir::Node& n);
 
+/// kiln.cpu.LSTM: inputs (X [T, N, I], weights_layer ldigo [1, D, I, 4, H],
+/// weights_iter ldigo [1, D, H, 4, H], bias ldgo [1, D, 4, H], [initial_h],
+/// [initial_c] [D, N, H]); outputs (Y [T, D, N, H], [Y_h], [Y_c]);
+/// attributes hidden, direction (dnnl::rnn_direction; bidirectional only
+/// with N == 1). Throws Error(corrupt_artifact) for other dims or
+/// directions, Error(unsupported) when oneDNN refuses (run/lstm.cpp).
+dnnl::lstm_forward::primitive_desc lstm_pd(const ir::Node& n, const ir::Model& m);
+
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);
 BoundKernel make_pool(const ir::Node& n, const ir::Model& m);
@@ -77,6 +85,7 @@ BoundKernel make_softmax(const ir::Node& n, const ir::Model& m);
 BoundKernel make_layernorm(const ir::Node& n, const ir::Model& m);
 BoundKernel make_reorder(const ir::Node& n, const ir::Model& m);
 BoundKernel make_resample(const ir::Node& n, const ir::Model& m);
+BoundKernel make_lstm(const ir::Node& n, const ir::Model& m);
 /// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst, and
 /// [in_place_offsets] (mark_concat_in_place: every input a contiguous byte
 /// range of dst at that offset, in its own layout): then the kernel copies

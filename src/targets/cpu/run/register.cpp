@@ -10,7 +10,7 @@ KernelFactory find_factory(std::string_view op_type) {
       {"Conv", make_conv},       {"MatMul", make_matmul},       {"Pool", make_pool},
       {"Eltwise", make_eltwise}, {"Binary", make_binary},       {"Softmax", make_softmax},
       {"LayerNorm", make_layernorm}, {"Reorder", make_reorder}, {"Concat", make_concat},
-      {"Resample", make_resample},
+      {"Resample", make_resample}, {"LSTM", make_lstm},
   };
   for (auto& [name, f] : table)
     if (name == op_type) return f;

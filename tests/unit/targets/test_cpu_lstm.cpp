@@ -1,0 +1,160 @@
+// kiln.cpu.LSTM (oneDNN's LSTM primitive): a one-step cell worked out by
+// hand (every gate distinct, so a gate-order slip shows), then each
+// direction, batch, state and output combination against the ref target,
+// and the forms the lowering leaves to the reference kernel.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "../onnx/model_builder.h"
+#include "../passes/graph_pass_util.h"
+#include "artifact/artifact.h"
+#include "kiln/session.h"
+#include "onnx/importer.h"
+#include "passes/passes.h"
+#include "targets/pipeline.h"
+
+namespace kiln::testing {
+namespace {
+
+/// Number of kiln.cpu.LSTM nodes after the cpu pipeline.
+int lowered_lstms(const ModelBuilder& b) {
+  auto bytes = b.bytes();
+  artifact::CompiledProgram cp;
+  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+  passes::bind_input_shapes(cp.model, {});
+  SessionOptions opt;
+  opt.target = Target::cpu();
+  targets::run_pipeline(cp, opt);
+  int c = 0;
+  for (auto& n : cp.model.main.nodes) c += n.op_type == "LSTM" && n.domain == "kiln.cpu";
+  return c;
+}
+
+std::map<std::string, Tensor> run_on(const ModelBuilder& b, Target t, const std::map<std::string, Tensor>& in) {
+  TempDir dir;
+  b.save(dir / "lstm.onnx");
+  SessionOptions opt;
+  opt.target = t;
+  opt.use_cache = false;
+  return Session(dir / "lstm.onnx", opt).run(in);
+}
+
+std::vector<float> wave(int64_t n, float f, float a) {
+  std::vector<float> v;
+  for (int64_t i = 0; i < n; ++i) v.push_back(a * std::sin(f * static_cast<float>(i) + 0.3f));
+  return v;
+}
+
+Tensor tensor(const std::vector<int64_t>& shape, const std::vector<float>& v) {
+  Tensor t(DType::f32, shape);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+/// An LSTM over x [T, N, I] with hidden H and seeded weights; `states`
+/// adds initial_h / initial_c inputs h0, c0; outputs y, y_h, y_c.
+struct LstmSpec {
+  int64_t T = 4, N = 1, I = 3, H = 5;
+  std::string direction = "forward";
+  bool bias = true, states = false;
+};
+
+ModelBuilder lstm(const LstmSpec& s) {
+  const int64_t D = s.direction == "bidirectional" ? 2 : 1;
+  ModelBuilder b;
+  b.input("x", 1, {s.T, s.N, s.I});
+  b.initializer("w", {D, 4 * s.H, s.I}, wave(D * 4 * s.H * s.I, 0.7f, 0.6f));
+  b.initializer("r", {D, 4 * s.H, s.H}, wave(D * 4 * s.H * s.H, 0.45f, 0.5f));
+  if (s.bias) b.initializer("b", {D, 8 * s.H}, wave(D * 8 * s.H, 0.3f, 0.4f));
+  if (s.states) {
+    b.input("h0", 1, {D, s.N, s.H});
+    b.input("c0", 1, {D, s.N, s.H});
+  }
+  auto& n = b.node("LSTM", {"x", "w", "r", s.bias ? "b" : "", "", s.states ? "h0" : "", s.states ? "c0" : ""},
+                   {"y", "y_h", "y_c"});
+  ModelBuilder::attr_int(n, "hidden_size", s.H);
+  attr_string(n, "direction", s.direction);
+  b.output("y");
+  b.output("y_h");
+  b.output("y_c");
+  return b;
+}
+
+void expect_cpu_matches_ref(const LstmSpec& s) {
+  const int64_t D = s.direction == "bidirectional" ? 2 : 1;
+  std::map<std::string, Tensor> in{{"x", tensor({s.T, s.N, s.I}, wave(s.T * s.N * s.I, 0.9f, 1.5f))}};
+  if (s.states) {
+    in["h0"] = tensor({D, s.N, s.H}, wave(D * s.N * s.H, 1.3f, 0.8f));
+    in["c0"] = tensor({D, s.N, s.H}, wave(D * s.N * s.H, 0.5f, 1.2f));
+  }
+  const ModelBuilder b = lstm(s);
+  auto want = run_on(b, Target::ref(), in);
+  auto got = run_on(b, Target::cpu(), in);
+  for (const char* o : {"y", "y_h", "y_c"}) {
+    const Tensor &w = want.at(o), &g = got.at(o);
+    ASSERT_EQ(g.shape(), w.shape()) << o;
+    for (int64_t i = 0; i < w.numel(); ++i)
+      ASSERT_NEAR(g.data<float>()[i], w.data<float>()[i], 1e-5 + 1e-4 * std::fabs(w.data<float>()[i]))
+          << o << "[" << i << "]";
+  }
+}
+
+TEST(CpuLstm, OneStepByHand) {
+  // I = H = 1, x = 1, h0 = 0, c0 = 0.5; W (ONNX gate order i, o, f, c) = 2, -1, 5, 1:
+  // i = s(2), o = s(-1), f = s(5), g = tanh(1); c = f c0 + i g = 1.16746348,
+  // h = o tanh(c) = 0.22146178.
+  ModelBuilder b;
+  b.input("x", 1, {1, 1, 1});
+  b.input("h0", 1, {1, 1, 1});
+  b.input("c0", 1, {1, 1, 1});
+  b.initializer("w", {1, 4, 1}, {2.f, -1.f, 5.f, 1.f});
+  b.initializer("r", {1, 4, 1}, {0.f, 0.f, 0.f, 0.f});
+  auto& n = b.node("LSTM", {"x", "w", "r", "", "", "h0", "c0"}, {"y", "y_h", "y_c"});
+  ModelBuilder::attr_int(n, "hidden_size", 1);
+  b.output("y");
+  b.output("y_h");
+  b.output("y_c");
+  EXPECT_EQ(lowered_lstms(b), 1);
+  auto out = run_on(b, Target::cpu(),
+                    {{"x", tensor({1, 1, 1}, {1.f})}, {"h0", tensor({1, 1, 1}, {0.f})}, {"c0", tensor({1, 1, 1}, {0.5f})}});
+  EXPECT_NEAR(out.at("y").data<float>()[0], 0.22146178f, 1e-6);
+  EXPECT_NEAR(out.at("y_h").data<float>()[0], 0.22146178f, 1e-6);
+  EXPECT_NEAR(out.at("y_c").data<float>()[0], 1.16746348f, 1e-6);
+}
+
+TEST(CpuLstm, EveryDirectionBatchAndStateAgainstRef) {
+  std::vector<LstmSpec> specs;
+  for (const char* dir : {"forward", "reverse", "bidirectional"})
+    for (bool states : {false, true}) {
+      LstmSpec s;
+      s.direction = dir;
+      s.states = states;
+      specs.push_back(s);
+    }
+  LstmSpec batch;  // unidirectional with batch 3
+  batch.N = 3;
+  specs.push_back(batch);
+  batch.states = true;
+  batch.bias = false;
+  specs.push_back(batch);
+  for (const LstmSpec& s : specs) {
+    SCOPED_TRACE(s.direction + " N=" + std::to_string(s.N) + (s.states ? " states" : "") + (s.bias ? "" : " no bias"));
+    EXPECT_EQ(lowered_lstms(lstm(s)), 1);
+    expect_cpu_matches_ref(s);
+  }
+}
+
+TEST(CpuLstm, LeavesOtherFormsToTheReferenceKernel) {
+  LstmSpec bi_batch;  // oneDNN's concatenated output is [T, N, 2H], ONNX's Y [T, 2, N, H]
+  bi_batch.direction = "bidirectional";
+  bi_batch.N = 2;
+  EXPECT_EQ(lowered_lstms(lstm(bi_batch)), 0);
+  expect_cpu_matches_ref(bi_batch);
+  ModelBuilder clipped = lstm(LstmSpec{});
+  attr_float(*clipped.graph().mutable_node(0), "clip", 0.5f);
+  EXPECT_EQ(lowered_lstms(clipped), 0);
+}
+
+}  // namespace
+}  // namespace kiln::testing
