@@ -110,11 +110,19 @@ std::optional<std::vector<ir::Node>> lower_lstm(ir::Model& m, const ir::Node& n)
   }
   for (size_t i : {size_t{5}, size_t{6}})
     if (in(i) != ir::kNoValue && !is_static_f32(m, in(i))) return std::nullopt;
+  // Repack every constant before adding a value: w, r and b point into
+  // m.values, which add_value may reallocate (reading R or B through them
+  // after the first add_value was a use-after-free).
+  Tensor w_ldigo = to_ldigo(*w, D, H, I), r_ldigo = to_ldigo(*r, D, H, H), bias = to_ldgo(b, D, H);
+  const std::string w_name = m.value(in(1)).name, r_name = m.value(in(2)).name;
+  w = r = b = nullptr;
   ir::Node c = cpu_node(n, "LSTM");
-  const std::string base = m.value(in(1)).name;
-  c.inputs = {x, constant_value(m, base + "/ldigo", to_ldigo(*w, D, H, I)),
-              constant_value(m, m.value(in(2)).name + "/ldigo", to_ldigo(*r, D, H, H)),
-              constant_value(m, base + "/lstm_bias", to_ldgo(b, D, H)), in(5), in(6)};
+  c.inputs = {x,
+              constant_value(m, w_name + "/ldigo", std::move(w_ldigo)),
+              constant_value(m, r_name + "/ldigo", std::move(r_ldigo)),
+              constant_value(m, w_name + "/lstm_bias", std::move(bias)),
+              in(5),
+              in(6)};
   c.outputs = {y, n.outputs.size() > 1 ? n.outputs[1] : ir::kNoValue,
                n.outputs.size() > 2 ? n.outputs[2] : ir::kNoValue};
   c.attrs["hidden"] = H;

@@ -7,6 +7,9 @@
 // dst_layer [T, N, D * H]: the same bytes, as the lowering only makes this
 // node for N == 1 or D == 1), then optional Y_h and Y_c [D, N, H] (dst_iter
 // [1, D, N, H]). Attributes: hidden (H), direction (dnnl::rnn_direction).
+// oneDNN takes the two states of a side together (src_iter with src_iter_c,
+// dst_iter with dst_iter_c): when ONNX gives only one, the other is bound to
+// zeros (initial) or to a buffer of this run that is dropped (final).
 // The lowering (compile/lower_lstm.cpp) reorders ONNX's i, o, f, c gates and
 // sums its two biases.
 #include <unordered_map>
@@ -58,6 +61,9 @@ md_t tagged(const dims_t& dims, tag t) { return md_t(dims, dnnl::memory::data_ty
 
 md_t state_md(const LstmDims& d, bool used) { return used ? tagged({1, d.D, d.N, d.H}, tag::ldnc) : md_t(); }
 
+/// oneDNN's descriptors for (h, c) given which of the two ONNX has: both or neither.
+md_t pair_md(const LstmDims& d, bool h, bool c) { return state_md(d, h || c); }
+
 /// The primitive and what one execution binds.
 struct LstmState {
   dnnl::primitive prim;
@@ -71,12 +77,22 @@ struct LstmState {
     args[DNNL_ARG_WEIGHTS_LAYER] = wrap(wei_layer, ctx.in(1).raw());
     args[DNNL_ARG_WEIGHTS_ITER] = wrap(wei_iter, ctx.in(2).raw());
     args[DNNL_ARG_BIAS] = wrap(bias, ctx.in(3).raw());
-    if (d.h0) args[DNNL_ARG_SRC_ITER] = wrap(src_iter, ctx.in(4).raw());
-    if (d.c0) args[DNNL_ARG_SRC_ITER_C] = wrap(src_iter_c, ctx.in(5).raw());
+    // The state ONNX leaves out when it gives the other one: zeros in, dropped out.
+    // Per run (not in LstmState): runs of one session may execute at once.
+    std::vector<float> zeros, dropped;
+    const size_t state_numel = static_cast<size_t>(d.D * d.N * d.H);
+    if (d.h0 != d.c0) zeros.assign(state_numel, 0.f);
+    if (d.yh != d.yc) dropped.resize(state_numel);
+    if (d.h0 || d.c0) {
+      args[DNNL_ARG_SRC_ITER] = wrap(src_iter, d.h0 ? ctx.in(4).raw() : zeros.data());
+      args[DNNL_ARG_SRC_ITER_C] = wrap(src_iter_c, d.c0 ? ctx.in(5).raw() : zeros.data());
+    }
     const std::vector<int64_t> state{d.D, d.N, d.H};
     args[DNNL_ARG_DST_LAYER] = wrap(dst_layer, ctx.output(0, DType::f32, {d.T, d.D, d.N, d.H}).raw());
-    if (d.yh) args[DNNL_ARG_DST_ITER] = wrap(dst_iter, ctx.output(1, DType::f32, state).raw());
-    if (d.yc) args[DNNL_ARG_DST_ITER_C] = wrap(dst_iter_c, ctx.output(2, DType::f32, state).raw());
+    if (d.yh || d.yc) {
+      args[DNNL_ARG_DST_ITER] = wrap(dst_iter, d.yh ? ctx.output(1, DType::f32, state).raw() : dropped.data());
+      args[DNNL_ARG_DST_ITER_C] = wrap(dst_iter_c, d.yc ? ctx.output(2, DType::f32, state).raw() : dropped.data());
+    }
     if (scratch_bytes) args[DNNL_ARG_SCRATCHPAD] = wrap(scratch, thread_scratch(scratch_bytes));
     try {
       prim.execute(stream(), args);
@@ -93,10 +109,10 @@ dnnl::lstm_forward::primitive_desc lstm_pd(const ir::Node& n, const ir::Model& m
   const LstmDims d = lstm_dims(n, m);
   return guarded(n, "LSTM", [&] {
     dnnl::lstm_forward::desc desc(
-        dnnl::prop_kind::forward_inference, d.dir, tagged({d.T, d.N, d.I}, tag::tnc), state_md(d, d.h0),
-        state_md(d, d.c0), tagged({1, d.D, d.I, 4, d.H}, tag::ldigo), tagged({1, d.D, d.H, 4, d.H}, tag::ldigo),
-        tagged({1, d.D, 4, d.H}, tag::ldgo), tagged({d.T, d.N, d.D * d.H}, tag::tnc), state_md(d, d.yh),
-        state_md(d, d.yc));
+        dnnl::prop_kind::forward_inference, d.dir, tagged({d.T, d.N, d.I}, tag::tnc), pair_md(d, d.h0, d.c0),
+        pair_md(d, d.h0, d.c0), tagged({1, d.D, d.I, 4, d.H}, tag::ldigo), tagged({1, d.D, d.H, 4, d.H}, tag::ldigo),
+        tagged({1, d.D, 4, d.H}, tag::ldgo), tagged({d.T, d.N, d.D * d.H}, tag::tnc), pair_md(d, d.yh, d.yc),
+        pair_md(d, d.yh, d.yc));
     return dnnl::lstm_forward::primitive_desc(desc, make_attr(n), engine());
   });
 }
