@@ -96,6 +96,17 @@ conformance() {  # the ONNX node tests on cuda: first those cpu passes and cuda'
   done
 }
 
+# KILN_ZOO_FALLBACK_TIMING=1: first, on the still quiet machine, the one-fallback-node timing
+# (bench/fallback_timing.py; OMP_WAIT_POLICY=PASSIVE: the host segment's OpenMP workers sleep
+# instead of spinning beside the thread that drives the GPU), into $OUT/fallback_timing/.
+if [ "${KILN_ZOO_FALLBACK_TIMING:-0}" = 1 ]; then
+  OMP_WAIT_POLICY=PASSIVE timeout 120 python3 bench/fallback_timing.py --kiln build-cuda/tools/kiln/kiln \
+    --out "$OUT/fallback_timing" --runs "${KILN_ZOO_FALLBACK_RUNS:-300}" > "$OUT/logs/fallback_timing.log" 2>&1
+  echo "rc=$?" >> "$OUT/logs/fallback_timing.log"
+  rm -f "$OUT"/fallback_timing/*.onnx
+  cat "$OUT/logs/fallback_timing.log"
+fi
+
 # Round-robin over the list (it is ordered by family, so each group gets a mix of sizes).
 declare -a G
 for i in "${!ALL[@]}"; do G[$((i % WORKERS))]+="${ALL[$i]} "; done
@@ -118,5 +129,5 @@ for f in "$OUT"/logs/failed/*.log; do [ -e "$f" ] && { echo "== $f"; grep -v "^\
 for f in "$OUT"/logs/check_*; do echo "== $f"; tail -3 "$f"; done
 grep -h "export FAILED\|not exported" "$OUT"/logs/export_g*.log | cut -c1-300
 python3 tools/models/zoo_cuda_report.py "$OUT"/zoo_*_g*.json --out "$OUT/zoo_cuda_report.md" | tail -3
-(cd "$OUT" && tar -czf zoo_cuda.tar.gz zoo_*_g*.json zoo_*_g*.md logs $(ls conformance_cuda_*.md pass_*.txt 2>/dev/null) && rm -rf zoo_*_g*.json zoo_*_g*.md logs conformance_cuda_*.md pass_*.txt)
+(cd "$OUT" && tar -czf zoo_cuda.tar.gz zoo_*_g*.json zoo_*_g*.md logs $(ls -d conformance_cuda_*.md pass_*.txt fallback_timing 2>/dev/null) && rm -rf zoo_*_g*.json zoo_*_g*.md logs conformance_cuda_*.md pass_*.txt fallback_timing)
 echo "zoo_cuda_parallel: done in $(( $(date +%s) - T0 )) s"
