@@ -22,14 +22,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 
 def load(paths: list[Path]) -> dict:
-    """{model: {precision: result dict}}."""
+    """{model: {precision: result dict}}. Files of several calls merge in the order given (a
+    name may have a prefix: call2_zoo_fp16_g0.json): a later result replaces an earlier one,
+    except that a model the later call did not export never replaces a result."""
     out: dict = {}
     for p in paths:
-        m = re.match(r"zoo_(fp32|fp16|bf16)_g\d+\.json$", p.name)
+        m = re.search(r"zoo_(fp32|fp16|bf16)_g\d+\.json$", p.name)
         if not m:
-            raise SystemExit(f"{p}: expected a file named zoo_<precision>_g<N>.json")
+            raise SystemExit(f"{p}: expected a file named [PREFIX]zoo_<precision>_g<N>.json")
         for r in json.loads(p.read_text()):
-            out.setdefault(r["model"], {})[m.group(1)] = r
+            slot = out.setdefault(r["model"], {})
+            if "not exported" in str(r.get("reason", "")) and m.group(1) in slot:
+                continue
+            slot[m.group(1)] = r
     return out
 
 
