@@ -38,6 +38,18 @@ ir::ValueId dynamic_value(const ir::Model& m, const ir::Node& n) {
   return ir::kNoValue;
 }
 
+/// An ONNX Cast between float16 / bfloat16 and float32: in a cuda program's
+/// host segment, the boundary of the host's float32 computation (16-bit
+/// programs; targets/cuda/compile/host_precision.cpp) or a precision-pass Cast.
+bool half_float_cast(const ir::Model& m, const ir::Node& n) {
+  if (!n.domain.empty() || n.op_type != "Cast" || n.inputs.size() != 1 || n.outputs.size() != 1 ||
+      n.inputs[0] == ir::kNoValue || n.outputs[0] == ir::kNoValue)
+    return false;
+  auto half = [](DType t) { return t == DType::f16 || t == DType::bf16; };
+  const DType a = m.value(n.inputs[0]).dtype, b = m.value(n.outputs[0]).dtype;
+  return (half(a) && b == DType::f32) || (a == DType::f32 && half(b));
+}
+
 }  // namespace
 
 std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string& target) {
@@ -72,6 +84,8 @@ std::vector<ReferenceNode> reference_nodes(const ir::Model& m, const std::string
       r.reason = from_inputs ? fmt::format("dynamic shape: '{}' is {}", val.name, ir::shape_str(val.shape))
                              : fmt::format("data-dependent shape: '{}' is {} (its size comes from tensor values)",
                                            val.name, ir::shape_str(val.shape));
+    } else if (host[i] && half_float_cast(m, n)) {
+      r.reason = "converts between the program's 16-bit values and float32, which host nodes compute in";
     } else if (ir::has_empty_tensor(m, n)) {
       r.reason = "empty tensor (a 0-sized dim)";
     } else if (elementwise_op(n.op_type) && !n.outputs.empty() && n.outputs[0] != ir::kNoValue) {

@@ -16,6 +16,9 @@ namespace kiln {
 ///    shape specialization on) when a dim is an input's symbol;
 ///  - "data-dependent shape: ..." when the size comes from tensor values
 ///    (NonZero, TopK with a tensor K, Loop scan outputs, ...);
+///  - a cuda program's host-segment Cast between a 16-bit type and float32:
+///    "converts between the program's 16-bit values and float32, ..." (the
+///    boundary of a 16-bit program's float32 host nodes);
 ///  - "empty tensor" (a 0-sized dim; oneDNN plans cannot take one);
 ///  - "small element-wise (N elements): the reference kernel beats a oneDNN call";
 ///  - "no <target> kernel for <op>" (the target has none for that operator

@@ -693,6 +693,71 @@ ModelBuilder nonzero_model() {
   return b;
 }
 
+ModelBuilder host_fp32_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {1, 4, 8, 8});
+  auto weights = [](size_t n, float scale, float phase) {
+    std::vector<float> w(n);
+    for (size_t i = 0; i < n; ++i) w[i] = scale * std::sin(0.61f * static_cast<float>(i) + phase);
+    return w;
+  };
+  b.initializer("Wc", {4, 4, 3, 3}, weights(4 * 4 * 9, 0.3f, 0.2f));
+  b.initializer("Wg", {16, 8}, weights(16 * 8, 0.2f, 0.9f));
+  b.initializer("Bg", {8}, weights(8, 0.1f, 1.7f));
+  b.initializer("zero", {}, {0.f});
+  b.initializer("two", {}, {2.f});
+  b.initializer_i64("rows_shape", {2}, {4, 16});
+  b.initializer_i64("one", {}, {1});
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "Wc"}, {"c"}, "conv"), "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c"}, {"r"}, "relu");
+  auto& mp = b.node("MaxPool", {"r"}, {"mp", "ind"}, "maxpool");
+  ModelBuilder::attr_ints(mp, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(mp, "strides", {2, 2});
+  b.node("Sigmoid", {"mp"}, {"s"}, "sigmoid");
+  auto& q = b.node("ReduceMax", {"r"}, {"q"}, "reducemax");
+  ModelBuilder::attr_ints(q, "axes", {2, 3});
+  ModelBuilder::attr_int(q, "keepdims", 0);
+  auto& mx = b.node("ReduceMean", {"x"}, {"mx"}, "reducemean");
+  ModelBuilder::attr_ints(mx, "axes", {2, 3});
+  ModelBuilder::attr_int(mx, "keepdims", 0);
+  b.node("Greater", {"mx", "zero"}, {"gt"}, "greater");
+  b.node("NonZero", {"gt"}, {"nz"}, "nonzero");
+  ModelBuilder::attr_int(b.node("Gather", {"nz", "one"}, {"ids"}, "ids"), "axis", 0);
+  b.node("Reshape", {"s", "rows_shape"}, {"feat"}, "reshape");
+  ModelBuilder::attr_int(b.node("Gather", {"feat", "ids"}, {"rows"}, "rows"), "axis", 0);
+  b.node("Gemm", {"rows", "Wg", "Bg"}, {"h"}, "gemm");
+  b.node("Exp", {"h"}, {"e"}, "exp");
+  b.node("Mul", {"e", "h"}, {"z"}, "mul");
+  auto& sum = b.node("ReduceSum", {"mx"}, {"sum"}, "sum");
+  ModelBuilder::attr_int(sum, "keepdims", 0);
+  b.node("Greater", {"sum", "zero"}, {"cond"}, "positive");
+  auto& n = b.node("If", {"cond"}, {"w"}, "if");
+  auto body = [&](const std::string& name, const std::string& op, const std::vector<std::string>& ins) {
+    auto* a = n.add_attribute();
+    a->set_name(name);
+    a->set_type(onnx::AttributeProto::GRAPH);
+    auto* g = a->mutable_g();
+    g->set_name(name);
+    auto* k = g->add_node();
+    k->set_op_type(op);
+    k->set_name(name + "_" + op);
+    for (auto& i : ins) k->add_input(i);
+    k->add_output(name + "_out");
+    auto* o = g->add_output();
+    o->set_name(name + "_out");
+    o->mutable_type()->mutable_tensor_type()->set_elem_type(1);
+    o->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
+    o->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
+  };
+  body("then_branch", "Mul", {"q", "two"});
+  body("else_branch", "Neg", {"q"});
+  b.node("Add", {"w", "q"}, {"u"}, "add");
+  b.output("s", 1, {1, 4, 4, 4});
+  b.output("z");
+  b.output("u", 1, {1, 4});
+  return b;
+}
+
 }  // namespace kiln::testing
 
 namespace kiln::testing {

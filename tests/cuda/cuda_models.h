@@ -179,6 +179,19 @@ ModelBuilder data_if_gemm_model(int64_t batch = 4, int64_t dim = 64);
 /// s = Sigmoid(x) [16] (a device output).
 ModelBuilder nonzero_model();
 
+/// Host nodes of every kind in a 16-bit program (host_precision.cpp),
+/// opset 17: x float32 [1,4,8,8]; r = Relu(Conv(x, Wc[4,4,3,3], pads 1));
+/// (mp, ind) = MaxPool(r, 2x2, stride 2) with its Indices output (host, a
+/// static shape; the device reads mp: s = Sigmoid(mp) [1,4,4,4], output);
+/// q = ReduceMax(r, axes 2,3) [1,4] (device, r shared with the host);
+/// mx = ReduceMean(x, axes 2,3) [1,4]; ids = NonZero(mx > 0)[1] (the
+/// channels of positive mean, a data-dependent count N); rows =
+/// Gather(Reshape(s, [4,16]), ids) [N,16]; h = Gemm(rows, Wg[16,8], Bg[8]);
+/// z = Exp(h) * h [N,8] (output; all host); an If on the data (ReduceSum(mx)
+/// > 0) whose branches read the outer q (then q * 2, else -q) -> w; u = w +
+/// q [1,4] (output). Weights seeded (deterministic).
+ModelBuilder host_fp32_model();
+
 /// One ONNX LSTM node (gen_recurrent's tests), opset 14; what is present is
 /// chosen by the fields. Weights W [D,4H,I], R [D,4H,H], B [D,8H] and P
 /// [D,3H] are seeded initializers of magnitude ~1/sqrt(H); sequence_lens an

@@ -5,12 +5,16 @@
 // Running such programs on a GPU: test_cuda_fallback_gpu.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <map>
+#include <nlohmann/json.hpp>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
 #include "kiln/compile.h"
 #include "kiln/errors.h"
+#include "runtime/reference_nodes.h"
 #include "targets/cuda/run/cuda_ops.h"
 
 namespace kiln::testing {
@@ -219,6 +223,110 @@ TEST(CudaFallback, AGemmLikeEinsumRunsOnTheDeviceAsAMatMul) {
   }
   EXPECT_EQ(einsums, 0);
   EXPECT_EQ(device, static_cast<int>(m.main.nodes.size()));
+}
+
+bool is_half(DType t) { return t == DType::f16 || t == DType::bf16; }
+
+// 16-bit programs: the host kernels compute in float32 (most have no 16-bit
+// kernel; the host Exp of an fp16 program wrote float16 where float32 was
+// declared, retinanet's exit 6). Every host node reads and writes float32;
+// what crosses from the device stays 16-bit and a host Cast widens it, a
+// host result a device node reads is cast back to the 16-bit type on the
+// host, and the host Gemm reads the original float32 weights.
+TEST(CudaFallback, SixteenBitProgramsComputeTheirHostNodesInFloat32) {
+  TempDir dir;
+  host_fp32_model().save(dir / "h.onnx");
+  for (Precision p : {Precision::fp16, Precision::bf16}) {
+    SCOPED_TRACE(precision_name(p));
+    const DType half = p == Precision::fp16 ? DType::f16 : DType::bf16;
+    SessionOptions o = cross();
+    o.precision = p;
+    compile(dir / "h.onnx", dir / "h.kiln", o);
+    const artifact::CompiledProgram cp = artifact::read_file(dir / "h.kiln");
+    const ir::Model& m = cp.model;
+    std::map<ir::ValueId, const ir::Node*> producer;
+    for (auto& n : m.main.nodes)
+      for (auto v : n.outputs)
+        if (v != ir::kNoValue) producer[v] = &n;
+    auto float_ok = [&](const ir::Node& n, ir::ValueId v) {
+      if (v == ir::kNoValue) return;
+      const DType t = m.value(v).dtype;
+      EXPECT_FALSE(is_half(t)) << n.label() << " on the host: '" << m.value(v).name << "' is " << dtype_name(t);
+    };
+    std::map<std::string, const ir::Node*> host;  // by node name
+    std::vector<std::string> to_host, to_device;
+    for (auto& s : m.segments) {
+      if (s.device != "host") continue;
+      for (auto id : s.to_host) to_host.push_back(m.value(id).name);
+      for (auto id : s.to_device) to_device.push_back(m.value(id).name);
+      for (size_t i = s.first; i < s.first + s.count; ++i) {
+        const ir::Node& n = m.main.nodes[i];
+        host[n.name] = &n;
+        if (n.op_type == "Cast") continue;  // the boundary: 16-bit on one side
+        for (auto v : n.inputs) float_ok(n, v);
+        for (auto v : n.outputs) float_ok(n, v);
+        for (auto& [k, a] : n.attrs)
+          if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
+            ir::for_each_graph(**sg, [&](ir::Graph& g) {
+              for (auto& inner : g.nodes)
+                for (auto v : inner.inputs) float_ok(inner, v);
+            });
+      }
+    }
+    for (const char* name : {"maxpool", "nonzero", "rows", "gemm", "exp", "mul", "if"})
+      EXPECT_TRUE(host.count(name)) << name << " is not on the host";
+    ASSERT_TRUE(host.count("gemm") && host.count("rows") && host.count("maxpool") && host.count("if"));
+    // The Gemm reads the model's float32 weights, not their 16-bit copies.
+    const ir::Node& gemm = *host.at("gemm");
+    ASSERT_EQ(gemm.inputs.size(), 3u);
+    EXPECT_EQ(m.value(gemm.inputs[1]).name, "Wg");
+    EXPECT_EQ(m.value(gemm.inputs[2]).name, "Bg");
+    // Gather's data: the 16-bit device value crosses, a host Cast widens it.
+    const ir::Value& rows_in = m.value(host.at("rows")->inputs[0]);
+    EXPECT_EQ(rows_in.dtype, DType::f32);
+    ASSERT_TRUE(producer.count(host.at("rows")->inputs[0]));
+    const ir::Node& widen = *producer.at(host.at("rows")->inputs[0]);
+    EXPECT_EQ(widen.op_type, "Cast");
+    EXPECT_TRUE(host.count(widen.name)) << widen.name << " is not on the host";
+    EXPECT_EQ(m.value(widen.inputs[0]).dtype, half);
+    EXPECT_NE(std::find(to_host.begin(), to_host.end(), m.value(widen.inputs[0]).name), to_host.end());
+    // `kiln inspect` says why the boundary Cast runs on reference kernels.
+    bool explained = false;
+    for (auto& r : reference_nodes(m, "cuda"))
+      if (r.node == widen.name) explained = r.reason.find("16-bit values and float32") != std::string::npos;
+    EXPECT_TRUE(explained) << widen.name;
+    // MaxPool's result: float32 on the host, cast back to 16 bits on the
+    // host for the device's Sigmoid: the 16-bit value crosses.
+    const ir::ValueId mp = host.at("maxpool")->outputs[0];
+    EXPECT_EQ(m.value(mp).dtype, DType::f32);
+    const ir::Node* narrow = nullptr;
+    for (auto& [name, n] : host)
+      if (n->op_type == "Cast" && n->inputs[0] == mp) narrow = n;
+    ASSERT_NE(narrow, nullptr) << "no host Cast of MaxPool's output";
+    EXPECT_EQ(m.value(narrow->outputs[0]).dtype, half);
+    EXPECT_NE(std::find(to_device.begin(), to_device.end(), m.value(narrow->outputs[0]).name), to_device.end());
+    EXPECT_EQ(std::find(to_device.begin(), to_device.end(), m.value(mp).name), to_device.end());
+    // The If's branches read the outer q (a 16-bit device value) as float32.
+    int q_reads = 0;
+    for (auto& [k, a] : host.at("if")->attrs)
+      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
+        for (auto& inner : (*sg)->nodes)
+          for (auto v : inner.inputs) {
+            if (m.value(v).name.rfind("q", 0) != 0) continue;
+            ++q_reads;
+            EXPECT_EQ(m.value(v).dtype, DType::f32) << m.value(v).name;
+          }
+    EXPECT_EQ(q_reads, 2);
+    // The notes and `kiln inspect`: the Gemm is a float32 node, and why.
+    auto share = nlohmann::json::parse(cp.metadata_json).at("precision_share");
+    bool listed = false;
+    for (auto& f : share.at("fp32"))
+      if (f.at("node") == "gemm") {
+        listed = true;
+        EXPECT_NE(f.at("why").get<std::string>().find("host"), std::string::npos) << f.dump();
+      }
+    EXPECT_TRUE(listed) << share.dump();
+  }
 }
 
 }  // namespace

@@ -247,6 +247,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   int conv_bias = split_conv_bias(m);
   // fp16 / bf16: float32 values become 16-bit before anything is lowered
   // (the model's inputs and outputs keep their dtypes; precision.h).
+  std::vector<DType> before(m.values.size());  // which 16-bit values the precision pass makes
+  for (size_t i = 0; i < before.size(); ++i) before[i] = m.values[i].dtype;
   if (opt.dtype != DType::f32)
     st.precision =
         convert_precision(m, opt.dtype, opt.precision_check ? opt.precision_check(m, opt.dtype) : std::set<std::string>{});
@@ -255,6 +257,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   std::map<int, std::string> host;  // node index -> why it runs on the host
   const std::vector<ir::Node> nodes = lower_graph_nodes(L, opt, st, host);
   if (!opt.fallback && !host.empty()) refuse_host_nodes(nodes, host);
+  // The host computes in float32: host nodes become float32 islands.
+  if (opt.dtype != DType::f32 && !host.empty()) fp32_host_nodes(m, opt.dtype, before, st.precision);
   st.copies -= alias_copies(m);
   passes::eliminate_dead_code(m);
   ir::verify(m);

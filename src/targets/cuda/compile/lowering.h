@@ -119,6 +119,29 @@ bool try_lower(Lowering& L, std::string& why, const std::function<void()>& lower
 void report_host_nodes(const ir::Model& m, const std::map<int, std::string>& reasons,
                        const std::vector<ir::Node>& nodes, LowerStats& st);
 
+/// 16-bit programs (precision `half`, DType::f16 or bf16) with host nodes:
+/// makes every node of m's main graph left to the host (an ONNX-domain node
+/// among the lowered ones) a float32 island, since the host kernels compute
+/// in float32 (most have no 16-bit kernel, and an fp32-output op such as
+/// Exp would write its input's 16-bit type there). For each host node:
+///  - a float input the precision pass made 16-bit (dtype `half`, which
+///    `before`, the values' dtypes before that pass, did not have) is read
+///    as float32: the float32 constant or model input it was converted from
+///    (`st.wide`), else the output of an ONNX Cast to float32 emitted before
+///    the node (on the host: the 16-bit value is what crosses the
+///    boundary); one per value, shared by its host readers, their If / Loop
+///    / Scan bodies included (the node's subgraphs are cloned first). A Cast,
+///    Shape or Size reads its input as it is.
+///  - an output made 16-bit becomes float32 (a Cast's `to` with it); where
+///    a device node reads it, an ONNX Cast to `half` after the node (on the
+///    host: the 16-bit value crosses) gives the device readers the 16-bit
+///    value they were lowered for. Host readers read the float32 value, so
+///    values that stay on the host stay float32; graph outputs keep their
+///    dtypes (the pass never makes one 16-bit).
+/// A node st counted as 16-bit moves to st.fp32 ("runs on the host ...").
+/// Returns the number of Casts added (also added to st.casts).
+int fp32_host_nodes(ir::Model& m, DType half, const std::vector<DType>& before, PrecisionStats& st);
+
 /// Error(unsupported) for a compile with fallback off (SessionOptions::fallback
 /// = error): "N node(s) cannot be compiled for target cuda: <label> (op_type
 /// X): <why>; ..." naming every node in `reasons` (node index -> why).

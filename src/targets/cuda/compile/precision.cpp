@@ -152,11 +152,13 @@ class Converter {
         log().debug("cuda precision: constant '{}' has finite values beyond the {} range, clamped to +-{:g}", nv.name,
                     dtype_name(t), largest_finite(t));
       id = add_value(std::move(nv));
+      st_.wide.emplace(id, v);
       ++st_.constants;
       st_.clamped += clamped ? 1 : 0;
     } else {
       nv.constant.reset();
       id = add_value(std::move(nv));
+      if (static_cast<size_t>(v) < graph_input_.size() && graph_input_[v] && t != DType::f32) st_.wide.emplace(id, v);
       ir::Node c;
       c.op_type = "Cast";
       c.name = fmt::format("{}_cast_{}", reader.name.empty() ? m_.value(v).name : reader.name, short_name(t));
@@ -269,6 +271,8 @@ class Converter {
         st_.fp32.push_back({key, n.domain.empty() ? n.op_type : n.domain + "." + n.op_type, std::move(why)});
       } else {
         ++st_.nodes_16bit;
+        st_.half.push_back({key, n.domain.empty() ? n.op_type : n.domain + "." + n.op_type, n.outputs,
+                            st_.fp32.size()});
       }
     }
     const std::string name = n.name;

@@ -31,6 +31,10 @@
 //  - nodes the precision check keeps in float32 (ConvertOptions::keep_fp32,
 //    runtime/precision_check.h): islands, whatever their op; what follows
 //    them is promoted as above.
+//  - nodes that run on the host (host fallback, known only once the
+//    lowering has tried them) compute in float32 there, whatever their role
+//    here: the lowering makes them float32 islands afterwards
+//    (fp32_host_nodes, lowering.h).
 //  - everything else (losses, Quantize/DequantizeLinear, CumSum, linear /
 //    cubic Resize, OneHot, EyeLike, reducing scatters, ...) runs as written
 //    in float32: 16-bit inputs are cast back to float32 first.
@@ -47,6 +51,7 @@
 // read by a 16-bit or follow op is cast once, where it is first needed; a
 // model output computed in 16 bits is produced by a final Cast to float32.
 #pragma once
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -60,6 +65,14 @@ struct Fp32Node {
   std::string node;  ///< precision_node_key
   std::string op;    ///< ONNX op_type (domain-qualified outside the ONNX domain)
   std::string why;   ///< "kept by the precision check", "promoted: reads the float32 activation 'x'", ...
+};
+
+/// A float node the precision pass made 16-bit (see PrecisionStats).
+struct HalfNode {
+  std::string node;  ///< precision_node_key
+  std::string op;    ///< as Fp32Node::op
+  std::vector<ir::ValueId> outputs;  ///< its outputs as rewritten (16-bit float outputs among them)
+  size_t fp32_at = 0;  ///< PrecisionStats::fp32's size when it was met: its place there in graph order
 };
 
 /// What convert_precision did, for logs, notes and tests.
@@ -76,11 +89,15 @@ struct PrecisionStats {
   int values = 0;     ///< float32 activations now 16-bit (node outputs)
   int constants = 0;  ///< float32 constants given a 16-bit copy
   int clamped = 0;    ///< of those, constants with finite values beyond the 16-bit range, clamped to it
-  int casts = 0;      ///< Cast nodes inserted (model inputs and outputs, float32 islands, promotions)
+  int casts = 0;      ///< Cast nodes inserted (model inputs and outputs, float32 islands, promotions, host boundaries)
   int fp32_nodes = 0; ///< float nodes left float32 (islands, fp32-output ops, explicit Casts, promoted)
   int float_nodes = 0;       ///< float nodes (see above)
   int nodes_16bit = 0;       ///< float nodes whose float outputs are all 16-bit
   std::vector<Fp32Node> fp32;  ///< the float nodes left float32, in graph order
+  std::vector<HalfNode> half;  ///< the 16-bit float nodes, in graph order
+  /// 16-bit copies of float32 constants and model inputs -> the float32
+  /// value each was made from (what a float32 reader may take instead).
+  std::map<ir::ValueId, ir::ValueId> wide;
 };
 
 /// How the precision pass treats one node (see the policy above).
