@@ -607,9 +607,10 @@ ModelBuilder two_host_segments_model() {
 }
 
 namespace {
-/// A branch graph computing `out` = op(x[, c]) from the outer scope's x.
+/// A branch graph computing `out` = op(x[, c]) from the outer scope's x; out
+/// is float32 of shape `dims`.
 void branch(onnx::AttributeProto* a, const std::string& name, const std::string& op, const std::string& out,
-            const std::vector<std::string>& ins) {
+            const std::vector<std::string>& ins, const std::vector<int64_t>& dims = {8}) {
   a->set_name(name);
   a->set_type(onnx::AttributeProto::GRAPH);
   auto* g = a->mutable_g();
@@ -622,7 +623,7 @@ void branch(onnx::AttributeProto* a, const std::string& name, const std::string&
   auto* o = g->add_output();
   o->set_name(out);
   o->mutable_type()->mutable_tensor_type()->set_elem_type(1);
-  o->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(8);
+  for (auto d : dims) o->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(d);
 }
 }  // namespace
 
@@ -732,25 +733,8 @@ ModelBuilder host_fp32_model() {
   ModelBuilder::attr_int(sum, "keepdims", 0);
   b.node("Greater", {"sum", "zero"}, {"cond"}, "positive");
   auto& n = b.node("If", {"cond"}, {"w"}, "if");
-  auto body = [&](const std::string& name, const std::string& op, const std::vector<std::string>& ins) {
-    auto* a = n.add_attribute();
-    a->set_name(name);
-    a->set_type(onnx::AttributeProto::GRAPH);
-    auto* g = a->mutable_g();
-    g->set_name(name);
-    auto* k = g->add_node();
-    k->set_op_type(op);
-    k->set_name(name + "_" + op);
-    for (auto& i : ins) k->add_input(i);
-    k->add_output(name + "_out");
-    auto* o = g->add_output();
-    o->set_name(name + "_out");
-    o->mutable_type()->mutable_tensor_type()->set_elem_type(1);
-    o->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(1);
-    o->mutable_type()->mutable_tensor_type()->mutable_shape()->add_dim()->set_dim_value(4);
-  };
-  body("then_branch", "Mul", {"q", "two"});
-  body("else_branch", "Neg", {"q"});
+  branch(n.add_attribute(), "then_branch", "Mul", "then_out", {"q", "two"}, {1, 4});
+  branch(n.add_attribute(), "else_branch", "Neg", "else_out", {"q"}, {1, 4});
   b.node("Add", {"w", "q"}, {"u"}, "add");
   b.output("s", 1, {1, 4, 4, 4});
   b.output("z");
