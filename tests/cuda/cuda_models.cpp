@@ -735,7 +735,8 @@ ModelBuilder host_fp32_model() {
   auto& n = b.node("If", {"cond"}, {"w"}, "if");
   branch(n.add_attribute(), "then_branch", "Mul", "then_out", {"q", "two"}, {1, 4});
   branch(n.add_attribute(), "else_branch", "Neg", "else_out", {"q"}, {1, 4});
-  b.node("Add", {"w", "q"}, {"u"}, "add");
+  // Sub, not Add: with the else branch (-q) an Add would make u exactly 0.
+  b.node("Sub", {"w", "q"}, {"u"}, "sub");
   b.output("s", 1, {1, 4, 4, 4});
   b.output("z");
   b.output("u", 1, {1, 4});

@@ -188,8 +188,8 @@ ModelBuilder nonzero_model();
 /// channels of positive mean, a data-dependent count N); rows =
 /// Gather(Reshape(s, [4,16]), ids) [N,16]; h = Gemm(rows, Wg[16,8], Bg[8]);
 /// z = Exp(h) * h [N,8] (output; all host); an If on the data (ReduceSum(mx)
-/// > 0) whose branches read the outer q (then q * 2, else -q) -> w; u = w +
-/// q [1,4] (output). Weights seeded (deterministic).
+/// > 0) whose branches read the outer q (then q * 2, else -q) -> w; u = w -
+/// q [1,4] (output: q or -2q, never 0). Weights seeded (deterministic).
 ModelBuilder host_fp32_model();
 
 /// One ONNX LSTM node (gen_recurrent's tests), opset 14; what is present is
