@@ -481,23 +481,30 @@ def summarize_reference_nodes(nodes: list) -> dict:
     return out
 
 
-def host_share(path: Path, run_cmd: list, limit: float) -> dict:
-    """KILN_ZOO_PROFILE=1 (scripts/device/zoo_cuda.sh): `kiln perf` of a model that
-    passed, with the run's inputs and options: the median latency and, from the
-    profiled runs, the host segments of a cuda program with host fallback (each
-    entry of op "host" is one segment: its device-to-host copies, its nodes and
-    issuing the copies back), their ms and share of the median latency."""
-    args = [a for a in run_cmd[3:] if a not in ("--json",)]
-    cmd = [run_cmd[0], "perf", str(path)]
-    skip = False
-    for a in args:  # keep --input / kiln options, drop --output-dir / --cache-dir and their values
+def run_options(run_cmd: list) -> list:
+    """The options of a `kiln run MODEL ...` command line that another kiln command on the same
+    inputs takes too: --input and the target options, without --output-dir / --cache-dir (and
+    their values) and --json."""
+    out, skip = [], False
+    for a in run_cmd[3:]:
         if skip:
             skip = False
             continue
         if a in ("--output-dir", "--cache-dir"):
             skip = True
             continue
-        cmd.append(a)
+        if a != "--json":
+            out.append(a)
+    return out
+
+
+def host_share(path: Path, run_cmd: list, limit: float) -> dict:
+    """KILN_ZOO_PROFILE=1 (scripts/device/zoo_cuda.sh): `kiln perf` of a model that
+    passed, with the run's inputs and options: the median latency and, from the
+    profiled runs, the host segments of a cuda program with host fallback (each
+    entry of op "host" is one segment: its device-to-host copies, its nodes and
+    issuing the copies back), their ms and share of the median latency."""
+    cmd = [run_cmd[0], "perf", str(path)] + run_options(run_cmd)
     cmd += ["--profile", "--runs", "20", "--warmup", "5", "--json"]
     code, out, err, secs = run_kiln(cmd, limit)
     if code != 0:
@@ -520,17 +527,7 @@ def verify_failure(m: ZooModel, path: Path, run_cmd: list, limit: float, log_dir
     failing node goes into res["verify"], its whole JSON into LOG_DIR/NAME.verify.json."""
     if not os.environ.get("KILN_ZOO_VERIFY"):
         return
-    args, skip = [], False
-    for a in run_cmd[3:]:  # keep --input and the target options; drop --output-dir / --cache-dir / --json
-        if skip:
-            skip = False
-            continue
-        if a in ("--output-dir", "--cache-dir"):
-            skip = True
-            continue
-        if a != "--json":
-            args.append(a)
-    cmd = [run_cmd[0], "verify", str(path)] + args + ["--json"]
+    cmd = [run_cmd[0], "verify", str(path)] + run_options(run_cmd) + ["--json"]
     try:
         code, out, err, secs = run_kiln(cmd, limit)
     except Exception as e:  # noqa: BLE001 - a diagnostic must not hide the check's own failure reason

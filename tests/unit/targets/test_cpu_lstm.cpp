@@ -8,6 +8,7 @@
 
 #include "../onnx/model_builder.h"
 #include "../passes/graph_pass_util.h"
+#include "cpu_test_util.h"
 #include "artifact/artifact.h"
 #include "kiln/session.h"
 #include "onnx/importer.h"
@@ -18,27 +19,7 @@ namespace kiln::testing {
 namespace {
 
 /// Number of kiln.cpu.LSTM nodes after the cpu pipeline.
-int lowered_lstms(const ModelBuilder& b) {
-  auto bytes = b.bytes();
-  artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::bind_input_shapes(cp.model, {});
-  SessionOptions opt;
-  opt.target = Target::cpu();
-  targets::run_pipeline(cp, opt);
-  int c = 0;
-  for (auto& n : cp.model.main.nodes) c += n.op_type == "LSTM" && n.domain == "kiln.cpu";
-  return c;
-}
-
-std::map<std::string, Tensor> run_on(const ModelBuilder& b, Target t, const std::map<std::string, Tensor>& in) {
-  TempDir dir;
-  b.save(dir / "lstm.onnx");
-  SessionOptions opt;
-  opt.target = t;
-  opt.use_cache = false;
-  return Session(dir / "lstm.onnx", opt).run(in);
-}
+int lowered_lstms(const ModelBuilder& b) { return cpu_nodes(b, "LSTM"); }
 
 std::vector<float> wave(int64_t n, float f, float a) {
   std::vector<float> v;
