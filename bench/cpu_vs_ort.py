@@ -25,7 +25,10 @@ same inputs (|kiln - ort| <= 1e-4 + 1e-3 |ort| for every element).
 
 Prints the table, and writes it as Markdown (cpu_vs_ort.md) and as a bar
 chart (cpu_vs_ort.png) to --out-dir, with the machine load (uptime) before
-and after. This is a benchmark, not a test: it asserts nothing.
+and after, and the OpenMP wait policy. Run it on a quiet machine without
+OMP_WAIT_POLICY (the default is what users get; PASSIVE slows kiln's small
+networks by 20-90%, bench/results/cpu_vs_ort_20261202_default_wait.md).
+This is a benchmark, not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -66,6 +69,15 @@ CASES = [
     Case("yolov8n", "yolov8n", shapes={"images": [1, 3, 320, 320]}),
     Case("silero_vad", "silero_vad", shapes={"input": [1, 512], "state": [2, 1, 128]}),
 ]
+
+
+def omp_wait_policy() -> str:
+    """The OpenMP wait policy both sides ran under, for the report: PASSIVE puts
+    kiln's oneDNN workers to sleep after every primitive and costs it 20-90% on
+    small networks (bench/results/cpu_vs_ort_20261202_default_wait.md), so a
+    figure means little without it."""
+    v = os.environ.get("OMP_WAIT_POLICY")
+    return f"OMP_WAIT_POLICY={v}" if v else "default (OMP_WAIT_POLICY unset; what a user gets)"
 
 
 def uptime_load() -> str:
@@ -225,6 +237,7 @@ def write_report(rows: list[dict], meta: dict, out_dir: Path) -> str:
     md = (f"# kiln cpu vs ONNX Runtime\n\n"
           f"- machine: {meta['cpu']}, {meta['cores']} cores; {meta['threads']} thread(s) for both\n"
           f"- load average (1/5/15 min): {meta['load_before']} before, {meta['load_after']} after\n"
+          f"- OpenMP wait policy: {omp_wait_policy()}\n"
           f"- kiln {meta['kiln_version']}, ISA {meta['isa']}; onnxruntime {meta['ort_version']}\n"
           f"- {meta['reps']} repetition(s) x {meta['runs']} timed runs (after {meta['warmup']} warm-up runs); "
           f"medians of the per-repetition medians\n"

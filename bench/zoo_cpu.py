@@ -144,6 +144,8 @@ def write_report(rows: list[dict], meta: dict, out: Path) -> str:
         "",
         f"- date: {meta['date']}; machine: {meta['cpu']}, {meta['cores']} cores; {meta['threads']} thread(s) "
         f"for kiln and ORT; load before {meta['load_before']}, after {meta['load_after']}",
+        "- OpenMP wait policy: " + (f"OMP_WAIT_POLICY={os.environ['OMP_WAIT_POLICY']}" if os.environ.get("OMP_WAIT_POLICY")
+                                    else "default (OMP_WAIT_POLICY unset; what a user gets)"),
         f"- kiln: {meta['kiln_version']}; ONNX Runtime {meta['ort_version']} (newest on PyPI, in .venv-bench; "
         f"CPU execution provider, all graph optimisations)",
         f"- latency: median over {meta['rounds']} interleaved rounds of each side's median of {meta['runs']} runs "
