@@ -23,6 +23,7 @@
 # default 6), ratcheting copies of tests/conformance/baseline_cuda*.txt.
 # The kiln log of every model that fails its check goes into the tar (logs/failed/), with
 # `kiln verify`'s JSON for it (KILN_ZOO_VERIFY, default 1: the first node that differs from ref).
+# KILN_ZOO_CONF_STEPS: which conformance steps (see conformance()).
 # KILN_ZOO_GPU_TESTS=1 also runs the cuda GoogleTest programs beside the zoo (logs/).
 set -u
 T0=$(date +%s)
@@ -32,6 +33,8 @@ BUDGET=${KILN_ZOO_BUDGET_S:-540}
 PRECISIONS=${KILN_ZOO_PRECISIONS:-fp32 fp16}
 mapfile -t ALL < <(python3 tools/models/zoo.py list | awk 'NR > 1 && NF >= 3 && $2 != "models:" {print $1}')
 [ $# -gt 0 ] && ALL=("$@")
+# --none: no zoo model (a call for the conformance suite, the GPU tests or the fallback timing alone).
+[ "${1:-}" = --none ] && { ALL=(); WORKERS=0; }
 echo "zoo: ${#ALL[@]} models, $WORKERS groups, precisions: $PRECISIONS, budget ${BUDGET} s"
 
 tol() { [ "$1" = fp16 ] && echo maxref:1e-2 || echo maxref:1e-3; }
@@ -81,7 +84,9 @@ conformance() {  # the ONNX node tests on cuda: first those cpu passes and cuda'
   (cd /tmp/onnxdata/node && ls -d test_* | LC_ALL=C sort) > /tmp/conf_all.txt
   split -n l/4 -d /tmp/conf_all.txt /tmp/conf_chunk_c
   local step fb list left
-  for step in missing:host c00:host c01:host c02:host c03:host c00:error c01:error c02:error c03:error; do
+  # KILN_ZOO_CONF_STEPS picks the steps, e.g. "c00:error c01:error c02:error c03:error" for a
+  # --fallback error run alone.
+  for step in ${KILN_ZOO_CONF_STEPS:-missing:host c00:host c01:host c02:host c03:host c00:error c01:error c02:error c03:error}; do
     fb=${step#*:}
     list=/tmp/conf_chunk_${step%%:*}
     [ "${step%%:*}" = missing ] && list=/tmp/conf_missing.txt
@@ -99,12 +104,15 @@ conformance() {  # the ONNX node tests on cuda: first those cpu passes and cuda'
 # KILN_ZOO_FALLBACK_TIMING=1: first, on the still quiet machine, the one-fallback-node timing
 # (bench/fallback_timing.py; OMP_WAIT_POLICY=PASSIVE: the host segment's OpenMP workers sleep
 # instead of spinning beside the thread that drives the GPU), into $OUT/fallback_timing/.
+# KILN_ZOO_FALLBACK_REPEATS (default 1): that many runs of it, one after another (fallback_timing/rN/).
 if [ "${KILN_ZOO_FALLBACK_TIMING:-0}" = 1 ]; then
-  OMP_WAIT_POLICY=PASSIVE timeout 120 python3 bench/fallback_timing.py --kiln build-cuda/tools/kiln/kiln \
-    --out "$OUT/fallback_timing" --runs "${KILN_ZOO_FALLBACK_RUNS:-300}" > "$OUT/logs/fallback_timing.log" 2>&1
-  echo "rc=$?" >> "$OUT/logs/fallback_timing.log"
-  rm -f "$OUT"/fallback_timing/*.onnx
-  cat "$OUT/logs/fallback_timing.log"
+  for r in $(seq 1 "${KILN_ZOO_FALLBACK_REPEATS:-1}"); do
+    OMP_WAIT_POLICY=PASSIVE timeout 120 python3 bench/fallback_timing.py --kiln build-cuda/tools/kiln/kiln \
+      --out "$OUT/fallback_timing/r$r" --runs "${KILN_ZOO_FALLBACK_RUNS:-300}" > "$OUT/logs/fallback_timing_r$r.log" 2>&1
+    echo "rc=$?" >> "$OUT/logs/fallback_timing_r$r.log"
+    rm -f "$OUT"/fallback_timing/r$r/*.onnx
+    tail -8 "$OUT/logs/fallback_timing_r$r.log"
+  done
 fi
 
 # Round-robin over the list (it is ordered by family, so each group gets a mix of sizes).
@@ -128,6 +136,6 @@ for f in "$OUT"/logs/kiln_cuda_*gpu_tests.log; do [ -e "$f" ] && { echo "== $f";
 for f in "$OUT"/logs/failed/*.log; do [ -e "$f" ] && { echo "== $f"; grep -v "^\s*$" "$f" | tail -6 | cut -c1-400; }; done
 for f in "$OUT"/logs/check_*; do echo "== $f"; tail -3 "$f"; done
 grep -h "export FAILED\|not exported" "$OUT"/logs/export_g*.log | cut -c1-300
-python3 tools/models/zoo_cuda_report.py "$OUT"/zoo_*_g*.json --out "$OUT/zoo_cuda_report.md" | tail -3
-(cd "$OUT" && tar -czf zoo_cuda.tar.gz zoo_*_g*.json zoo_*_g*.md logs $(ls -d conformance_cuda_*.md pass_*.txt fallback_timing 2>/dev/null) && rm -rf zoo_*_g*.json zoo_*_g*.md logs conformance_cuda_*.md pass_*.txt fallback_timing)
+ls "$OUT"/zoo_*_g*.json >/dev/null 2>&1 && python3 tools/models/zoo_cuda_report.py "$OUT"/zoo_*_g*.json --out "$OUT/zoo_cuda_report.md" | tail -3
+(cd "$OUT" && tar -czf zoo_cuda.tar.gz logs $(ls -d zoo_*_g*.json zoo_*_g*.md conformance_cuda_*.md pass_*.txt fallback_timing 2>/dev/null) && rm -rf zoo_*_g*.json zoo_*_g*.md logs conformance_cuda_*.md pass_*.txt fallback_timing)
 echo "zoo_cuda_parallel: done in $(( $(date +%s) - T0 )) s"
