@@ -9,10 +9,13 @@ MatMuls in its pipeline, hence the third operand), so `with` is three segments (
 cuda) with one copy each way. `kiln perf --target cuda` measures both (median
 latency, host I/O), and a profiled run of `with` gives the host segment's
 time (its device-to-host copy, the Einsum on the host, issuing the copy back).
+The three are measured in --rounds interleaved rounds of fresh processes and
+each figure is the median over the rounds (the table also says in how many
+rounds the bound held on that round's own figures).
 The acceptance line: latency(with) <= 1.1 x (latency(without) + host segment)
 + 20 us.
 
-Usage: fallback_timing.py --kiln PATH [--out DIR] [--runs N]
+Usage: fallback_timing.py --kiln PATH [--out DIR] [--runs N] [--rounds R]
 Writes DIR/fallback_timing.json and DIR/fallback_timing.md; prints the table.
 """
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -63,6 +67,7 @@ def main() -> int:
     ap.add_argument("--kiln", required=True)
     ap.add_argument("--out", default=".")
     ap.add_argument("--runs", type=int, default=500)
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (fresh processes each); medians over them")
     a = ap.parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -70,22 +75,31 @@ def main() -> int:
     for b, d in SIZES:
         w = model(out / f"fb_with_{b}x{d}.onnx", b, d, True)
         wo = model(out / f"fb_without_{b}x{d}.onnx", b, d, False)
-        pw, pwo = perf(a.kiln, w, a.runs, False), perf(a.kiln, wo, a.runs, False)
-        prof = perf(a.kiln, w, a.runs, True)["profile"]
-        host = sum(o["ms"] for o in prof["by_op"] if o["op"] == "host")
-        t_with, t_without = pw["latency_ms_median"], pwo["latency_ms_median"]
+        # Interleaved rounds, each in fresh processes: the host Einsum's time moves 30% and more
+        # between processes (thread wake-ups, placement), so one process per side is not a
+        # measurement; the medians over the rounds are.
+        per = []
+        for _ in range(a.rounds):
+            pw, pwo = perf(a.kiln, w, a.runs, False), perf(a.kiln, wo, a.runs, False)
+            prof = perf(a.kiln, w, a.runs, True)["profile"]
+            per.append({"with": pw["latency_ms_median"], "without": pwo["latency_ms_median"],
+                        "host": sum(o["ms"] for o in prof["by_op"] if o["op"] == "host"),
+                        "with_dev": pw.get("latency_device_io_ms_median"),
+                        "without_dev": pwo.get("latency_device_io_ms_median")})
+        med = lambda k: statistics.median(r[k] for r in per if r[k] is not None) if any(r[k] is not None for r in per) else None
+        t_with, t_without, host = med("with"), med("without"), med("host")
         bound = 1.1 * (t_without + host) + 0.020
         rows.append({"batch": b, "dim": d, "copy_bytes_each_way": b * d * 4, "with_ms": t_with,
                      "without_ms": t_without, "host_segment_ms": host, "bound_ms": bound, "ok": t_with <= bound,
-                     "with_device_io_ms": pw.get("latency_device_io_ms_median"),
-                     "without_device_io_ms": pwo.get("latency_device_io_ms_median")})
+                     "rounds_within": sum(r["with"] <= 1.1 * (r["without"] + r["host"]) + 0.020 for r in per),
+                     "rounds": per, "with_device_io_ms": med("with_dev"), "without_device_io_ms": med("without_dev")})
     (out / "fallback_timing.json").write_text(json.dumps(rows, indent=1))
     lines = ["| x | copies | with Einsum on host (ms) | without it (ms) | host segment: copies + Einsum (ms) | "
-             "bound 1.1 x (without + host) + 0.020 | within |", "|---|---|---|---|---|---|---|"]
+             "bound 1.1 x (without + host) + 0.020 | within | rounds within |", "|---|---|---|---|---|---|---|---|"]
     for r in rows:
         lines.append(f"| [{r['batch']},{r['dim']}] | 2 x {r['copy_bytes_each_way']} B | {r['with_ms']:.4f} | "
                      f"{r['without_ms']:.4f} | {r['host_segment_ms']:.4f} | {r['bound_ms']:.4f} | "
-                     f"{'yes' if r['ok'] else 'NO'} |")
+                     f"{'yes' if r['ok'] else 'NO'} | {r['rounds_within']} of {len(r['rounds'])} |")
     text = "\n".join(lines) + "\n"
     (out / "fallback_timing.md").write_text(text)
     print(text)

@@ -104,10 +104,12 @@ conformance() {  # the ONNX node tests on cuda: first those cpu passes and cuda'
 # KILN_ZOO_FALLBACK_TIMING=1: first, on the still quiet machine, the one-fallback-node timing
 # (bench/fallback_timing.py; OMP_WAIT_POLICY=PASSIVE: the host segment's OpenMP workers sleep
 # instead of spinning beside the thread that drives the GPU), into $OUT/fallback_timing/.
-# KILN_ZOO_FALLBACK_REPEATS (default 1): that many runs of it, one after another (fallback_timing/rN/).
+# KILN_ZOO_FALLBACK_ROUNDS (default 5): its interleaved rounds (medians over them);
+# KILN_ZOO_FALLBACK_REPEATS (default 1): that many whole runs of it, one after another (fallback_timing/rN/).
 if [ "${KILN_ZOO_FALLBACK_TIMING:-0}" = 1 ]; then
   for r in $(seq 1 "${KILN_ZOO_FALLBACK_REPEATS:-1}"); do
-    OMP_WAIT_POLICY=PASSIVE timeout 120 python3 bench/fallback_timing.py --kiln build-cuda/tools/kiln/kiln \
+    OMP_WAIT_POLICY=PASSIVE timeout $(( 40 + 40 * ${KILN_ZOO_FALLBACK_ROUNDS:-5} )) python3 bench/fallback_timing.py \
+      --kiln build-cuda/tools/kiln/kiln --rounds "${KILN_ZOO_FALLBACK_ROUNDS:-5}" \
       --out "$OUT/fallback_timing/r$r" --runs "${KILN_ZOO_FALLBACK_RUNS:-300}" > "$OUT/logs/fallback_timing_r$r.log" 2>&1
     echo "rc=$?" >> "$OUT/logs/fallback_timing_r$r.log"
     rm -f "$OUT"/fallback_timing/r$r/*.onnx
