@@ -66,7 +66,7 @@ def ort_worker(args) -> int:
         sess.run(None, feeds)
         lat.append((time.perf_counter() - t0) * 1e3)
     print(json.dumps({"onnxruntime": ort.__version__, "session_ms": session_ms,
-                      "latency_ms_median": float(np.median(lat))}))
+                      "latency_ms_median": float(np.median(lat)), "latency_ms_min": float(np.min(lat))}))
     return 0
 
 
@@ -96,7 +96,9 @@ def first_error_line(text: str) -> str:
     return (lines[-1] if lines else "no output")[:300]
 
 
-def kiln_perf(kiln: Path, model: Path, inputs: dict, shapes: dict | None, args) -> tuple[dict | None, str]:
+def kiln_perf(kiln: Path, model: Path, inputs: dict, shapes: dict | None, args,
+              env: dict | None = None) -> tuple[dict | None, str]:
+    """One `kiln perf --json` in a fresh process; `env`: extra environment variables."""
     cmd = [str(kiln), "perf", str(model), "--target", "cpu", "--threads", str(args.threads),
            "--runs", str(args.runs), "--warmup", str(args.warmup), "--json"]
     for name, path in inputs.items():
@@ -104,7 +106,8 @@ def kiln_perf(kiln: Path, model: Path, inputs: dict, shapes: dict | None, args) 
     for name, shape in (shapes or {}).items():
         cmd += ["--shape", f"{name}={'x'.join(str(d) for d in shape)}"]
     try:
-        r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout,
+                           env={**os.environ, **env} if env else None)
     except subprocess.TimeoutExpired:
         return None, f"timeout after {args.timeout:.0f} s"
     if r.returncode != 0:

@@ -109,7 +109,7 @@ BoundKernel primitive_kernel(const ir::Node& n, const ir::Model& m, dnnl::primit
 
 /// True when a kiln.cpu node has so little work that it runs on the calling
 /// thread alone (waking the other threads would cost more than it saves, and
-/// on a busy machine can cost a scheduler time slice per node): under 10 MFLOP
+/// on a busy machine can cost a scheduler time slice per node): under 1 MFLOP
 /// for Conv / MatMul (from the dims in its descriptors), under 1 MiB of
 /// destination for the memory-bound operators.
 bool node_single_threaded(const ir::Node& n);

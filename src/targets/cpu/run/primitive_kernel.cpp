@@ -97,9 +97,17 @@ std::vector<int64_t> static_out_shape(const ir::Node& n, const ir::Model& m) {
 
 }  // namespace
 
-// About 70 us of single-threaded work on one AVX-512 core: below that a
-// parallel region costs more than it saves (more so on a busy machine).
-constexpr double kSingleFlops = 10e6;
+// About 7 us of single-threaded work for a convolution / matmul: below that a
+// parallel region costs more than it saves. With libgomp's spinning workers
+// the hand-off costs ~1-2 us, so a 1-10 MFLOP convolution (most of a
+// MobileNet's depthwise / 1x1 layers: 20-100 us on one core) gains from the
+// second core: on 2 cores MobileNetV2 / MNASNet / MobileNetV3 ran 25-45%
+// faster than with the former 10 MFLOP limit (minimum latency, interleaved
+// with the former build; bench/results/cpu_mobile_20261202.md). The
+// memory-bound operators keep 1 MiB: lowering it to 128 KiB gained little
+// and made ShuffleNet's many small copies much slower on a busy machine,
+// where every parallel region may wait for a descheduled worker.
+constexpr double kSingleFlops = 1e6;
 constexpr size_t kSingleBytes = 1 << 20;
 
 bool node_single_threaded(const ir::Node& n) {
