@@ -182,16 +182,24 @@ json segments_json(const ir::Model& m) {
 
 json conditionals_json(const ir::Model& m) {
   json out = json::array();
+  auto body_json = [](const ir::Graph& g) {
+    std::map<std::string, int> ops;
+    for (auto& inner : g.nodes) ++ops[inner.op_type];
+    return json{{"nodes", g.nodes.size()}, {"operators", ops}};
+  };
   for (size_t i = 0; i < m.main.nodes.size(); ++i) {
     const ir::Node& n = m.main.nodes[i];
-    if (n.domain != "kiln.cuda" || n.op_type != "If") continue;
-    json e = {{"node", n.name.empty() ? fmt::format("If #{}", i) : n.name}, {"index", i}, {"type", "IF/else"},
-              {"condition", m.value(n.inputs.at(0)).name}};
-    for (const char* b : {"then_branch", "else_branch"}) {
-      std::map<std::string, int> ops;
-      for (auto& inner : n.graph(b).nodes) ++ops[inner.op_type];
-      e[b] = {{"nodes", n.graph(b).nodes.size()}, {"operators", ops}};
+    if (n.domain != "kiln.cuda" || (n.op_type != "If" && n.op_type != "Loop")) continue;
+    const std::string name = n.name.empty() ? fmt::format("{} #{}", n.op_type, i) : n.name;
+    if (n.op_type == "Loop") {  // an ONNX Loop or Scan as a WHILE node
+      auto named = [&](size_t k) { return k < n.inputs.size() && n.inputs[k] != ir::kNoValue ? m.value(n.inputs[k]).name : ""; };
+      out.push_back({{"node", name}, {"index", i}, {"type", "WHILE"}, {"source_op", n.s("source_op", "Loop")},
+                     {"trip_count", n.i("trip_count", -1)}, {"max_trip", named(0)}, {"condition", named(1)},
+                     {"carried", n.i("carried", 0)}, {"body", body_json(n.graph("body"))}});
+      continue;
     }
+    json e = {{"node", name}, {"index", i}, {"type", "IF/else"}, {"condition", m.value(n.inputs.at(0)).name}};
+    for (const char* b : {"then_branch", "else_branch"}) e[b] = body_json(n.graph(b));
     out.push_back(e);
   }
   return out;

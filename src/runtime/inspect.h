@@ -41,10 +41,14 @@ std::pair<int, uint64_t> constant_totals(const ir::Model& m);
 /// "bytes"}]}. Empty: every node on the program's target.
 nlohmann::ordered_json segments_json(const ir::Model& m);
 
-/// The conditional nodes of a cuda program (kiln.cuda.If: an If run inside
-/// its CUDA graph) as a JSON array of {"node", "index" (main-graph node),
-/// "type" ("IF/else"), "condition" (value name), "then_branch" /
-/// "else_branch": {"nodes", "operators" (op -> count)}}. Empty: none.
+/// The conditional nodes of a cuda program as a JSON array. kiln.cuda.If (an
+/// If run inside its CUDA graph): {"node", "index" (main-graph node), "type"
+/// ("IF/else"), "condition" (value name), "then_branch" / "else_branch":
+/// {"nodes", "operators" (op -> count)}}. kiln.cuda.Loop (an ONNX Loop or
+/// Scan): {"node", "index", "type" ("WHILE"), "source_op" ("Loop" / "Scan"),
+/// "trip_count" (-1: decided at run time), "max_trip" / "condition" (the
+/// Loop's M / cond value names, "" when absent), "carried" (count), "body":
+/// {"nodes", "operators"}}. Empty: none.
 nlohmann::ordered_json conditionals_json(const ir::Model& m);
 
 /// Reference-kernel nodes as a JSON array of {"node", "op", "reason"}.

@@ -211,4 +211,25 @@ struct LstmConfig {
 };
 ModelBuilder lstm_model(const LstmConfig& c);
 
+/// Scan (opset 17) as a cumulative sum: init float32 [D], x float32 [T, D];
+/// one carried value sum (sum_in + x_t) and one scan output, the running
+/// sum, stacked along `out_axis` (cum [T, D], or [D, T] for 1); the scan
+/// input is read from its end when `reverse`. Outputs "sum" [D], "cum".
+ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse = false, int64_t out_axis = 0);
+
+/// Loop (opset 17) with a static trip count: M = `trips` (an int64
+/// initializer), no cond; carries x [B, D] (input "x0"): x = Tanh(x W +
+/// 0.1 i) (W [D, D] seeded, i the iteration number, read from the outer
+/// scope) and emits each iteration's row sums ReduceSum(x, axis 1) [B] as a
+/// scan output. Outputs "x_final" [B, D], "rows" [trips, B].
+ModelBuilder loop_static_model(int64_t trips = 5, int64_t batch = 4, int64_t dim = 32);
+
+/// Loop (opset 17) whose condition comes from the data: x float32 [D],
+/// max_trips int64 [] (both inputs); cond = sum|x| < 100; each iteration
+/// x = 1.5 x + 0.1, count += 1 (count starts at 0.0) and cond = sum|x| <
+/// 100: it runs until the sum reaches 100 or max_trips iterations. Outputs
+/// "x_final" [D], "count" [] and, with `scan_output`, "xs" (each
+/// iteration's x: as many rows as iterations, a data-dependent shape).
+ModelBuilder loop_while_model(int64_t dim = 16, bool scan_output = false);
+
 }  // namespace kiln::testing

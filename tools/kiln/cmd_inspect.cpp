@@ -174,12 +174,22 @@ void print_artifact(const json& j) {
                 app["ignored"].get<std::string>().c_str());
   print_precision_check(j["precision_check"]);
   print_precision_share(j["precision_share"]);
-  for (auto& c : j["conditional_nodes"])
+  for (auto& c : j["conditional_nodes"]) {
+    if (c["type"] == "WHILE") {  // an ONNX Loop / Scan
+      const int64_t trips = c["trip_count"].get<int64_t>();
+      std::printf("conditional node (in the CUDA graph): WHILE '%s' (%s), %s, %s carried value(s), body %s nodes %s\n",
+                  c["node"].get<std::string>().c_str(), c["source_op"].get<std::string>().c_str(),
+                  trips >= 0 ? ("trip count " + std::to_string(trips)).c_str() : "trip count decided on the device",
+                  json_text(c["carried"]).c_str(), json_text(c["body"]["nodes"]).c_str(),
+                  json_text(c["body"]["operators"]).c_str());
+      continue;
+    }
     std::printf("conditional node (in the CUDA graph): %s '%s' on '%s', then_branch %s nodes %s, else_branch %s nodes %s\n",
                 c["type"].get<std::string>().c_str(), c["node"].get<std::string>().c_str(),
                 c["condition"].get<std::string>().c_str(), json_text(c["then_branch"]["nodes"]).c_str(),
                 json_text(c["then_branch"]["operators"]).c_str(), json_text(c["else_branch"]["nodes"]).c_str(),
                 json_text(c["else_branch"]["operators"]).c_str());
+  }
   std::printf("operators: %s\n", histogram_text(j["operators"]).c_str());
   std::printf("metadata: %s\n", json_text(j["metadata"]).c_str());
 }

@@ -11,12 +11,14 @@
 namespace kiln::targets::cuda {
 
 std::string host_only_reason(const Lowering& L, const ir::Node& n) {
-  const bool conditional = n.domain.empty() && n.op_type == "If" && conditional_nodes_enabled();
+  // If, Loop and Scan are tried as conditional nodes (lower_if, lower_loop);
+  // with those off they run on the host.
+  const bool control = n.domain.empty() && (n.op_type == "If" || n.op_type == "Loop" || n.op_type == "Scan");
+  const bool conditional = control && conditional_nodes_enabled();
   for (auto& [k, a] : n.attrs)
     if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a) && !conditional)
-      return n.op_type == "If" ? "conditional nodes are off (KILN_CUDA_CONDITIONAL=0): If runs on the host"
-                               : "Loop and Scan have no cuda lowering yet (a trip count or condition from tensor data "
-                                 "runs on the host)";
+      return control ? fmt::format("conditional nodes are off (KILN_CUDA_CONDITIONAL=0): {} runs on the host", n.op_type)
+                     : fmt::format("{} has a subgraph the cuda target does not lower", n.op_type);
   auto dynamic = [&](ir::ValueId v) {
     if (v == ir::kNoValue) return false;
     const ir::Value& val = L.model.value(v);
@@ -26,8 +28,11 @@ std::string host_only_reason(const Lowering& L, const ir::Node& n) {
     if (dynamic(v))
       return fmt::format("input '{}' has shape {}; the cuda target needs static shapes", L.model.value(v).name,
                          ir::shape_str(L.model.value(v).shape));
+  // lower_loop gives a Loop's / Scan's outputs their shapes (inference
+  // leaves them open), or refuses it naming why.
+  const bool loop = conditional && n.op_type != "If";
   for (auto v : n.outputs)
-    if (dynamic(v))
+    if (!loop && dynamic(v))
       return fmt::format("output '{}' has shape {} (its size depends on tensor values); the cuda target needs static "
                          "shapes",
                          L.model.value(v).name, ir::shape_str(L.model.value(v).shape));

@@ -198,6 +198,10 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
         out.push_back(lower_if(L, n, opt, st));
         return;
       }
+      if (n.domain.empty() && (n.op_type == "Loop" || n.op_type == "Scan")) {
+        out.push_back(lower_loop(L, n, opt, st));
+        return;
+      }
       if (n.domain.empty() && (n.op_type == "Conv" || n.op_type == "ConvTranspose")) {
         auto g = lower_pointwise_conv(L, n, opt);
         out.push_back(g ? std::move(*g) : lower_conv(L, n, opt));
@@ -224,7 +228,7 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
       lowered.push_back(std::move(out.front()));
       continue;
     }
-    if (n.domain.empty() && n.op_type == "If") {
+    if (n.domain.empty() && (n.op_type == "If" || n.op_type == "Loop" || n.op_type == "Scan")) {
       lowered.push_back(std::move(out.front()));
       ++st.conditionals;
       continue;
@@ -287,8 +291,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   const std::string digest = cubin_digest(bundle);
   for (auto& n : m.main.nodes) {
     if (n.op_type == "Kernel" && n.domain == kCudaDomain) n.attrs["cubin"] = digest;
-    if (n.op_type == "If" && n.domain == kCudaDomain) {
-      n.attrs["cubin"] = digest;  // its cond_fn
+    if ((n.op_type == "If" || n.op_type == "Loop") && n.domain == kCudaDomain) {
+      n.attrs["cubin"] = digest;  // its cond_fn / control_fn
       for (auto& [k, a] : n.attrs)
         if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
           for (auto& b : (*sg)->nodes)

@@ -22,10 +22,9 @@ namespace {
 /// "[2, 3]" of a value, for messages.
 std::string shape_of(const ir::Model& m, ir::ValueId v) { return ir::shape_str(m.value(v).shape); }
 
-/// Refuses `n` unless every value produced in branch `g` (`which`) has a
-/// static shape and no node of it holds a subgraph (nested control flow
-/// would need a second capture stream per level; it stays on the host).
-void check_branch(const ir::Model& m, const ir::Node& n, const ir::Graph& g, const char* which) {
+}  // namespace
+
+void check_body(const ir::Model& m, const ir::Node& n, const ir::Graph& g, const char* which) {
   for (auto& b : g.nodes) {
     for (auto& [k, a] : b.attrs)
       if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a))
@@ -37,6 +36,8 @@ void check_branch(const ir::Model& m, const ir::Node& n, const ir::Graph& g, con
   }
 }
 
+namespace {
+
 /// Restores the model's main graph when a branch's lowering ends (or throws).
 struct MainSwap {
   ir::Model& m;
@@ -47,14 +48,10 @@ struct MainSwap {
   MainSwap& operator=(const MainSwap&) = delete;
 };
 
-/// Lowers branch `g` of If node `n` as a graph of its own (lower_graph_nodes
-/// on a main graph swapped for it) and makes it write the If's outputs: a
-/// branch output produced by a node of the branch is renamed to the If's
-/// output value (both branches then write the same buffers); one read from
-/// outside (an outer value, a constant) or listed twice gets a
-/// kiln.cuda.Copy. Refuses `n` when a node of the branch would run on the host.
-std::shared_ptr<ir::Graph> lower_branch(Lowering& L, const ir::Node& n, const ir::Graph& g, const char* which,
-                                        const LowerOptions& opt, LowerStats& st) {
+}  // namespace
+
+ir::Graph lower_body(Lowering& L, const ir::Node& n, const ir::Graph& g, const char* which, const LowerOptions& opt,
+                     LowerStats& st) {
   ir::Model& m = L.model;
   ir::Graph body;
   std::map<int, std::string> host;
@@ -65,10 +62,23 @@ std::shared_ptr<ir::Graph> lower_branch(Lowering& L, const ir::Node& n, const ir
   }
   if (!host.empty()) {
     auto& [i, why] = *host.begin();
-    refuse(n, fmt::format("its {} has {} node(s) the cuda target cannot lower (node {} of the branch: {}); a "
+    refuse(n, fmt::format("its {} has {} node(s) the cuda target cannot lower (node {} of the {}: {}); a "
                           "conditional body cannot hold host work",
-                          which, host.size(), i, why));
+                          which, host.size(), i, which, why));
   }
+  return body;
+}
+
+namespace {
+
+/// Lowers branch `g` of If node `n` (lower_body) and makes it write the If's
+/// outputs: a branch output produced by a node of the branch is renamed to
+/// the If's output value (both branches then write the same buffers); one
+/// read from outside (an outer value, a constant) or listed twice gets a
+/// kiln.cuda.Copy.
+std::shared_ptr<ir::Graph> lower_branch(Lowering& L, const ir::Node& n, const ir::Graph& g, const char* which,
+                                        const LowerOptions& opt, LowerStats& st) {
+  ir::Graph body = lower_body(L, n, g, which, opt, st);
   std::map<ir::ValueId, ir::ValueId> rename;  // branch output -> the If's output
   std::set<ir::ValueId> produced;
   for (auto& b : body.nodes)
@@ -138,8 +148,8 @@ ir::Node lower_if(Lowering& L, const ir::Node& n, const LowerOptions& opt, Lower
                               shape_of(m, v)));
     }
   }
-  check_branch(m, n, then_g, "then_branch");
-  check_branch(m, n, else_g, "else_branch");
+  check_body(m, n, then_g, "then_branch");
+  check_body(m, n, else_g, "else_branch");
   auto then_body = lower_branch(L, n, then_g, "then_branch", opt, st);
   auto else_body = lower_branch(L, n, else_g, "else_branch", opt, st);
   const std::string fn = L.kernel_name("set_if");

@@ -96,14 +96,44 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
 /// subgraphs, or a branch node the cuda target cannot lower.
 ir::Node lower_if(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st);
 
+/// Lowers ONNX Loop or Scan `n` to a kiln.cuda.Loop node (run/cuda_ops.h): a
+/// WHILE conditional node of the CUDA graph whose body is `body` lowered by
+/// lower_graph_nodes, with generated kernels that cut each Scan input's
+/// slice and write each scan output's slice at the iteration read from
+/// device memory, and a control kernel `control_fn` that counts the
+/// iterations and sets the conditional (cond && i < M). Fills in the
+/// outputs' shapes when inference left them open. Refuses `n` (it then runs
+/// on the host) for 16-bit or TF32 programs, a loop-carried value whose
+/// shape is not static or changes between iterations, a body value without
+/// a static shape, nested subgraphs, a body node the cuda target cannot
+/// lower, scan outputs without a trip count known at compile time (M not a
+/// constant, or a condition that may end the loop early), and a Loop
+/// without M and condition.
+ir::Node lower_loop(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st);
+
+/// Refuses conditional node `n` unless every value produced in its body `g`
+/// (`which`: "then_branch", "body", ...) has a static shape and no node of
+/// it holds a subgraph (nested control flow would need a second capture
+/// stream per level; it stays on the host).
+void check_body(const ir::Model& m, const ir::Node& n, const ir::Graph& g, const char* which);
+
+/// Body `g` (`which`) of conditional node `n` lowered as a graph of its own:
+/// lower_graph_nodes on a main graph swapped for it. Refuses `n` when a node
+/// of the body would run on the host (a conditional body cannot hold host
+/// work). The result keeps g's inputs and outputs.
+ir::Graph lower_body(Lowering& L, const ir::Node& n, const ir::Graph& g, const char* which, const LowerOptions& opt,
+                     LowerStats& st);
+
 /// False when KILN_CUDA_CONDITIONAL=0 (measurement aid: every If then runs
 /// on the host, as before conditional nodes).
 bool conditional_nodes_enabled();
 
 /// Why node `n` cannot run on the cuda target whatever the lowering tries
-/// (a subgraph attribute: Loop / Scan, and If when conditional nodes are
-/// off; an input or output whose shape is not static), or "" when the
-/// lowering should try it (lower_if decides an If).
+/// (a subgraph attribute of a node other than If / Loop / Scan, or any
+/// when conditional nodes are off; an input whose shape is not static; an
+/// output whose shape is not static, except a Loop's or Scan's, which
+/// lower_loop infers), or "" when the lowering should try it (lower_if /
+/// lower_loop decide).
 std::string host_only_reason(const Lowering& L, const ir::Node& n);
 
 /// Runs `lower` (one attempt at lowering a node) and returns true; when it

@@ -18,6 +18,21 @@ std::string set_conditional_kernel(const std::string& name, const std::string& c
       name, cond_ctype);
 }
 
+std::string loop_control_kernel(const std::string& name, int64_t limit) {
+  return fmt::format(
+      "extern \"C\" __global__ void {}(unsigned long long handle, long long* iter, bool* cond_in,\n"
+      "    const long long* max_trip, const bool* cond, bool* more, int first) {{\n"
+      "  const long long i = first ? 0ll : *iter + 1;\n"
+      "  *iter = i;\n"
+      "  const bool c = cond ? *cond : true;\n"
+      "  *cond_in = c;\n"
+      "  const bool go = c && (!max_trip || i < *max_trip) && ({}ll < 0ll || i < {}ll);\n"
+      "  if (handle) cudaGraphSetConditional(handle, go ? 1u : 0u);\n"
+      "  else *more = go;\n"
+      "}}\n",
+      name, limit, limit);
+}
+
 namespace {
 
 /// The graph `stream` is capturing and the nodes its next work depends on.
@@ -122,6 +137,55 @@ Step if_step(CUfunction set_cond, CUdeviceptr cond, std::vector<Step> then_steps
       capture_into(side, bodies[b], [&](CUstream t) {
         for (auto& step : b == 0 ? then_steps : else_steps) step(t);
       }, label + (b == 0 ? " then_branch" : " else_branch"));
+  };
+}
+
+Step while_step(LoopControl ctl, std::vector<Carried> carried, std::vector<Step> body_steps, CUstream side,
+                std::string label) {
+  return [=](CUstream s) {
+    const DriverApi& d = driver();
+    auto copy = [&](CUstream t, CUdeviceptr dst, CUdeviceptr src, size_t bytes) {
+      if (dst && src && dst != src && bytes)
+        check(d.cuMemcpyDtoDAsync(dst, src, bytes, t), (label + ": cuMemcpyDtoDAsync (a loop-carried value)").c_str());
+    };
+    // The control kernel: the first decision reads the Loop's own condition
+    // input, the later ones the body's condition output.
+    auto control = [&](CUstream t, CUgraphConditionalHandle h, bool first) {
+      CUdeviceptr iter = ctl.iter, cond_in = ctl.cond_in, max_trip = ctl.max_trip, more = ctl.more;
+      CUdeviceptr cond = first ? ctl.cond0 : ctl.cond_out;
+      int f = first ? 1 : 0;
+      void* args[] = {&h, &iter, &cond_in, &max_trip, &cond, &more, &f};
+      check(d.cuLaunchKernel(ctl.fn, 1, 1, 1, 1, 1, 1, 0, t, args, nullptr),
+            (label + ": cuLaunchKernel (the loop control)").c_str());
+    };
+    // One iteration: the body, its outputs become the states (through the
+    // staging first where one is another's state), the next decision.
+    auto iteration = [&](CUstream t, CUgraphConditionalHandle h) {
+      for (auto& step : body_steps) step(t);
+      for (auto& c : carried) copy(t, c.temp, c.next, c.bytes);
+      for (auto& c : carried) copy(t, c.state, c.temp ? c.temp : c.next, c.bytes);
+      control(t, h, false);
+    };
+    for (auto& c : carried) copy(s, c.state, c.initial, c.bytes);
+    CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+    check(d.cuStreamGetCaptureInfo(s, &status, nullptr, nullptr, nullptr, nullptr, nullptr),
+          (label + ": cuStreamGetCaptureInfo").c_str());
+    if (status != CU_STREAM_CAPTURE_STATUS_ACTIVE) {
+      auto more = [&] {
+        bool go = false;
+        check(d.cuMemcpyDtoHAsync(&go, ctl.more, 1, s), (label + ": reading the loop condition").c_str());
+        check(d.cuStreamSynchronize(s), (label + ": reading the loop condition").c_str());
+        return go;
+      };
+      control(s, 0, true);
+      while (more()) iteration(s, 0);
+    } else {
+      CUgraphConditionalHandle h = create_conditional_handle(s, 0, true);
+      control(s, h, true);
+      std::vector<CUgraph> bodies = add_conditional_node(s, h, CU_GRAPH_COND_TYPE_WHILE, 1);
+      capture_into(side, bodies[0], [&](CUstream t) { iteration(t, h); }, label + " body");
+    }
+    for (auto& c : carried) copy(s, c.final, c.state, c.bytes);
   };
 }
 

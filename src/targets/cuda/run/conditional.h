@@ -18,6 +18,7 @@
 #pragma once
 #include <cuda.h>
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -39,6 +40,19 @@ inline constexpr std::string_view kSetConditionalDecl =
 /// ("bool", "int64_t", ...): one thread sets the conditional to
 /// (*cond != 0). Launch it with grid and block (1, 1, 1).
 std::string set_conditional_kernel(const std::string& name, const std::string& cond_ctype);
+
+/// CUDA C++ (after kSetConditionalDecl) of the control kernel of a
+/// kiln.cuda.Loop: `extern "C" __global__ void name(unsigned long long
+/// handle, long long* iter, bool* cond_in, const long long* max_trip, const
+/// bool* cond, bool* more, int first)`, one thread. It sets *iter to 0
+/// (`first`) or *iter + 1, copies the condition (*cond, or true when `cond`
+/// is null: a Loop without a condition input) to *cond_in (the body's
+/// condition input) and decides whether the body runs (again): the
+/// condition, i < *max_trip (unless `max_trip` is null) and i < `limit`
+/// (unless negative: a Scan's static trip count). With a handle it sets the
+/// conditional (cudaGraphSetConditional); with handle 0 (outside a capture)
+/// it stores the decision in *more.
+std::string loop_control_kernel(const std::string& name, int64_t limit);
 
 /// A conditional handle in the graph that `stream` is capturing (its
 /// context current on this thread). `default_value` is assigned at every
@@ -76,5 +90,40 @@ using Step = std::function<void(CUstream)>;
 /// branch's steps run. Errors name `label`.
 Step if_step(CUfunction set_cond, CUdeviceptr cond, std::vector<Step> then_steps, std::vector<Step> else_steps,
              CUstream side, std::string label);
+
+/// Device memory a kiln.cuda.Loop's control kernel (loop_control_kernel)
+/// works on: the iteration counter and the body's condition input (both
+/// read by the body), the trip count M and the condition before the first
+/// iteration (0: the Loop has none), the condition the body computes (what
+/// the next iteration's decision reads; 0 for none) and one bool for the
+/// decision outside a capture.
+struct LoopControl {
+  CUfunction fn = nullptr;
+  CUdeviceptr iter = 0, cond_in = 0, max_trip = 0, cond0 = 0, cond_out = 0, more = 0;
+};
+
+/// One loop-carried value of a kiln.cuda.Loop (device addresses).
+struct Carried {
+  CUdeviceptr initial = 0;  ///< the node's input, copied to `state` before the loop
+  CUdeviceptr state = 0;    ///< the body's input: what each iteration reads
+  CUdeviceptr next = 0;     ///< the body's output, copied to `state` after each iteration
+  CUdeviceptr final = 0;    ///< the node's output (0: unused), copied from `state` after the loop
+  /// Where `next` waits while the states are overwritten, when it is another
+  /// carried value's state (a swap); 0 when not needed.
+  CUdeviceptr temp = 0;
+  size_t bytes = 0;
+};
+
+/// The step of a kiln.cuda.Loop node: copies the initial values to the
+/// states, then on a stream capturing a CUDA graph a conditional handle, the
+/// control kernel (the first decision) and a WHILE node whose body is
+/// `body_steps`, the copies of the body's outputs to the states and the
+/// control kernel again (the next decision), captured on `side`; on a
+/// stream that is not capturing (profiled runs, KILN_CUDA_GRAPH=0, kiln
+/// verify) the control kernel with handle 0 and the decision read back
+/// after each iteration (the stream synchronized) while the body's steps
+/// run. Last, the states are copied to the node's outputs. Errors name `label`.
+Step while_step(LoopControl ctl, std::vector<Carried> carried, std::vector<Step> body_steps, CUstream side,
+                std::string label);
 
 }  // namespace kiln::targets::cuda

@@ -47,6 +47,15 @@
 //    that sets the conditional with cudaGraphSetConditional) and cubin (the
 //    digest, as for Kernel). Outside a capture (profiled runs) the runtime
 //    reads the condition back and runs the chosen branch's steps.
+//  - kiln.cuda.Loop: an ONNX Loop or Scan run as a WHILE conditional node.
+//    Inputs (M or none, cond or none, initial carried values..., a Scan's
+//    scan inputs...); outputs (final carried values..., scan outputs...).
+//    Attribute body: kiln.cuda nodes with inputs (iteration int64 [], cond
+//    bool [], carried values..., each a buffer of its own) and outputs
+//    (cond, next carried values..., the scan outputs its scanwrite kernels
+//    write at the iteration's row); control_fn (conditional.h:
+//    loop_control_kernel), carried (count), trip_count (-1: run time),
+//    source_op, cubin.
 #pragma once
 #include <cstdint>
 #include <string>

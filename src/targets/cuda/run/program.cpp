@@ -151,6 +151,12 @@ class CudaProgram final : public DeviceProgram {
       for (auto id : n.outputs)
         if (id != ir::kNoValue && !addr_[id]) place(n, id);
     });
+    // A Loop body's inputs (iteration, condition, carried values) are
+    // written by the loop itself, not by a node: buffers of their own.
+    for (auto& n : m.main.nodes)
+      if (n.domain == kCudaDomain && n.op_type == "Loop")
+        for (auto id : n.graph("body").inputs)
+          if (id != ir::kNoValue && !addr_[id]) place(n, id);
     std::vector<bool> host_value(m.values.size(), false);
     for (size_t i = 0; i < m.main.nodes.size(); ++i)
       for (auto id : m.main.nodes[i].outputs)
@@ -721,6 +727,8 @@ class CudaProgram final : public DeviceProgram {
       steps_.push_back([this, plan, x, w, y](CUstream s) { plan->run(s, x, w, y, workspace_.get(), workspace_.bytes()); });
     } else if (n.op_type == "If") {
       bind_if(m, n);
+    } else if (n.op_type == "Loop") {
+      bind_loop(m, n);
     } else {
       fail(ErrorCode::unsupported, "{}: kiln.cuda.{} is not an operator of this kiln's cuda runtime", n.label(), n.op_type);
     }
@@ -732,18 +740,7 @@ class CudaProgram final : public DeviceProgram {
     const DriverApi& d = driver();
     std::vector<Step> bodies[2];
     const char* names[2] = {"then_branch", "else_branch"};
-    for (int b = 0; b < 2; ++b) {
-      std::vector<Step> saved = std::move(steps_);
-      steps_.clear();
-      for (auto& inner : n.graph(names[b]).nodes) {
-        if (inner.domain == kCudaDomain && inner.op_type == "If")
-          fail(ErrorCode::invalid_model, "{}: its {} holds {} (nested conditional nodes are not supported)", n.label(),
-               names[b], inner.label());
-        bind(m, inner, SIZE_MAX);
-      }
-      bodies[b] = std::move(steps_);
-      steps_ = std::move(saved);
-    }
+    for (int b = 0; b < 2; ++b) bodies[b] = bind_body(m, n, n.graph(names[b]), names[b]);
     std::string fn = n.s("cond_fn", "");
     CUfunction f;
     check(d.cuModuleGetFunction(&f, module_, fn.c_str()), fmt::format("{}: cuModuleGetFunction('{}')", n.label(), fn).c_str());
@@ -751,20 +748,76 @@ class CudaProgram final : public DeviceProgram {
     steps_.push_back(if_step(f, addr_[n.inputs.at(0)], std::move(bodies[0]), std::move(bodies[1]), side_, n.label()));
   }
 
-  /// Calls f on every node of a conditional body (kiln.cuda.If branches).
+  /// The steps of conditional body `g` of node `n` (`which`), bound like
+  /// main nodes; nested conditional nodes are refused.
+  std::vector<Step> bind_body(const ir::Model& m, const ir::Node& n, const ir::Graph& g, const char* which) {
+    std::vector<Step> saved = std::move(steps_);
+    steps_.clear();
+    for (auto& inner : g.nodes) {
+      if (inner.domain == kCudaDomain && (inner.op_type == "If" || inner.op_type == "Loop"))
+        fail(ErrorCode::invalid_model, "{}: its {} holds {} (nested conditional nodes are not supported)", n.label(),
+             which, inner.label());
+      bind(m, inner, SIZE_MAX);
+    }
+    std::vector<Step> body = std::move(steps_);
+    steps_ = std::move(saved);
+    return body;
+  }
+
+  /// The step of a kiln.cuda.Loop node (conditional.h: while_step): body
+  /// inputs (iteration, condition, carried values...), outputs (condition,
+  /// carried values..., scan outputs...), its control kernel.
+  void bind_loop(const ir::Model& m, const ir::Node& n) {
+    const DriverApi& d = driver();
+    const ir::Graph& g = n.graph("body");
+    const auto k = static_cast<size_t>(n.i("carried"));
+    if (g.inputs.size() != 2 + k || g.outputs.size() < 1 + k || n.inputs.size() < 2 + k || n.outputs.size() < k)
+      fail(ErrorCode::invalid_model, "{}: its body does not match its {} carried values", n.label(), k);
+    std::vector<Step> body = bind_body(m, n, g, "body");
+    LoopControl ctl;
+    std::string fn = n.s("control_fn", "");
+    check(d.cuModuleGetFunction(&ctl.fn, module_, fn.c_str()),
+          fmt::format("{}: cuModuleGetFunction('{}')", n.label(), fn).c_str());
+    auto at = [&](ir::ValueId v) { return v == ir::kNoValue ? CUdeviceptr{0} : addr_[v]; };
+    ctl.iter = at(g.inputs[0]);
+    ctl.cond_in = at(g.inputs[1]);
+    ctl.max_trip = at(n.inputs[0]);
+    ctl.cond0 = at(n.inputs[1]);
+    ctl.cond_out = ctl.cond0 ? at(g.outputs[0]) : 0;  // without a condition input the body's is ignored
+    own_.emplace_back(1, "a loop decision");
+    ctl.more = own_.back().get();
+    std::vector<Carried> carried(k);
+    for (size_t i = 0; i < k; ++i) {
+      Carried& c = carried[i];
+      c = {at(n.inputs[2 + i]), at(g.inputs[2 + i]), at(g.outputs[1 + i]), at(n.outputs[i]), 0,
+           value_bytes(m, g.inputs[2 + i], &n)};
+      for (size_t j = 0; j < k; ++j)  // another carried value's state: staged before the states change
+        if (j != i && g.outputs[1 + i] == g.inputs[2 + j]) {
+          own_.emplace_back(c.bytes, "a loop-carried value");
+          c.temp = own_.back().get();
+          break;
+        }
+    }
+    if (!side_) check(d.cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING), "cuStreamCreate (conditional bodies)");
+    steps_.push_back(while_step(ctl, std::move(carried), std::move(body), side_, n.label()));
+  }
+
+  /// Calls f on every node of a conditional body (kiln.cuda.If branches,
+  /// kiln.cuda.Loop bodies).
   template <class F>
   static void for_each_body_node(const ir::Model& m, F&& f) {
     for (auto& n : m.main.nodes) {
-      if (n.domain != kCudaDomain || n.op_type != "If") continue;
-      for (const char* b : {"then_branch", "else_branch"})
-        for (auto& inner : n.graph(b).nodes) f(inner);
+      if (n.domain != kCudaDomain || (n.op_type != "If" && n.op_type != "Loop")) continue;
+      for (auto& [k, a] : n.attrs)
+        if (auto* g = std::get_if<std::shared_ptr<ir::Graph>>(&a))
+          for (auto& inner : (*g)->nodes) f(inner);
     }
   }
 
   int device_;
   CUmodule module_ = nullptr;
   CUstream stream_ = nullptr;
-  CUstream side_ = nullptr;  ///< captures conditional bodies (kiln.cuda.If)
+  CUstream side_ = nullptr;  ///< captures conditional bodies (kiln.cuda.If, kiln.cuda.Loop)
   DeviceBuffer consts_, arena_, workspace_;
   std::vector<DeviceBuffer> own_;
   std::vector<CUdeviceptr> addr_;
