@@ -44,6 +44,22 @@ bool constant_true(const ir::Model& m, ir::ValueId v) {
          *static_cast<const uint8_t*>(val.constant->raw()) != 0;
 }
 
+/// `v` with the ONNX Identity nodes of body `g` that produced it skipped
+/// (exporters pass the condition through one: cond_out = Identity(cond_in)).
+ir::ValueId through_identities(const ir::Graph& g, ir::ValueId v) {
+  for (bool found = true; found;) {
+    found = false;
+    for (auto& b : g.nodes)
+      if (b.domain.empty() && b.op_type == "Identity" && b.outputs.size() == 1 && b.outputs[0] == v &&
+          b.inputs.size() == 1 && b.inputs[0] != ir::kNoValue) {
+        v = b.inputs[0];
+        found = true;
+        break;
+      }
+  }
+  return v;
+}
+
 /// One element of `dtype` (a Loop's M or cond), or a refusal naming `what`.
 void check_scalar(const ir::Model& m, const ir::Node& n, ir::ValueId v, DType dtype, const char* what) {
   const ir::Value& val = m.value(v);
@@ -75,8 +91,9 @@ LoopForm loop_form(const ir::Model& m, const ir::Node& n) {
   if (f.cond0 != ir::kNoValue) check_scalar(m, n, f.cond_out, DType::boolean, "body's condition output");
   // The condition ends the loop early unless it is absent (the "for" form
   // ignores the body's condition) or true and passed through unchanged.
+  const ir::ValueId passed = through_identities(g, f.cond_out);
   const bool early_exit = f.cond0 != ir::kNoValue &&
-                          !(constant_true(m, f.cond0) && (f.cond_out == f.cond_in || constant_true(m, f.cond_out)));
+                          !(constant_true(m, f.cond0) && (passed == f.cond_in || constant_true(m, passed)));
   const ir::Value* mv = f.max_trip == ir::kNoValue ? nullptr : &m.value(f.max_trip);
   if (mv && mv->constant && !early_exit) f.trips = std::max<int64_t>(0, *static_cast<const int64_t*>(mv->constant->raw()));
   if (!f.scan_parts.empty() && f.trips < 0) {
