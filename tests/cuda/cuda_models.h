@@ -221,8 +221,15 @@ ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse = false,
 /// initializer), no cond; carries x [B, D] (input "x0"): x = Tanh(x W +
 /// 0.1 i) (W [D, D] seeded, i the iteration number, read from the outer
 /// scope) and emits each iteration's row sums ReduceSum(x, axis 1) [B] as a
-/// scan output. Outputs "x_final" [B, D], "rows" [trips, B].
-ModelBuilder loop_static_model(int64_t trips = 5, int64_t batch = 4, int64_t dim = 32);
+/// scan output. Outputs "x_final" [B, D], "rows" [trips, B]. Without
+/// `typed_body` the body's carried input has symbolic dims and its outputs
+/// no types (as exporters leave them).
+ModelBuilder loop_static_model(int64_t trips = 5, int64_t batch = 4, int64_t dim = 32, bool typed_body = true);
+
+/// Loop (opset 17) swapping its carried values: M = `trips`, (a, b) ->
+/// (b, a + b) from inputs a0, b0 float32 [D] (the body's first carried
+/// output is its second carried input itself). Outputs "a", "b" [D].
+ModelBuilder loop_swap_model(int64_t trips = 6, int64_t dim = 8);
 
 /// Loop (opset 17) whose condition comes from the data: x float32 [D],
 /// max_trips int64 [] (both inputs); cond = sum|x| < 100; each iteration

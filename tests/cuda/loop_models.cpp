@@ -44,7 +44,7 @@ ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse, int64_t
   return b;
 }
 
-ModelBuilder loop_static_model(int64_t trips, int64_t batch, int64_t dim) {
+ModelBuilder loop_static_model(int64_t trips, int64_t batch, int64_t dim, bool typed_body) {
   ModelBuilder b(17);
   b.input("x0", 1, {batch, dim});
   b.initializer_i64("M", {}, {trips});
@@ -54,7 +54,8 @@ ModelBuilder loop_static_model(int64_t trips, int64_t batch, int64_t dim) {
   ModelBuilder body(17);
   body.input("i", 7, {});
   body.input("c_in", 9, {});
-  body.input("x_in", 1, {batch, dim});
+  // Untyped as exporters leave them: symbolic dims in, no types out.
+  body.input("x_in", 1, typed_body ? std::vector<int64_t>{batch, dim} : std::vector<int64_t>{-1, -1});
   body.node("MatMul", {"x_in", "W"}, {"mm"}, "matmul");
   auto& cast = body.node("Cast", {"i"}, {"fi"}, "cast");
   ModelBuilder::attr_int(cast, "to", 1);
@@ -64,12 +65,38 @@ ModelBuilder loop_static_model(int64_t trips, int64_t batch, int64_t dim) {
   auto& rs = body.node("ReduceSum", {"x_out", "axes"}, {"row"}, "rowsum");
   ModelBuilder::attr_int(rs, "keepdims", 0);
   body.output("c_in", 9, {});
-  body.output("x_out", 1, {batch, dim});
-  body.output("row", 1, {batch});
+  if (typed_body) {
+    body.output("x_out", 1, {batch, dim});
+    body.output("row", 1, {batch});
+  } else {
+    body.output("x_out");
+    body.output("row");
+  }
   auto& n = b.node("Loop", {"M", "", "x0"}, {"x_final", "rows"}, "loop");
   set_body(n, body);
   b.output("x_final", 1, {batch, dim});
   b.output("rows", 1, {trips, batch});
+  return b;
+}
+
+ModelBuilder loop_swap_model(int64_t trips, int64_t dim) {
+  ModelBuilder b(17);
+  b.input("a0", 1, {dim});
+  b.input("b0", 1, {dim});
+  b.initializer_i64("M", {}, {trips});
+  ModelBuilder body(17);
+  body.input("i", 7, {});
+  body.input("c", 9, {});
+  body.input("a_in", 1, {dim});
+  body.input("b_in", 1, {dim});
+  body.node("Add", {"a_in", "b_in"}, {"sum"}, "add");
+  body.output("c", 9, {});
+  body.output("b_in", 1, {dim});  // the next a is this iteration's b itself
+  body.output("sum", 1, {dim});
+  auto& n = b.node("Loop", {"M", "", "a0", "b0"}, {"a", "b"}, "fib");
+  set_body(n, body);
+  b.output("a", 1, {dim});
+  b.output("b", 1, {dim});
   return b;
 }
 

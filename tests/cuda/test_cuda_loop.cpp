@@ -113,6 +113,72 @@ TEST(CudaLoop, StaticLoopWithScanOutputBecomesAWhileNode) {
   EXPECT_EQ(ir::to_sizes(*m.value(loop->outputs[1]).shape), (std::vector<int64_t>{5, 4}));
 }
 
+TEST(CudaLoop, UntypedLoopBodyIsTypedFromTheInitialValues) {
+  TempDir dir;
+  auto cp = compile_model(loop_static_model(5, 4, 32, /*typed_body=*/false), dir);
+  const ir::Model& m = cp.model;
+  EXPECT_TRUE(m.segments.empty());
+  const ir::Node* loop = the_loop(m);
+  ASSERT_NE(loop, nullptr);
+  const ir::Graph& body = loop->graph("body");
+  ASSERT_EQ(body.inputs.size(), 3u);
+  EXPECT_EQ(ir::to_sizes(*m.value(body.inputs[2]).shape), (std::vector<int64_t>{4, 32})) << "x_in typed as x0";
+  EXPECT_EQ(body_kernels(*loop).count("Gemm"), 1u);
+}
+
+TEST(CudaLoop, SwapOfCarriedValuesCompilesWithTheBodyInputAsOutput) {
+  TempDir dir;
+  auto cp = compile_model(loop_swap_model(6, 8), dir);
+  const ir::Node* loop = the_loop(cp.model);
+  ASSERT_NE(loop, nullptr);
+  const ir::Graph& body = loop->graph("body");
+  ASSERT_EQ(body.outputs.size(), 3u);
+  EXPECT_EQ(body.outputs[1], body.inputs[3]) << "next a = b_in: the runtime stages it (a swap)";
+}
+
+TEST(CudaLoop, CarriedValueChangingShapeStaysOnTheHostAsItCame) {
+  // Each iteration concatenates: x grows by one row, so the body's output
+  // is not the initial value's shape; the Loop runs on the host, its body
+  // left untyped as it came.
+  ModelBuilder b(17);
+  b.input("x0", 1, {1, 4});
+  b.initializer_i64("M", {}, {3});
+  ModelBuilder body(17);
+  body.input("i", 7, {});
+  body.input("c", 9, {});
+  body.input("x_in", 1, {-1, 4});
+  auto& cat = body.node("Concat", {"x_in", "x_in"}, {"x_out"}, "grow");
+  ModelBuilder::attr_int(cat, "axis", 0);
+  body.output("c", 9, {});
+  body.output("x_out");
+  auto& n = b.node("Loop", {"M", "", "x0"}, {"x_final"}, "loop");
+  auto* a = n.add_attribute();
+  a->set_name("body");
+  a->set_type(onnx::AttributeProto::GRAPH);
+  *a->mutable_g() = body.graph();
+  b.node("Relu", {"x_final"}, {"y"}, "relu");
+  b.output("y");
+  TempDir dir;
+  b.save(dir / "m.onnx");
+  try {
+    compile(dir / "m.onnx", dir / "err.kiln", cross());
+    ADD_FAILURE() << "a Loop whose carried value grows compiled with --fallback error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("loop-carried output 'x_out' is float32 [2,4] in the body"), std::string::npos)
+        << e.what();
+  }
+  SessionOptions o = cross();
+  o.fallback = Fallback::host;
+  compile(dir / "m.onnx", dir / "host.kiln", o);
+  auto cp = artifact::read_file(dir / "host.kiln");
+  for (auto& node : cp.model.main.nodes)
+    if (node.op_type == "Loop") {
+      EXPECT_TRUE(node.domain.empty());
+      const ir::Value& x_in = cp.model.value(node.graph("body").inputs.at(2));
+      EXPECT_FALSE(x_in.shape && ir::is_static(*x_in.shape)) << "the host's body keeps its open shape";
+    }
+}
+
 TEST(CudaLoop, DataDependentConditionWithoutScanOutputsRunsOnTheDevice) {
   TempDir dir;
   auto cp = compile_model(loop_while_model(16, false), dir);

@@ -5,7 +5,8 @@
 // condition on the device) and profiled (uncaptured: the decision read
 // back after each iteration): a Scan cumulative sum (forward, and reversed
 // with its output stacked along axis 1), a Loop with a static trip count
-// carrying a value through a cuBLASLt matmul with a scan output, and a Loop
+// carrying a value through a cuBLASLt matmul with a scan output (typed and
+// untyped body), a Loop swapping its carried values, and a Loop
 // whose condition comes from the data (0 to max_trips iterations).
 #include <gtest/gtest.h>
 
@@ -92,6 +93,13 @@ TEST(CudaLoopProgram, ScanCumulativeSumMatchesRef) {
 TEST(CudaLoopProgram, StaticLoopWithScanOutputMatchesRef) {
   check_against_ref(kiln::testing::loop_static_model(6, 4, 64),
                     {{{"x0", wave({4, 64}, 1.f, 0.3f)}}, {{"x0", wave({4, 64}, -0.5f, 2.f)}}}, "static loop");
+  check_against_ref(kiln::testing::loop_static_model(3, 2, 16, /*typed_body=*/false),
+                    {{{"x0", wave({2, 16}, 1.f, 0.7f)}}}, "static loop, untyped body");
+}
+
+TEST(CudaLoopProgram, SwappedCarriedValuesMatchRef) {
+  check_against_ref(kiln::testing::loop_swap_model(6, 8),
+                    {{{"a0", wave({8}, 1.f, 0.1f)}, {"b0", wave({8}, 0.5f, 0.9f)}}}, "fibonacci swap");
 }
 
 TEST(CudaLoopProgram, DataDependentConditionMatchesRef) {

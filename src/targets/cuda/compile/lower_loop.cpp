@@ -4,8 +4,10 @@
 // the iterations on the device.
 #include <fmt/format.h>
 
+#include <optional>
 #include <utility>
 
+#include "passes/passes.h"
 #include "support/error.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/run/conditional.h"
@@ -198,16 +200,47 @@ void expect_dims(const ir::Model& m, const ir::Node& n, ir::ValueId v, const std
                           ir::shape_str(ir::static_shape(dims))));
 }
 
-}  // namespace
+/// Exporters leave a Loop body's carried inputs untyped (inference then
+/// gives them only their rank) and the body's values without static
+/// shapes. Where the loop's initial values (and a Scan's inputs) are static,
+/// returns a copy of body `g` inferred again with those shapes on its inputs
+/// (each carried value keeps its shape: lower_loop checks the body's outputs
+/// against it afterwards, so the assumption holds every iteration); the
+/// body's values are typed in m (the caller restores them on refusal).
+/// nullopt when every body input is static already.
+std::optional<ir::Graph> typed_body(ir::Model& m, const LoopForm& f, const ir::Graph& g) {
+  bool changed = false;
+  auto give = [&](ir::ValueId v, std::vector<int64_t> dims) {
+    ir::Value& val = m.value(v);
+    if (val.shape && ir::is_static(*val.shape)) return;
+    if (val.shape && val.shape->size() != dims.size()) return;  // a rank of its own: expect_dims refuses it
+    val.shape = ir::static_shape(dims);
+    changed = true;
+  };
+  for (size_t i = 0; i < f.initial.size(); ++i)
+    if (f.initial[i] != ir::kNoValue) give(f.state_in[i], ir::to_sizes(*m.value(f.initial[i]).shape));
+  for (size_t j = 0; j < f.scan_in.size(); ++j) {
+    auto dims = ir::to_sizes(*m.value(f.scan_in[j]).shape);
+    dims.erase(dims.begin() + f.in_axes[j]);
+    give(f.slices[j], dims);
+  }
+  if (!changed) return std::nullopt;
+  ir::Graph body = g;  // nodes copied: inference may fold some
+  std::swap(m.main, body);
+  try {
+    passes::infer_and_fold(m);
+  } catch (...) {
+    std::swap(m.main, body);
+    throw;
+  }
+  std::swap(m.main, body);
+  return body;
+}
 
-ir::Node lower_loop(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st) {
+/// lower_loop once the body `g` (typed_body's, or the node's own) is known.
+ir::Node lower_loop_body(Lowering& L, const ir::Node& n, const ir::Graph& g, LoopForm& f, const LowerOptions& opt,
+                         LowerStats& st) {
   ir::Model& m = L.model;
-  if (!conditional_nodes_enabled()) refuse(n, "conditional nodes are off (KILN_CUDA_CONDITIONAL=0)");
-  if (opt.dtype != DType::f32 || opt.tf32 || opt.nhwc.value_or(false))
-    refuse(n, "conditional nodes are lowered for strict float32 programs only (the precision and layout passes do "
-              "not rewrite bodies yet)");
-  const ir::Graph& g = n.graph("body");
-  LoopForm f = n.op_type == "Loop" ? loop_form(m, n) : scan_form(m, n);
   const size_t k = f.initial.size();
   if (n.outputs.size() != k + f.scan_parts.size())
     refuse(n, fmt::format("it has {} outputs for {} carried values and {} scan outputs", n.outputs.size(), k,
@@ -291,6 +324,25 @@ ir::Node lower_loop(Lowering& L, const ir::Node& n, const LowerOptions& opt, Low
   c.attrs["trip_count"] = f.trips;
   c.attrs["source_op"] = n.op_type;
   return c;
+}
+
+}  // namespace
+
+ir::Node lower_loop(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st) {
+  ir::Model& m = L.model;
+  if (!conditional_nodes_enabled()) refuse(n, "conditional nodes are off (KILN_CUDA_CONDITIONAL=0)");
+  if (opt.dtype != DType::f32 || opt.tf32 || opt.nhwc.value_or(false))
+    refuse(n, "conditional nodes are lowered for strict float32 programs only (the precision and layout passes do "
+              "not rewrite bodies yet)");
+  LoopForm f = n.op_type == "Loop" ? loop_form(m, n) : scan_form(m, n);
+  const std::vector<ir::Value> saved = m.values;  // typed_body types body values in place
+  try {
+    std::optional<ir::Graph> typed = typed_body(m, f, n.graph("body"));
+    return lower_loop_body(L, n, typed ? *typed : n.graph("body"), f, opt, st);
+  } catch (...) {
+    m.values.assign(saved.begin(), saved.end());  // the ONNX Loop runs on the host as it came
+    throw;
+  }
 }
 
 }  // namespace kiln::targets::cuda

@@ -7,6 +7,7 @@
 
 #include "support/error.h"
 #include "targets/cuda/run/driver.h"
+#include "targets/cuda/run/node_checks.h"
 
 namespace kiln::targets::cuda {
 
@@ -138,6 +139,32 @@ Step if_step(CUfunction set_cond, CUdeviceptr cond, std::vector<Step> then_steps
         for (auto& step : b == 0 ? then_steps : else_steps) step(t);
       }, label + (b == 0 ? " then_branch" : " else_branch"));
   };
+}
+
+std::vector<Carried> loop_carried(const ir::Model& m, const ir::Node& n, LoopControl& ctl,
+                                  const std::function<CUdeviceptr(ir::ValueId)>& at,
+                                  const std::function<CUdeviceptr(size_t)>& alloc) {
+  const ir::Graph& g = n.graph("body");
+  const auto k = static_cast<size_t>(n.i("carried"));
+  if (g.inputs.size() != 2 + k || g.outputs.size() < 1 + k || n.inputs.size() < 2 + k || n.outputs.size() < k)
+    fail(ErrorCode::invalid_model, "{}: its body does not match its {} carried values", n.label(), k);
+  ctl.iter = at(g.inputs[0]);
+  ctl.cond_in = at(g.inputs[1]);
+  ctl.max_trip = at(n.inputs[0]);
+  ctl.cond0 = at(n.inputs[1]);
+  ctl.cond_out = ctl.cond0 ? at(g.outputs[0]) : 0;  // without a condition input the body's is ignored
+  std::vector<Carried> carried(k);
+  for (size_t i = 0; i < k; ++i) {
+    Carried& c = carried[i];
+    c = {at(n.inputs[2 + i]), at(g.inputs[2 + i]), at(g.outputs[1 + i]), at(n.outputs[i]), 0,
+         value_bytes(m, g.inputs[2 + i], &n)};
+    for (size_t j = 0; j < k; ++j)  // another carried value's state: staged before the states change
+      if (j != i && g.outputs[1 + i] == g.inputs[2 + j]) {
+        c.temp = alloc(c.bytes);
+        break;
+      }
+  }
+  return carried;
 }
 
 Step while_step(LoopControl ctl, std::vector<Carried> carried, std::vector<Step> body_steps, CUstream side,

@@ -24,6 +24,8 @@
 #include <string_view>
 #include <vector>
 
+#include "ir/graph.h"
+
 namespace kiln::targets::cuda {
 
 /// Kiln's own declaration of the device builtin cudaGraphSetConditional for
@@ -113,6 +115,17 @@ struct Carried {
   CUdeviceptr temp = 0;
   size_t bytes = 0;
 };
+
+/// The carried values of kiln.cuda.Loop `n` (conditional body "body":
+/// inputs iteration, condition, states...; outputs condition, next
+/// states...) at the device addresses `at` gives each value (0 for none);
+/// `alloc(bytes)` gives device memory of the program's for the staging a
+/// swap needs. Sets ctl's addresses too (all but fn and more). Throws
+/// Error(invalid_model) naming `n` when its body does not fit its
+/// attribute `carried`.
+std::vector<Carried> loop_carried(const ir::Model& m, const ir::Node& n, LoopControl& ctl,
+                                  const std::function<CUdeviceptr(ir::ValueId)>& at,
+                                  const std::function<CUdeviceptr(size_t)>& alloc);
 
 /// The step of a kiln.cuda.Loop node: copies the initial values to the
 /// states, then on a stream capturing a CUDA graph a conditional handle, the

@@ -769,35 +769,14 @@ class CudaProgram final : public DeviceProgram {
   /// carried values..., scan outputs...), its control kernel.
   void bind_loop(const ir::Model& m, const ir::Node& n) {
     const DriverApi& d = driver();
-    const ir::Graph& g = n.graph("body");
-    const auto k = static_cast<size_t>(n.i("carried"));
-    if (g.inputs.size() != 2 + k || g.outputs.size() < 1 + k || n.inputs.size() < 2 + k || n.outputs.size() < k)
-      fail(ErrorCode::invalid_model, "{}: its body does not match its {} carried values", n.label(), k);
-    std::vector<Step> body = bind_body(m, n, g, "body");
     LoopControl ctl;
+    auto alloc = [&](size_t bytes) { return own_.emplace_back(bytes, "a loop's device memory").get(); };
+    auto carried = loop_carried(m, n, ctl, [&](ir::ValueId v) { return v == ir::kNoValue ? 0 : addr_[v]; }, alloc);
+    std::vector<Step> body = bind_body(m, n, n.graph("body"), "body");
     std::string fn = n.s("control_fn", "");
     check(d.cuModuleGetFunction(&ctl.fn, module_, fn.c_str()),
           fmt::format("{}: cuModuleGetFunction('{}')", n.label(), fn).c_str());
-    auto at = [&](ir::ValueId v) { return v == ir::kNoValue ? CUdeviceptr{0} : addr_[v]; };
-    ctl.iter = at(g.inputs[0]);
-    ctl.cond_in = at(g.inputs[1]);
-    ctl.max_trip = at(n.inputs[0]);
-    ctl.cond0 = at(n.inputs[1]);
-    ctl.cond_out = ctl.cond0 ? at(g.outputs[0]) : 0;  // without a condition input the body's is ignored
-    own_.emplace_back(1, "a loop decision");
-    ctl.more = own_.back().get();
-    std::vector<Carried> carried(k);
-    for (size_t i = 0; i < k; ++i) {
-      Carried& c = carried[i];
-      c = {at(n.inputs[2 + i]), at(g.inputs[2 + i]), at(g.outputs[1 + i]), at(n.outputs[i]), 0,
-           value_bytes(m, g.inputs[2 + i], &n)};
-      for (size_t j = 0; j < k; ++j)  // another carried value's state: staged before the states change
-        if (j != i && g.outputs[1 + i] == g.inputs[2 + j]) {
-          own_.emplace_back(c.bytes, "a loop-carried value");
-          c.temp = own_.back().get();
-          break;
-        }
-    }
+    ctl.more = alloc(1);
     if (!side_) check(d.cuStreamCreate(&side_, CU_STREAM_NON_BLOCKING), "cuStreamCreate (conditional bodies)");
     steps_.push_back(while_step(ctl, std::move(carried), std::move(body), side_, n.label()));
   }
