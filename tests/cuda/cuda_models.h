@@ -231,6 +231,11 @@ ModelBuilder loop_static_model(int64_t trips = 5, int64_t batch = 4, int64_t dim
 /// output is its second carried input itself). Outputs "a", "b" [D].
 ModelBuilder loop_swap_model(int64_t trips = 6, int64_t dim = 8);
 
+/// Loop (opset 17) whose carried value changes shape: x0 float32 [1, 4], M
+/// = 3, x = Concat(x, x) on axis 0 (the body's input [?, 4], its output
+/// untyped); y = Relu(x_final).
+ModelBuilder loop_growing_model();
+
 /// Loop (opset 17) whose condition comes from the data: x float32 [D],
 /// max_trips int64 [] (both inputs); cond = sum|x| < 100; each iteration
 /// x = 1.5 x + 0.1, count += 1 (count starts at 0.0) and cond = sum|x| <

@@ -100,6 +100,25 @@ ModelBuilder loop_swap_model(int64_t trips, int64_t dim) {
   return b;
 }
 
+ModelBuilder loop_growing_model() {
+  ModelBuilder b(17);
+  b.input("x0", 1, {1, 4});
+  b.initializer_i64("M", {}, {3});
+  ModelBuilder body(17);
+  body.input("i", 7, {});
+  body.input("c", 9, {});
+  body.input("x_in", 1, {-1, 4});
+  auto& cat = body.node("Concat", {"x_in", "x_in"}, {"x_out"}, "grow");
+  ModelBuilder::attr_int(cat, "axis", 0);
+  body.output("c", 9, {});
+  body.output("x_out");
+  auto& n = b.node("Loop", {"M", "", "x0"}, {"x_final"}, "loop");
+  set_body(n, body);
+  b.node("Relu", {"x_final"}, {"y"}, "relu");
+  b.output("y");
+  return b;
+}
+
 ModelBuilder loop_while_model(int64_t dim, bool scan_output) {
   ModelBuilder b(17);
   b.input("x", 1, {dim});

@@ -38,6 +38,21 @@ artifact::CompiledProgram compile_model(const ModelBuilder& b, const TempDir& di
   return artifact::read_file(dir / "m.kiln");
 }
 
+/// Compiles dir/m.onnx with --fallback error, expecting a refusal naming
+/// `why`, then with host fallback; returns the host-fallback program.
+artifact::CompiledProgram refused_then_on_host(const TempDir& dir, const std::string& why) {
+  try {
+    compile(dir / "m.onnx", dir / "err.kiln", cross());
+    ADD_FAILURE() << "compiled with --fallback error; expected a refusal naming: " << why;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+  }
+  SessionOptions o = cross();
+  o.fallback = Fallback::host;
+  compile(dir / "m.onnx", dir / "host.kiln", o);
+  return artifact::read_file(dir / "host.kiln");
+}
+
 /// The program's one kiln.cuda.Loop node (a test failure when not one).
 const ir::Node* the_loop(const ir::Model& m) {
   const ir::Node* found = nullptr;
@@ -140,43 +155,18 @@ TEST(CudaLoop, CarriedValueChangingShapeStaysOnTheHostAsItCame) {
   // Each iteration concatenates: x grows by one row, so the body's output
   // is not the initial value's shape; the Loop runs on the host, its body
   // left untyped as it came.
-  ModelBuilder b(17);
-  b.input("x0", 1, {1, 4});
-  b.initializer_i64("M", {}, {3});
-  ModelBuilder body(17);
-  body.input("i", 7, {});
-  body.input("c", 9, {});
-  body.input("x_in", 1, {-1, 4});
-  auto& cat = body.node("Concat", {"x_in", "x_in"}, {"x_out"}, "grow");
-  ModelBuilder::attr_int(cat, "axis", 0);
-  body.output("c", 9, {});
-  body.output("x_out");
-  auto& n = b.node("Loop", {"M", "", "x0"}, {"x_final"}, "loop");
-  auto* a = n.add_attribute();
-  a->set_name("body");
-  a->set_type(onnx::AttributeProto::GRAPH);
-  *a->mutable_g() = body.graph();
-  b.node("Relu", {"x_final"}, {"y"}, "relu");
-  b.output("y");
   TempDir dir;
-  b.save(dir / "m.onnx");
-  try {
-    compile(dir / "m.onnx", dir / "err.kiln", cross());
-    ADD_FAILURE() << "a Loop whose carried value grows compiled with --fallback error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("loop-carried output 'x_out' is float32 [2,4] in the body"), std::string::npos)
-        << e.what();
-  }
-  SessionOptions o = cross();
-  o.fallback = Fallback::host;
-  compile(dir / "m.onnx", dir / "host.kiln", o);
-  auto cp = artifact::read_file(dir / "host.kiln");
+  loop_growing_model().save(dir / "m.onnx");
+  auto cp = refused_then_on_host(dir, "loop-carried output 'x_out' is float32 [2,4] in the body");
+  int loops = 0;
   for (auto& node : cp.model.main.nodes)
     if (node.op_type == "Loop") {
+      ++loops;
       EXPECT_TRUE(node.domain.empty());
       const ir::Value& x_in = cp.model.value(node.graph("body").inputs.at(2));
       EXPECT_FALSE(x_in.shape && ir::is_static(*x_in.shape)) << "the host's body keeps its open shape";
     }
+  EXPECT_EQ(loops, 1);
 }
 
 TEST(CudaLoop, DataDependentConditionWithoutScanOutputsRunsOnTheDevice) {
@@ -199,17 +189,7 @@ TEST(CudaLoop, DataDependentConditionWithoutScanOutputsRunsOnTheDevice) {
 TEST(CudaLoop, DataDependentScanOutputFallsBackToTheHostWithTheReason) {
   TempDir dir;
   loop_while_model(16, true).save(dir / "m.onnx");
-  try {
-    compile(dir / "m.onnx", dir / "err.kiln", cross());
-    ADD_FAILURE() << "a Loop with a data-dependent scan output compiled with --fallback error";
-  } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("scan output(s) need a trip count known at compile time"), std::string::npos)
-        << e.what();
-  }
-  SessionOptions o = cross();
-  o.fallback = Fallback::host;
-  compile(dir / "m.onnx", dir / "host.kiln", o);
-  auto cp = artifact::read_file(dir / "host.kiln");
+  auto cp = refused_then_on_host(dir, "scan output(s) need a trip count known at compile time");
   ASSERT_FALSE(cp.model.segments.empty());
   bool host_loop = false;
   for (auto& n : cp.model.main.nodes) host_loop |= n.domain.empty() && n.op_type == "Loop";
