@@ -2,6 +2,7 @@
 #pragma once
 #include "../unit/onnx/model_builder.h"
 #include "ir/graph.h"
+#include "kiln/options.h"
 
 namespace kiln::testing {
 
@@ -210,6 +211,10 @@ struct LstmConfig {
   std::string label() const;  ///< a short description for test traces
 };
 ModelBuilder lstm_model(const LstmConfig& c);
+
+/// Options of a cross-compile without a GPU: target cuda for sm_90,
+/// heuristic tuning (no timing), value specialization off.
+SessionOptions cross_options();
 
 /// Scan (opset 17) as a cumulative sum: init float32 [D], x float32 [T, D];
 /// one carried value sum (sum_in + x_t) and one scan output, the running

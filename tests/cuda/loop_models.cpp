@@ -1,5 +1,6 @@
 // Models with ONNX Loop and Scan for the cuda target's WHILE conditional
-// nodes (lower_loop): declared in cuda_models.h.
+// nodes (lower_loop), and the cross-compile options the cuda tests share:
+// declared in cuda_models.h.
 #include <cmath>
 
 #include "cuda_models.h"
@@ -23,6 +24,15 @@ std::vector<float> wave(size_t n, float scale, float phase) {
 }
 
 }  // namespace
+
+SessionOptions cross_options() {
+  SessionOptions o;
+  o.target = Target::cuda();
+  o.arch = "sm_90";
+  o.tuning = Tuning::heuristic;
+  o.specialize_values = false;
+  return o;
+}
 
 ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse, int64_t out_axis) {
   ModelBuilder b(17);

@@ -20,14 +20,7 @@ namespace {
 
 using targets::cuda::kCudaDomain;
 
-SessionOptions cross() {
-  SessionOptions o;
-  o.target = Target::cuda();
-  o.arch = "sm_90";
-  o.tuning = Tuning::heuristic;
-  o.specialize_values = false;
-  return o;
-}
+SessionOptions cross() { return cross_options(); }
 
 /// The program's kiln.cuda.If nodes.
 std::vector<const ir::Node*> conditionals(const ir::Model& m) {

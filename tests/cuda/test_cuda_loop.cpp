@@ -21,11 +21,7 @@ namespace {
 using targets::cuda::kCudaDomain;
 
 SessionOptions cross() {
-  SessionOptions o;
-  o.target = Target::cuda();
-  o.arch = "sm_90";
-  o.tuning = Tuning::heuristic;
-  o.specialize_values = false;
+  SessionOptions o = cross_options();
   o.fallback = Fallback::error;  // any host node fails the compile
   return o;
 }
