@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "support/error.h"
+#include "support/log.h"
 
 namespace kiln::targets::cuda {
 
@@ -69,7 +70,13 @@ const BlasLtApi& blaslt_api() {
 
 void preload_blaslt() {
   struct Joined {
-    std::thread t{[] { loaded(); }};
+    std::thread t{[] {
+      Stopwatch sw;
+      loaded();
+      if (log().should_log(spdlog::level::debug))
+        log().debug("cuda: cuBLASLt opened in {:.1f} ms on the preload thread ({:.0f} ms after the process started)",
+                    sw.ms(), ms_since_process_start());
+    }};
     ~Joined() {
       if (t.joinable()) t.join();
     }

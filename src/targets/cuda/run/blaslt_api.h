@@ -1,8 +1,9 @@
 // cuBLASLt opened with dlopen instead of linked: the library is ~500 MB and
 // its ~590,000 relocations cost ~60 ms at every process start (measured here:
-// dlopen of libcublasLt.so.13, 59 ms). Opened on first use, or earlier on a
-// background thread (preload_blaslt), a cuda load overlaps that cost with the
-// driver's initialisation, and cpu-only runs never pay it.
+// dlopen of libcublasLt.so.13, 59 ms). Opened on first use (a cuda load's
+// compatibility facts, while the CUDA context is created), so cpu-only runs
+// never pay it. preload_blaslt opens it on a background thread instead; not
+// during cuInit, which it slows (cuda::prewarm).
 #pragma once
 #include <cublasLt.h>
 

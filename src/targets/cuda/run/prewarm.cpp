@@ -1,7 +1,9 @@
 // prewarm(): the CUDA context and the library handles started on a thread
 // before the first load needs them (program.h).
+#include <cstdlib>
 #include <future>
 #include <mutex>
+#include <string>
 
 #include "support/log.h"
 #include "targets/cuda/run/blaslt.h"
@@ -42,24 +44,40 @@ bool prewarm(int device) {
   if (p.done.valid()) return false;
   bool started = false;
   try {
-    preload_blaslt();  // its own thread: opening the library overlaps the driver's initialisation
-    started = true;
+    // cuBLASLt is not opened here, alongside cuInit: opening it (~60 ms, most
+    // of it relocations) slowed cuInit from ~100 to ~160 ms on the H200 (the
+    // two contend; likely for the process's memory map), and the context was
+    // ready ~55 ms later. The load's compatibility facts open it
+    // (cublasLtGetVersion) once cuInit is done, alongside the primary
+    // context's creation, which it does not slow
+    // (bench/results/cuda/warm_start_20261202.md). KILN_CUDA_PRELOAD_BLASLT=early
+    // opens it on its own thread here as before (a measurement aid).
+    const char* when = std::getenv("KILN_CUDA_PRELOAD_BLASLT");
+    if (when && std::string(when) == "early") {
+      preload_blaslt();
+      started = true;
+    }
   // Measured on the H200 (bench/results/cuda/warm_two_stage_prewarm.log): a first-use
   // matmul here as well made warm starts slower, since its cost is per
   // data type and kernel family and it then delayed the plans.
   p.done = std::async(std::launch::async, [device] {
              try {
                Stopwatch sw;
+               (void)device_present();  // libcuda opened, cuInit
+               const double init_ms = sw.ms();
                use_device(device);
                const double context_ms = sw.ms();
+               const double ready_at = log().should_log(spdlog::level::debug) ? ms_since_process_start() : 0;
                blaslt_handle();
                cudnn_handle();
-               log().debug("cuda: prewarm: CUDA context {:.1f} ms, cuBLASLt / cuDNN handles {:.1f} ms", context_ms,
-                           sw.ms() - context_ms);
+               log().debug("cuda: prewarm: cuInit {:.1f} ms, primary context {:.1f} ms (ready {:.0f} ms after the "
+                           "process started), cuBLASLt / cuDNN handles {:.1f} ms",
+                           init_ms, context_ms - init_ms, ready_at, sw.ms() - context_ms);
              } catch (...) {
                // The load itself reports what is wrong (no driver, no such device).
              }
            }).share();
+    started = true;
   } catch (const std::exception& e) {  // no thread to be had: the load does it all itself
     log().debug("cuda: prewarm not started: {}", e.what());
   }

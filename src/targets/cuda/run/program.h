@@ -31,11 +31,14 @@ std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp,
 
 /// Starts, once per process and on a background thread, what the first
 /// load_program on `device` needs before it can do anything else: the CUDA
-/// context (~100 ms on an H200) and the cuBLASLt / cuDNN handles, and on a
-/// second thread opening cuBLASLt (preload_blaslt), so that they overlap the
-/// driver's initialisation, the model digest and the artifact's read.
-/// load_program waits for it. Returns true when this call started that work
-/// (then the caller must settle_prewarm() before it returns or throws);
+/// context (cuInit ~100 ms, then the primary context ~115 ms on an H200) and
+/// the cuBLASLt / cuDNN handles, so that they overlap the model digest and
+/// the artifact's read. cuBLASLt is opened by the caller's compatibility
+/// facts once cuInit is done (opening it during cuInit slows cuInit);
+/// KILN_CUDA_PRELOAD_BLASLT=early opens it here on a second thread
+/// (preload_blaslt, a measurement aid). load_program waits for it. Returns
+/// true when this call started that work (then the caller must
+/// settle_prewarm() before it returns or throws);
 /// false when an earlier call did, or no thread could be started. Never
 /// throws: errors are left for the load to report.
 bool prewarm(int device);
