@@ -11,6 +11,7 @@
 #include <random>
 #include <unordered_map>
 
+#include "runtime/precision_check_run.h"
 #include "runtime/program.h"
 #include "runtime/sample_inputs.h"
 #include "support/error.h"
@@ -50,23 +51,30 @@ struct ValueError {
   double ref_max = 0;  ///< max|ref| over the finite elements
 };
 
-ValueError value_error(const Tensor& got, const Tensor& ref, const Bound& b) {
-  ValueError e;
+ValueError value_error(const Tensor& got, const Tensor& ref) {
   const float* g = got.data<float>();
   const float* r = ref.data<float>();
-  double max_abs = 0;
-  bool inf = false;
-  for (int64_t i = 0; i < ref.numel(); ++i) {
-    if (!std::isfinite(r[i])) {
-      inf |= !(g[i] == r[i] || (std::isnan(g[i]) && std::isnan(r[i])));
-      continue;
-    }
-    e.ref_max = std::max(e.ref_max, static_cast<double>(std::fabs(r[i])));
-    if (!std::isfinite(g[i])) inf = true;
-    else max_abs = std::max(max_abs, static_cast<double>(std::fabs(g[i] - r[i])));
+  const int64_t n = ref.numel();
+  // In float, branch-free: |g - r| and |r| are float values, so their maxima
+  // are the same in float as in double, and exact in any order (the result
+  // does not depend on the threads or on vectorization).
+  float max_abs = 0, ref_max = 0;
+  int inf = 0;
+  constexpr float kMax = std::numeric_limits<float>::max();
+#pragma omp parallel for simd schedule(static) reduction(max : max_abs, ref_max) reduction(| : inf) if (n > (1 << 16))
+  for (int64_t i = 0; i < n; ++i) {
+    const float ri = r[i], gi = g[i];
+    const bool fin_r = std::fabs(ri) <= kMax, fin_g = std::fabs(gi) <= kMax;  // false for NaN too
+    // A non-finite reference must be matched exactly (NaN by NaN).
+    inf |= (!fin_r && !(gi == ri || (gi != gi && ri != ri))) | (fin_r && !fin_g);
+    const float a = fin_r ? std::fabs(ri) : 0.f, d = fin_r && fin_g ? std::fabs(gi - ri) : 0.f;
+    ref_max = a > ref_max ? a : ref_max;
+    max_abs = d > max_abs ? d : max_abs;
   }
+  ValueError e;
+  e.ref_max = ref_max;
   e.error = inf ? std::numeric_limits<double>::infinity()
-            : e.ref_max > 0 ? max_abs / e.ref_max
+            : e.ref_max > 0 ? static_cast<double>(max_abs) / e.ref_max
                             : (max_abs > 0 ? 1.0 : 0.0);
   return e;
 }
@@ -78,13 +86,6 @@ bool comparable(const Tensor& a, const Tensor& b) {
 std::string sci(double v) { return std::isfinite(v) ? fmt::format("{:.2e}", v) : "inf"; }
 
 nlohmann::json number(double v) { return std::isfinite(v) ? nlohmann::json(v) : nlohmann::json(nullptr); }
-
-artifact::CompiledProgram ref_program(ir::Model m) {
-  artifact::CompiledProgram cp;
-  cp.model = std::move(m);
-  cp.compat.target = "ref";
-  return cp;
-}
 
 /// The smallest axis size of the Gathers that index with integer input
 /// `v` (directly or through Cast / Reshape-like nodes); 0 when none does.
@@ -172,19 +173,18 @@ std::unordered_map<std::string, ValueError> emulated_errors(const ir::Model& m, 
                                                             const std::set<std::string>& keep,
                                                             const std::map<std::string, Tensor>& inputs,
                                                             const std::unordered_map<std::string, Tensor>& ref,
-                                                            const Bound& b, int threads,
+                                                            int threads,
                                                             std::unordered_map<std::string, DType>& dtypes) {
   ir::Model conv = m;
   targets::cuda::convert_precision(conv, to, keep);
   dtypes.clear();
   for (auto& v : conv.values) dtypes[v.name] = v.dtype;
-  targets::cuda::emulate_16bit(conv);
-  const Program emu(ref_program(std::move(conv)));
-  const ir::Model& em = emu.compiled().model;
+  std::vector<DType> round;
+  targets::cuda::emulate_16bit(conv, &round);
   std::unordered_map<std::string, ValueError> errors;
-  emu.run_observed(inputs, threads, [&](size_t, ir::ValueId id, const Tensor& t) {
-    auto it = ref.find(em.value(id).name);
-    if (it != ref.end() && comparable(t, it->second)) errors[it->first] = value_error(t, it->second, b);
+  run_for_check(conv, inputs, round, threads, [&](ir::ValueId id, const Tensor& t) {
+    auto it = ref.find(conv.value(id).name);
+    if (it != ref.end() && comparable(t, it->second)) errors[it->first] = value_error(t, it->second);
   });
   return errors;
 }
@@ -392,19 +392,13 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
   try {
     const auto inputs = sample_inputs(m, given, r.inputs);
     std::unordered_map<std::string, Tensor> ref;
-    {
-      const Program p(ref_program(m));
-      const ir::Model& pm = p.compiled().model;
-      p.run_observed(inputs, threads, [&](size_t, ir::ValueId id, const Tensor& t) {
-        if (t.defined() && t.dtype() == DType::f32) ref[pm.value(id).name] = t;
-      });
-    }
+    run_for_check(m, inputs, {}, threads, [&](ir::ValueId id, const Tensor& t) { ref[m.value(id).name] = t; });
     std::set<std::string> keep;
     std::unordered_map<std::string, DType> dtypes;
     int accumulation_rounds = 0;
     double previous = 0;
     for (int round = 1; round <= kMaxRounds; ++round) {
-      const auto errors = emulated_errors(m, to, keep, inputs, ref, b, threads, dtypes);
+      const auto errors = emulated_errors(m, to, keep, inputs, ref, threads, dtypes);
       r.rounds = round;
       double out = 0;
       for (auto v : m.main.outputs)

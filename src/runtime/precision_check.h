@@ -2,10 +2,13 @@
 // "Precision check"): which nodes to keep in float32.
 //
 // The graph the cuda precision pass is about to convert (shapes static) is
-// run twice on the ref kernels with the same sample inputs: as written, in
-// float32 (the reference), and as the 16-bit program emulated in float32
-// (targets/cuda/compile/precision.h: convert_precision, then emulate_16bit:
-// every 16-bit value rounded to the 16-bit type where it is made). The
+// run on the ref kernels with the same sample inputs: once as written, in
+// float32 (the reference, kept for every round), and once per round as the
+// 16-bit program emulated in float32 (targets/cuda/compile/precision.h:
+// convert_precision, then emulate_16bit: every 16-bit value rounded to the
+// 16-bit type where it is made; the check's executor, precision_check_run.h,
+// rounds each such value in place right after its node, bit for bit what a
+// Cast pair would give). The
 // emulation is used with and without a GPU, so a cross-compiled artifact
 // keeps the same nodes in float32 as one compiled on the GPU, and the cache
 // key covers the check through its settings alone.

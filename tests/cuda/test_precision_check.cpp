@@ -5,12 +5,15 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 
 #include "cuda_models.h"
 #include "kiln/errors.h"
 #include "runtime/compile.h"
 #include "runtime/precision_check.h"
+#include "runtime/precision_check_run.h"
 #include "runtime/program.h"
+#include "support/half.h"
 #include "targets/cuda/compile/precision.h"
 
 namespace kiln::testing {
@@ -83,6 +86,73 @@ TEST(PrecisionEmulation, SixteenBitValuesBecomeRoundedFloat32) {
   const double err = max_diff(got, ref) / scale;
   EXPECT_GT(err, 1e-5) << "nothing was rounded";
   EXPECT_LT(err, 1e-2);
+}
+
+// The check's in-place rounding is a Cast to the 16-bit type and back, bit
+// for bit: every float16 value and the floats around each midpoint between
+// two of them (ties go to even), a sweep over all exponents, the specials.
+// (All 2^32 floats were compared once by hand: equal.)
+TEST(PrecisionEmulation, RoundInPlaceIsACastPair) {
+  std::vector<uint32_t> bits = {0x7f800000u, 0xff800000u, 0x7fc00000u, 0x7f800001u, 0xffc12345u, 0x477fefffu,
+                                0x477ff000u, 0x477fe000u, 0x38800000u, 0x387fffffu, 0x33000000u, 0x33000001u,
+                                0x80000000u, 0u, 1u, 0x7f7fffffu};
+  for (uint32_t h = 0; h < 0x10000u; ++h) {
+    float f = half_to_float(static_cast<uint16_t>(h)), g = half_to_float(static_cast<uint16_t>(h + 1));
+    if (!std::isfinite(f) || !std::isfinite(g)) continue;
+    uint32_t mid;
+    const float m = f + (g - f) / 2;
+    std::memcpy(&mid, &m, 4);
+    for (uint32_t d : {mid - 1, mid, mid + 1, mid ^ 0x80000000u}) bits.push_back(d);
+  }
+  for (uint64_t x = 0; x < (1ull << 32); x += 4099) bits.push_back(static_cast<uint32_t>(x));
+  for (DType to : {DType::f16, DType::bf16}) {
+    Tensor t(DType::f32, {static_cast<int64_t>(bits.size())});
+    std::memcpy(t.data<float>(), bits.data(), bits.size() * 4);
+    Tensor want = t.clone();
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      float& w = want.data<float>()[i];
+      w = to == DType::f16 ? half_to_float(float_to_half(w)) : bf16_to_float(float_to_bf16(w));
+    }
+    round_in_place(t, to);
+    ASSERT_EQ(std::memcmp(t.raw(), want.raw(), t.nbytes()), 0) << dtype_name(to);
+  }
+}
+
+// The check's executor with in-place rounding computes what the ref target
+// computes on emulate_16bit's Cast pairs, bit for bit, value by value.
+TEST(PrecisionEmulation, InPlaceRoundingEqualsTheCastPairs) {
+  for (auto [name, builder] : std::vector<std::pair<std::string, ModelBuilder>>{
+           {"conv_bn", conv_bn_model()}, {"attention", attention_model()}, {"sigmoid_head", sigmoid_head_model(50.f)}}) {
+    ir::Model m = imported_model(builder);
+    std::map<std::string, Tensor> in;
+    for (auto id : m.main.inputs) in[m.value(id).name] = ramp_input(ir::to_sizes(*m.value(id).shape));
+    ir::Model pairs = m, marked = m;
+    convert_precision(pairs, DType::f16);
+    convert_precision(marked, DType::f16);
+    const int points = emulate_16bit(pairs);
+    std::vector<DType> round;
+    EXPECT_EQ(emulate_16bit(marked, &round), points) << name;
+    ASSERT_EQ(round.size(), marked.values.size());
+    EXPECT_GT(std::count(round.begin(), round.end(), DType::f16), 2) << name;
+    std::map<std::string, Tensor> want;
+    {
+      artifact::CompiledProgram cp;
+      cp.model = pairs;
+      cp.compat.target = "ref";
+      Program(std::move(cp)).run_observed(in, 1, [&](size_t, ir::ValueId id, const Tensor& t) {
+        if (t.dtype() == DType::f32) want[pairs.value(id).name] = t.clone();
+      });
+    }
+    int compared = 0;
+    run_for_check(marked, in, round, 1, [&](ir::ValueId id, const Tensor& t) {
+      auto it = want.find(marked.value(id).name);
+      ASSERT_NE(it, want.end()) << name << ": " << marked.value(id).name;
+      ASSERT_EQ(t.nbytes(), it->second.nbytes());
+      EXPECT_EQ(std::memcmp(t.raw(), it->second.raw(), t.nbytes()), 0) << name << ": " << marked.value(id).name;
+      ++compared;
+    });
+    EXPECT_GT(compared, 3) << name;
+  }
 }
 
 // The head: Sigmoid(50 * (a - b)) of feature maps near 100. The

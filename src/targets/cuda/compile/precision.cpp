@@ -73,19 +73,24 @@ Tensor convert_tensor(const Tensor& t, DType to, bool& clamped) {
   Tensor out(to, t.shape());
   const int64_t n = t.numel();
   const float top = to == DType::f32 ? 0.f : largest_finite(to);
-  clamped = false;
+  const DType from = t.dtype();
+  int any = 0;
+  // Elements are independent: large weights are converted on all threads
+  // (the precision check converts every constant once per round).
+#pragma omp parallel for schedule(static) reduction(| : any) if (n > (1 << 16))
   for (int64_t i = 0; i < n; ++i) {
-    float f = t.dtype() == DType::f32   ? t.data<float>()[i]
-              : t.dtype() == DType::f16 ? half_to_float(t.data<uint16_t>()[i])
-                                        : bf16_to_float(t.data<uint16_t>()[i]);
+    float f = from == DType::f32   ? t.data<float>()[i]
+              : from == DType::f16 ? half_to_float(t.data<uint16_t>()[i])
+                                   : bf16_to_float(t.data<uint16_t>()[i]);
     if (to != DType::f32 && std::isfinite(f) && std::fabs(f) > top) {
       f = std::copysign(top, f);
-      clamped = true;
+      any = 1;
     }
     if (to == DType::f32) out.data<float>()[i] = f;
     else if (to == DType::f16) out.data<uint16_t>()[i] = float_to_half(f);
     else out.data<uint16_t>()[i] = float_to_bf16(f);
   }
+  clamped = any != 0;
   return out;
 }
 

@@ -136,6 +136,12 @@ PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::str
 /// group rounds only at its boundary, so this rounds at least as often).
 /// Returns the number of rounding points. Throws Error(internal) for a value
 /// of another 16-bit use (none is made by convert_precision).
-int emulate_16bit(ir::Model& m);
+/// With `round_in_place` non-null, only a Cast to a 16-bit type keeps that
+/// pair (its own rounding, then the widening Cast); every other 16-bit value
+/// is written in float32 by its node, unrounded, and `(*round_in_place)[v]`
+/// (one entry per value of the result) is the 16-bit type the caller must
+/// round value v to where it is made (DType::undefined: none). The precision
+/// check's executor does that in place, without a Cast pair's two buffers.
+int emulate_16bit(ir::Model& m, std::vector<DType>* round_in_place = nullptr);
 
 }  // namespace kiln::targets::cuda

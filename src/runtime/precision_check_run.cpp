@@ -1,0 +1,133 @@
+// The executor of the precision check (precision_check_run.h).
+#include "runtime/precision_check_run.h"
+
+#include <omp.h>
+
+#include <cstdlib>
+#include <memory>
+
+#include "ops/registry.h"
+#include "support/error.h"
+#include "support/half.h"
+#include "targets/kernels.h"
+
+namespace kiln {
+
+namespace {
+
+/// A 64-byte aligned buffer that is not zero-filled (Tensor's constructor
+/// zero-fills, which for the check's fresh buffers of every value costs as
+/// much as some kernels): kernels write every element of their outputs.
+Tensor uninitialized(DType dt, const std::vector<int64_t>& shape) {
+  size_t bytes = dtype_size(dt);
+  for (auto d : shape) bytes *= static_cast<size_t>(d);
+  if (bytes == 0 || dt == DType::undefined) return Tensor(dt, shape);
+  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
+  if (!p) fail(ErrorCode::internal, "out of memory allocating {} bytes for the precision check", bytes);
+  std::shared_ptr<void> owner(p, [](void* q) { std::free(q); });
+  return Tensor::view(dt, shape, p, std::move(owner));
+}
+
+/// True when [a, a + an) and [b, b + bn) overlap.
+bool overlaps(const void* a, size_t an, const void* b, size_t bn) {
+  auto x = reinterpret_cast<uintptr_t>(a), y = reinterpret_cast<uintptr_t>(b);
+  return an && bn && x < y + bn && y < x + an;
+}
+
+/// Restores OpenMP's thread count when the run ends (normally or by a throw).
+struct ThreadScope {
+  int saved = omp_get_max_threads();
+  explicit ThreadScope(int threads) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~ThreadScope() { omp_set_num_threads(saved); }
+};
+
+}  // namespace
+
+void round_in_place(Tensor& t, DType to) {
+  if (t.dtype() != DType::f32)
+    fail(ErrorCode::internal, "round_in_place: {} is not float32", t.describe());
+  float* p = t.data<float>();
+  const int64_t n = t.numel();
+  if (to == DType::f16) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) p[i] = round_to_half(p[i]);
+  } else if (to == DType::bf16) {
+#pragma omp parallel for simd schedule(static) if (n > (1 << 16))
+    for (int64_t i = 0; i < n; ++i) p[i] = round_to_bf16(p[i]);
+  } else {
+    fail(ErrorCode::internal, "round_in_place: {} is not a 16-bit float type", dtype_name(to));
+  }
+}
+
+void run_for_check(const ir::Model& m, const std::map<std::string, Tensor>& inputs, const std::vector<DType>& round,
+                   int threads, const CheckObserver& observe) {
+  const auto& nodes = m.main.nodes;
+  std::vector<targets::BoundKernel> kernels;
+  kernels.reserve(nodes.size());
+  for (const ir::Node& n : nodes) {
+    for (auto& [k, a] : n.attrs)
+      if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a))
+        fail(ErrorCode::unsupported, "{} has a subgraph (the precision check runs main graphs only)", n.label());
+    kernels.push_back(targets::bind_kernel("ref", n, m));
+  }
+  // Each value is dropped after its last reader (graph outputs never).
+  std::vector<int> last(m.values.size(), -1);
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (auto v : nodes[i].inputs)
+      if (v != ir::kNoValue) last[v] = static_cast<int>(i);
+  for (auto v : m.main.outputs) last[v] = static_cast<int>(nodes.size());
+  std::vector<Tensor> env(m.values.size());
+  for (size_t v = 0; v < m.values.size(); ++v)
+    if (m.values[v].constant) env[v] = *m.values[v].constant;
+  for (auto id : m.main.inputs) {
+    auto it = inputs.find(m.value(id).name);
+    if (it == inputs.end()) fail(ErrorCode::internal, "run_for_check: no input '{}'", m.value(id).name);
+    env[id] = it->second;
+  }
+  ThreadScope scope(threads);
+  const ops::KernelContext::Allocator alloc = [](size_t, DType dt, const std::vector<int64_t>& shape) {
+    return uninitialized(dt, shape);
+  };
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const ir::Node& n = nodes[i];
+    std::vector<const Tensor*> ins;
+    for (auto id : n.inputs) {
+      if (id != ir::kNoValue && !env[id].defined())
+        fail(ErrorCode::internal, "{}: input '{}' has no value at run time", n.label(), m.value(id).name);
+      ins.push_back(id == ir::kNoValue ? nullptr : &env[id]);
+    }
+    ops::KernelContext ctx(n, ins, alloc);
+    try {
+      kernels[i](ctx);
+    } catch (const Error& e) {
+      const std::string label = n.label();
+      if (std::string_view(e.what()).find(label) != std::string_view::npos) throw;
+      throw Error(e.code(), label + ": " + e.what());
+    }
+    for (size_t k = 0; k < n.outputs.size(); ++k) {
+      const ir::ValueId v = n.outputs[k];
+      if (v == ir::kNoValue) continue;
+      Tensor t = std::move(ctx.outputs()[k]);
+      if (!t.defined()) fail(ErrorCode::internal, "{}: the kernel produced no output {}", n.label(), k);
+      const DType to = static_cast<size_t>(v) < round.size() ? round[v] : DType::undefined;
+      if (to != DType::undefined && t.dtype() == DType::f32) {
+        // A kernel may return a view of an input (Reshape, Identity): round
+        // a copy, never a value something else reads.
+        for (const Tensor* in : ins)
+          if (in && overlaps(in->raw(), in->nbytes(), t.raw(), t.nbytes())) {
+            t = t.clone();
+            break;
+          }
+        round_in_place(t, to);
+      }
+      if (t.dtype() == DType::f32 && observe) observe(v, t);
+      if (last[v] >= 0) env[v] = std::move(t);  // else nothing reads it
+    }
+    for (auto id : n.inputs)
+      if (id != ir::kNoValue && last[id] == static_cast<int>(i)) env[id] = Tensor();
+  }
+}
+
+}  // namespace kiln
