@@ -212,11 +212,23 @@ void gemm_serial(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, fl
 
 }  // namespace
 
+namespace {
+thread_local SgemmFn t_override = nullptr;  ///< SgemmOverride's, per thread
+}  // namespace
+
+SgemmOverride::SgemmOverride(SgemmFn f) : previous_(t_override) { t_override = f; }
+SgemmOverride::~SgemmOverride() { t_override = previous_; }
+SgemmFn sgemm_override() { return t_override; }
+
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc) {
   if (M <= 0 || N <= 0) return;
   if (K <= 0) {
     scale_c(M, N, beta, C, ldc);
+    return;
+  }
+  if (t_override) {
+    t_override(trans_a, trans_b, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
     return;
   }
   const int threads = M * N * K >= kParallelMacs && !omp_in_parallel() ? omp_get_max_threads() : 1;

@@ -26,6 +26,31 @@ namespace kiln::ops {
 void sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A, int64_t lda,
            const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 
+/// sgemm's signature.
+using SgemmFn = void (*)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
+                         int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
+
+/// While it lives, sgemm() on the calling thread forwards every product
+/// with M, N, K > 0 to `f`, a kernel with sgemm's contract (nullptr: the
+/// built-in one); the previous override comes back at destruction. Only the
+/// precision check sets one (a library GEMM JIT-compiled for this CPU, for
+/// its reference runs): normal ref runs, the oracle, never do. Callers that
+/// run sgemm on OpenMP worker threads pass the calling thread's override on
+/// (sgemm_override()).
+class SgemmOverride {
+ public:
+  explicit SgemmOverride(SgemmFn f);
+  ~SgemmOverride();
+  SgemmOverride(const SgemmOverride&) = delete;
+  SgemmOverride& operator=(const SgemmOverride&) = delete;
+
+ private:
+  SgemmFn previous_;
+};
+
+/// The calling thread's sgemm override, or nullptr.
+SgemmFn sgemm_override();
+
 /// Same contract as sgemm for double and other arithmetic types, with a
 /// simple cache-friendly loop (no packing): used for the less common dtypes
 /// (float64, int32, int64 MatMul/Gemm). Integer arithmetic wraps as in C++.

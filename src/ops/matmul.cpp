@@ -63,8 +63,13 @@ void matmul_batches(const T* A, const T* B, T* Y, int64_t M, int64_t N, int64_t 
   // ones: let each product use every thread.
   const bool per_batch = batches >= 2 && (batches >= 2 * omp_get_max_threads() || M * N * K < (1 << 20));
   if (per_batch) {
-#pragma omp parallel for schedule(dynamic, 1)
-    for (int64_t i = 0; i < batches; ++i) one(i);
+    const SgemmFn gemm = sgemm_override();  // the calling thread's, on every worker
+#pragma omp parallel
+    {
+      SgemmOverride same(gemm);
+#pragma omp for schedule(dynamic, 1)
+      for (int64_t i = 0; i < batches; ++i) one(i);
+    }
   } else {
     for (int64_t i = 0; i < batches; ++i) one(i);
   }

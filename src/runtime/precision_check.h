@@ -8,7 +8,7 @@
 // convert_precision, then emulate_16bit: every 16-bit value rounded to the
 // 16-bit type where it is made; the check's executor, precision_check_run.h,
 // rounds each such value in place right after its node, bit for bit what a
-// Cast pair would give). The
+// Cast pair would give, and multiplies through oneDNN's sgemm). The
 // emulation is used with and without a GPU, so a cross-compiled artifact
 // keeps the same nodes in float32 as one compiled on the GPU, and the cache
 // key covers the check through its settings alone.

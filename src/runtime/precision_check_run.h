@@ -3,8 +3,11 @@
 // emulated program rounded in place where their node writes them.
 //
 // It is the ref target's execution (targets::bind_kernel "ref", the same
-// kernels and OpenMP thread count as a ref Program) without what the check
-// does not need: no Program (no arena plan, no input validation), no Cast
+// kernels and OpenMP thread count as a ref Program), with their matrix
+// products (Conv, MatMul, Gemm) through oneDNN's JIT-compiled sgemm
+// (targets::library_sgemm, via ops::SgemmOverride) instead of the portable
+// SSE2 one, and without what the check does not need: no Program (no arena
+// plan, no input validation), no Cast
 // pair and its two buffers per 16-bit value (emulate_16bit's
 // `round_in_place`), no zero-filling of each output buffer (kernels write
 // every element: ops::KernelContext::output's contract), and each value

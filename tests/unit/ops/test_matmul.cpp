@@ -2,6 +2,7 @@
 // numpy 1.24 (np.matmul / A.T @ B.T + C) on the same integer-valued inputs, or
 // by hand where noted; the randomized tests compare the packed GEMM against a
 // naive triple loop written here.
+#include <atomic>
 #include <cmath>
 #include <random>
 
@@ -95,6 +96,33 @@ TEST(MatMul, SymbolicShapeInference) {
                                       ir::Dim::known(64)}));
   b.shape = ir::Shape{ir::Dim::known(767), ir::Dim::known(64)};
   EXPECT_THROW(ops::infer(n, {a, b}), Error);
+}
+
+/// A stand-in GEMM for SgemmOverride: counts its calls and writes 7s.
+std::atomic<int> g_calls{0};
+void sevens(bool, bool, int64_t M, int64_t N, int64_t, float, const float*, int64_t, const float*, int64_t, float,
+            float* C, int64_t ldc) {
+  ++g_calls;
+  for (int64_t i = 0; i < M; ++i)
+    for (int64_t j = 0; j < N; ++j) C[i * ldc + j] = 7.f;
+}
+
+// An override takes every product of the calling thread (MatMul's batches
+// on worker threads too) while it lives, and the built-in kernel comes back.
+TEST(MatMul, SgemmOverrideForwardsWhileItLives) {
+  auto a = make<float>({2, 3}, {1, 2, 3, 4, 5, 6}), b = make<float>({3, 2}, {1, 0, 0, 1, 1, 1});
+  std::vector<float> batch_a(64 * 4 * 4, 1.f), batch_b(64 * 4 * 4, 1.f);
+  {
+    ops::SgemmOverride o(sevens);
+    EXPECT_EQ(ops::sgemm_override(), &sevens);
+    EXPECT_EQ(values<float>(run_op("MatMul", {}, {a, b})[0]), (std::vector<float>(4, 7.f)));
+    g_calls = 0;
+    auto y = run_op("MatMul", {}, {make<float>({64, 4, 4}, batch_a), make<float>({64, 4, 4}, batch_b)});
+    EXPECT_EQ(g_calls.load(), 64);
+    EXPECT_EQ(values<float>(y[0]), (std::vector<float>(64 * 16, 7.f)));
+  }
+  EXPECT_EQ(ops::sgemm_override(), nullptr);
+  EXPECT_EQ(values<float>(run_op("MatMul", {}, {a, b})[0]), (std::vector<float>{4, 5, 10, 11}));
 }
 
 TEST(Gemm, TransposesAlphaBetaColumnC) {
