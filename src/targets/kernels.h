@@ -125,12 +125,14 @@ struct DevicePrewarmSettler {
   }
 };
 
-/// oneDNN's sgemm (dnnl_sgemm: JIT-compiled for this CPU's ISA, on
-/// OpenMP's threads) with ops::sgemm's contract (row-major, beta == 0 never
-/// reads C), for ops::SgemmOverride: the precision check's reference runs.
-/// Its sums are ordered differently from the built-in kernel's (its results
-/// differ in the last bits) and may depend on the ISA and thread count.
-/// Throws Error(internal) when oneDNN refuses the call.
+/// oneDNN's sgemm (dnnl_sgemm: JIT-compiled for this CPU's ISA) with
+/// ops::sgemm's contract (row-major, beta == 0 never reads C), for
+/// ops::SgemmOverride: the precision check's reference runs. C is computed
+/// in fixed tiles, one single-threaded oneDNN call each, spread over OpenMP's
+/// threads: the result does not depend on the thread count. Its sums are
+/// ordered differently from the built-in kernel's (results differ in the
+/// last bits) and may differ between CPU ISAs (oneDNN's AVX2 and AVX-512
+/// kernels). Throws Error(internal) when oneDNN refuses a call.
 void library_sgemm(bool trans_a, bool trans_b, int64_t M, int64_t N, int64_t K, float alpha, const float* A,
                    int64_t lda, const float* B, int64_t ldb, float beta, float* C, int64_t ldc);
 

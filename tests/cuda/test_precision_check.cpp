@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <omp.h>
 
 #include "cuda_models.h"
 #include "kiln/errors.h"
@@ -158,6 +159,35 @@ TEST(PrecisionEmulation, InPlaceRoundingEqualsTheCastPairs) {
     });
     EXPECT_GT(compared, 3) << name;
   }
+}
+
+// The check's GEMM (oneDNN's, in fixed tiles) gives the same bits on 1, 2
+// or 5 threads, transposed or not, and the product the built-in one gives
+// up to summation order.
+TEST(PrecisionEmulation, LibrarySgemmDoesNotDependOnTheThreads) {
+  const int64_t M = 300, N = 700, K = 900;
+  std::vector<float> a(M * K), b(K * N);
+  for (size_t i = 0; i < a.size(); ++i) a[i] = std::sin(0.01f * static_cast<float>(i));
+  for (size_t i = 0; i < b.size(); ++i) b[i] = std::cos(0.013f * static_cast<float>(i));
+  const int saved = omp_get_max_threads();
+  for (bool ta : {false, true})
+    for (bool tb : {false, true}) {
+      const int64_t lda = ta ? M : K, ldb = tb ? K : N;
+      std::vector<float> want(M * N), got(M * N, std::nanf(""));
+      ops::sgemm(ta, tb, M, N, K, 1.f, a.data(), lda, b.data(), ldb, 0.f, want.data(), N);
+      std::vector<std::vector<float>> runs;
+      for (int threads : {1, 2, 5}) {
+        omp_set_num_threads(threads);
+        targets::library_sgemm(ta, tb, M, N, K, 1.f, a.data(), lda, b.data(), ldb, 0.f, got.data(), N);
+        runs.push_back(got);
+      }
+      omp_set_num_threads(saved);
+      EXPECT_EQ(runs[0], runs[1]) << ta << tb;
+      EXPECT_EQ(runs[0], runs[2]) << ta << tb;
+      double worst = 0;
+      for (int64_t i = 0; i < M * N; ++i) worst = std::max(worst, std::fabs(double(runs[0][i]) - want[i]));
+      EXPECT_LT(worst, 1e-3) << ta << tb;  // |C| reaches ~30: float rounding of 900-term sums
+    }
 }
 
 // The head: Sigmoid(50 * (a - b)) of feature maps near 100. The
