@@ -8,6 +8,8 @@
 # --fallback error) run beside it; they are done before its timing phase starts
 # (COMBO_CHECK_S, default 170 s, cuts them). The bench's compile times are measured under that
 # extra load as well as its 14 workers' (the report says the workers; this note says the rest).
+# COMBO_GPU_ZOO=0 leaves the bench out; COMBO_CONF=all adds the whole node-test suite with --fallback error
+# (COMBO_CONF_JOBS jobs, default 4); COMBO_WARM=1 adds the warm start at the end (see below).
 # Output ($OUT, at most 8 files): gpu_zoo.{md,png,tar.gz,log} and combo_logs.tar.gz.
 set -u
 T0=$(date +%s)
@@ -33,17 +35,28 @@ T1=$(date +%s)
 (
   mkdir -p /tmp/onnxdata && tar -xJf .gpu/node.tar.xz -C /tmp/onnxdata
   (cd /tmp/onnxdata/node && ls -d test_if* test_loop* test_scan* | LC_ALL=C sort) > /tmp/cf_list.txt
-  for fb in host error; do
+  # COMBO_CONF=all: the whole suite with --fallback error after the If/Loop/Scan tests (the ratchet).
+  [ "${COMBO_CONF:-cf}" = all ] && (cd /tmp/onnxdata/node && ls -d test_* | LC_ALL=C sort) > /tmp/cf_all.txt
+  for fb in host error all; do
+    list=/tmp/cf_list.txt; mode=$fb
+    if [ "$fb" = all ]; then [ -e /tmp/cf_all.txt ] || break; list=/tmp/cf_all.txt; mode=error; fi
     left=$(( CHECK_S - ($(date +%s) - T1) )); [ "$left" -gt 10 ] || break
-    timeout "$left" build-cuda/tests/conformance/kiln_conformance --data /tmp/onnxdata/node --list /tmp/cf_list.txt \
-      --target cuda --jobs 4 --fallback "$fb" --timeout 60 --markdown "$L/conformance_cf_$fb.md" \
-      --tolerances tests/conformance/tolerances.txt > "$L/conformance_cf_$fb.log" 2>&1
+    timeout "$left" build-cuda/tests/conformance/kiln_conformance --data /tmp/onnxdata/node --list "$list" \
+      --target cuda --jobs "${COMBO_CONF_JOBS:-4}" --fallback "$mode" --timeout 60 --markdown "$L/conformance_cf_$fb.md" \
+      --tolerances tests/conformance/tolerances.txt --baseline "$L/pass_$fb.txt" --update-baseline \
+      > "$L/conformance_cf_$fb.log" 2>&1
     echo "rc=$?" >> "$L/conformance_cf_$fb.log"
   done
 ) &
-GPU_ZOO_BUDGET_S=$(( ${COMBO_BUDGET_S:-575} - ($(date +%s) - T0) )) bash scripts/device/gpu_zoo.sh "$@"
+# COMBO_GPU_ZOO=0: no bench (a verification call: the checks alone, up to COMBO_CHECK_S).
+[ "${COMBO_GPU_ZOO:-1}" = 1 ] && GPU_ZOO_BUDGET_S=$(( ${COMBO_BUDGET_S:-575} - ($(date +%s) - T0) )) bash scripts/device/gpu_zoo.sh "$@"
 wait
-for f in "$L"/*.log; do echo "== $f"; grep -E "^\[  (PASSED|FAILED) |^rc=|^conformance|SKIPPED \]" "$f" | head -12; done
+# COMBO_WARM=1: then, on the quiet machine again, the warm start (scripts/device/warm_start.sh: its
+# own $OUT/warm_start.tgz), if COMBO_WARM_S (default 120) seconds are left of COMBO_BUDGET_S.
 [ -d "$OUT/logs" ] && cp -r "$OUT/logs" "$L/remote_logs" && rm -rf "$OUT/logs"
+if [ "${COMBO_WARM:-0}" = 1 ] && [ $(( ${COMBO_BUDGET_S:-575} - ($(date +%s) - T0) )) -gt "${COMBO_WARM_S:-120}" ]; then
+  WARM_SKIP_TESTS=1 timeout "${COMBO_WARM_S:-120}" bash scripts/device/warm_start.sh
+fi
+for f in "$L"/*.log; do echo "== $f"; grep -E "^\[  (PASSED|FAILED) |^rc=|^conformance|SKIPPED \]" "$f" | head -12; done
 tar -czf "$OUT/combo_logs.tar.gz" -C "$OUT" combo_logs && rm -rf "$L"
 echo "combo_session: done in $(( $(date +%s) - T0 )) s"
