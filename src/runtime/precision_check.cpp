@@ -174,9 +174,10 @@ std::unordered_map<std::string, ValueError> emulated_errors(const ir::Model& m, 
                                                             const std::map<std::string, Tensor>& inputs,
                                                             const std::unordered_map<std::string, Tensor>& ref,
                                                             int threads,
-                                                            std::unordered_map<std::string, DType>& dtypes) {
+                                                            std::unordered_map<std::string, DType>& dtypes,
+                                                            targets::cuda::ConvertedConstants& constants) {
   ir::Model conv = m;
-  targets::cuda::convert_precision(conv, to, keep);
+  targets::cuda::convert_precision(conv, to, keep, &constants);  // the weights converted once for all rounds
   dtypes.clear();
   for (auto& v : conv.values) dtypes[v.name] = v.dtype;
   std::vector<DType> round;
@@ -395,10 +396,11 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
     run_for_check(m, inputs, {}, threads, [&](ir::ValueId id, const Tensor& t) { ref[m.value(id).name] = t; });
     std::set<std::string> keep;
     std::unordered_map<std::string, DType> dtypes;
+    targets::cuda::ConvertedConstants constants;
     int accumulation_rounds = 0;
     double previous = 0;
     for (int round = 1; round <= kMaxRounds; ++round) {
-      const auto errors = emulated_errors(m, to, keep, inputs, ref, threads, dtypes);
+      const auto errors = emulated_errors(m, to, keep, inputs, ref, threads, dtypes, constants);
       r.rounds = round;
       double out = 0;
       for (auto v : m.main.outputs)

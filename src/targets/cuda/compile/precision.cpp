@@ -102,7 +102,8 @@ bool is_integer_or_bool(DType t) {
 
 class Converter {
  public:
-  Converter(ir::Model& m, DType to, const std::set<std::string>& keep) : m_(m), to_(to), keep_(keep) {
+  Converter(ir::Model& m, DType to, const std::set<std::string>& keep, ConvertedConstants* cache)
+      : m_(m), to_(to), keep_(keep), cache_(cache) {
     const size_t n = m.values.size();
     orig_.resize(n);
     for (size_t i = 0; i < n; ++i) orig_[i] = m.values[i].dtype;
@@ -152,7 +153,17 @@ class Converter {
     ir::ValueId id;
     if (nv.constant) {
       bool clamped = false;
-      nv.constant = convert_tensor(*nv.constant, t, clamped);
+      // Only the model's own constants are cached: ids made by this call
+      // may name other values in another call.
+      ConvertedConstants* cache = static_cast<size_t>(v) < orig_.size() ? cache_ : nullptr;
+      const auto hit = cache ? cache->find(key) : ConvertedConstants::iterator();
+      if (cache && hit != cache->end()) {
+        nv.constant = hit->second.first;
+        clamped = hit->second.second;
+      } else {
+        nv.constant = convert_tensor(*nv.constant, t, clamped);
+        if (cache) cache->emplace(key, std::make_pair(*nv.constant, clamped));
+      }
       if (clamped)
         log().debug("cuda precision: constant '{}' has finite values beyond the {} range, clamped to +-{:g}", nv.name,
                     dtype_name(t), largest_finite(t));
@@ -299,6 +310,7 @@ class Converter {
   ir::Model& m_;
   DType to_;
   const std::set<std::string>& keep_;  ///< nodes the precision check keeps in float32
+  ConvertedConstants* cache_;          ///< converted constants of earlier calls on this model, or null
   std::vector<DType> orig_;  ///< each value's dtype before the pass
   std::vector<bool> graph_input_, graph_output_;
   std::map<std::pair<ir::ValueId, DType>, ir::ValueId> converted_;
@@ -329,11 +341,12 @@ std::string precision_node_key(const ir::Model& m, const ir::Node& n) {
   return "";
 }
 
-PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::string>& keep_fp32) {
+PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::string>& keep_fp32,
+                                 ConvertedConstants* cache) {
   if (to != DType::f16 && to != DType::bf16)
     fail(ErrorCode::internal, "convert_precision: {} is not a 16-bit float type", dtype_name(to));
   Stopwatch sw;
-  PrecisionStats st = Converter(m, to, keep_fp32).run();
+  PrecisionStats st = Converter(m, to, keep_fp32, cache).run();
   log().info("cuda precision {}: {} values and {} constants 16-bit ({} clamped to the 16-bit range), {} casts; {} of {} "
              "float nodes 16-bit, {} left float32 ({:.1f} ms)",
              dtype_name(to), st.values, st.constants, st.clamped, st.casts, st.nodes_16bit, st.float_nodes,

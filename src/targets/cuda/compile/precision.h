@@ -112,6 +112,10 @@ enum class PrecisionRole {
 /// The role of node `n` when converting to `to` (DType::f16 or DType::bf16).
 PrecisionRole precision_role(const ir::Node& n, DType to);
 
+/// Constants convert_precision made 16-bit, by (original value id, dtype):
+/// the converted tensor and whether a value was clamped to the 16-bit range.
+using ConvertedConstants = std::map<std::pair<ir::ValueId, DType>, std::pair<Tensor, bool>>;
+
 /// The name a node is known by to the precision check and in the
 /// artifact's notes: its ONNX name, else its first output value's name
 /// (unique in a model), else "".
@@ -123,7 +127,12 @@ std::string precision_node_key(const ir::Model& m, const ir::Node& n);
 /// 16-bit constants. Main-graph inputs and outputs keep their dtypes and
 /// names. Nodes whose precision_node_key is in `keep_fp32` run as float32
 /// islands. Throws Error(internal) for another `to`.
-PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::string>& keep_fp32 = {});
+/// `cache` (may be null): constants converted by earlier calls on copies of
+/// the same model (keyed by the original value id and the 16-bit type, with
+/// whether a value was clamped), reused and added to; the precision check
+/// converts the same weights once per round.
+PrecisionStats convert_precision(ir::Model& m, DType to, const std::set<std::string>& keep_fp32 = {},
+                                 ConvertedConstants* cache = nullptr);
 
 /// The 16-bit program `m` (convert_precision's output) emulated in float32
 /// for the ref target: every float16 / bfloat16 value becomes float32 and is
