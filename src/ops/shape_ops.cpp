@@ -21,12 +21,14 @@ namespace {
 
 using namespace data_movement;
 
-/// Output 0 = input 0's bytes under a new shape (Reshape, Flatten, Squeeze, Unsqueeze).
+/// Output 0 = input 0's bytes under a new shape (Reshape, Flatten, Squeeze,
+/// Unsqueeze). Nothing to copy when the memory plan placed the input where
+/// the output is (the cpu target's in-place views, attribute "in_place_offsets").
 void copy_reshaped(KernelContext& c, const std::vector<int64_t>& shape) {
   const Tensor& x = c.in(0);
   if (dtype_size(x.dtype()) == 0) unsupported_dtype(c.node, x.dtype(), "input 0");
   Tensor& y = c.output(0, x.dtype(), shape);
-  if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+  if (x.nbytes() && y.raw() != x.raw()) std::memcpy(y.raw(), x.raw(), x.nbytes());
 }
 
 /// A product of dims as a static factor times named symbols; `opaque` once an

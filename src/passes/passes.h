@@ -66,7 +66,8 @@ int eliminate_dead_code(ir::Model& m);
 /// values never share memory with each other or with the node's inputs and
 /// outputs). Off: subgraph values are the host executor's (ONNX If / Loop).
 /// A main-graph node with attribute "in_place_offsets" (ints, one per input:
-/// the byte offset of input i's data inside output 0; the cpu target's Concat)
+/// the byte offset of input i's data inside output 0; the cpu target's Concat,
+/// and its Reshape-like views with every offset 0)
 /// may have its inputs placed inside its output: where the inputs of later
 /// such nodes agree (DenseNet's growing concatenations), a whole chain of
 /// them shares one region, live from its first producer to its last reader.

@@ -77,9 +77,10 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
                einsums, pruned, simplified, merged, bn, gelu, ln, att.blocks, att.rewritten);
     auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed, batch_varies});
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
-               "{} concats whose inputs may be produced in place, {} tiny element-wise nodes left to the reference "
-               "kernels, {} weights packed",
-               low.lowered, low.fused, low.views_folded, low.reorders, low.concats_in_place, low.restored, low.packed);
+               "{} concats whose inputs may be produced in place, {} reshapes that may alias their input, {} tiny "
+               "element-wise nodes left to the reference kernels, {} weights packed",
+               low.lowered, low.fused, low.views_folded, low.reorders, low.concats_in_place, low.views_in_place,
+               low.restored, low.packed);
     cp.plan = passes::plan_memory(cp.model);
     // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.
     if (const char* dump = std::getenv("KILN_DEBUG_DUMP")) std::ofstream(dump) << ir::print(cp.model);

@@ -525,6 +525,48 @@ TEST(CpuTarget, ConcatsOfInputsConstantsAndSharedProducersCopyWhatIsNotInPlace) 
   expect_matches_ref(b, {{"x", filled({1, 16, 4, 4}, 105)}});
 }
 
+/// The plan offset of the value named `name` in cp (-1: not placed).
+int64_t planned_at(const artifact::CompiledProgram& cp, const std::string& name) {
+  for (size_t v = 0; v < cp.model.values.size(); ++v)
+    if (cp.model.values[v].name == name) return cp.plan.offsets.at(v);
+  ADD_FAILURE() << "no value " << name;
+  return -2;
+}
+
+TEST(CpuTarget, ChannelShuffleReshapesAliasTheirInputs) {
+  // ShuffleNet's channel shuffle: Reshape [N,2,C/2,H,W], Transpose, Reshape
+  // back. Each Reshape's output is placed on its input (nothing copied); a
+  // Reshape of the graph input (not in the plan) still copies.
+  ModelBuilder b;
+  b.input("x", 1, {1, 16, 4, 4});
+  b.initializer("w0", {32, 16, 3, 3}, weights({32, 16, 3, 3}, 120));
+  b.initializer("w1", {16, 32, 1, 1}, weights({16, 32, 1, 1}, 121));
+  b.initializer_i64("s5", {5}, {1, 2, 16, 4, 4});
+  b.initializer_i64("s4", {4}, {1, 32, 4, 4});
+  b.initializer_i64("s3", {3}, {1, 16, 16});
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w0"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Reshape", {"c", "s5"}, {"r5"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"r5"}, {"t"}), "perm", {0, 2, 1, 3, 4});
+  b.node("Reshape", {"t", "s4"}, {"r4"});
+  b.node("Conv", {"r4", "w1"}, {"y"});
+  b.node("Reshape", {"x", "s3"}, {"x3"});
+  b.node("Add", {"x3", "x3"}, {"z"});
+  b.output("y");
+  b.output("z");
+  auto cp = compile_for(b, Target::cpu());
+  int marked = 0;
+  for (auto& n : cp.model.main.nodes) marked += n.op_type == "Reshape" && n.has("in_place_offsets");
+  EXPECT_EQ(marked, 3);
+  EXPECT_GE(planned_at(cp, "c"), 0);
+  EXPECT_EQ(planned_at(cp, "r5"), planned_at(cp, "c"));
+  EXPECT_GE(planned_at(cp, "t"), 0);
+  EXPECT_EQ(planned_at(cp, "r4"), planned_at(cp, "t"));
+  EXPECT_NE(planned_at(cp, "t"), planned_at(cp, "c"));
+  EXPECT_EQ(planned_at(cp, "x"), -1);  // a graph input: x3 is a copy of it
+  EXPECT_GE(planned_at(cp, "x3"), 0);
+  expect_matches_ref(b, {{"x", filled({1, 16, 4, 4}, 122)}});
+}
+
 TEST(CpuTarget, GroupedConvolutionOfPartialBlocksRunsChannelsLast) {
   // ResNeXt's grouped 3x3 conv (8 groups of 4 channels) between two dense
   // convs: oneDNN has a jit kernel for it only in nhwc, so it runs there,

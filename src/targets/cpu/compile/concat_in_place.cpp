@@ -7,6 +7,12 @@
 // (passes::plan_memory, attribute "in_place_offsets"), and the concat copies
 // only what was not produced in place: DenseNet-style blocks, whose every
 // layer concatenates all earlier feature maps, stop copying them.
+//
+// Also marks the ONNX nodes that only give their input new dims (Reshape,
+// Flatten, Squeeze, Unsqueeze: output 0 is input 0's bytes): with the input
+// placed at offset 0 of the output the reference kernel has nothing to copy
+// (ShuffleNet's channel shuffle is a Reshape, a Transpose and a Reshape in
+// every unit).
 #include "targets/cpu/compile/lowering.h"
 
 namespace kiln::targets::cpu {
@@ -60,8 +66,36 @@ int mark_graph(ir::Graph& g) {
   return marked;
 }
 
+/// True for an ONNX node whose output 0 holds input 0's bytes under other
+/// dims, both of static shape (the memory plan places only those).
+bool is_static_view(const ir::Model& m, const ir::Node& n) {
+  static const char* const ops[] = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  bool view = false;
+  for (const char* op : ops) view = view || is_onnx(n, op);
+  if (!view || n.inputs.empty() || n.outputs.empty() || n.inputs[0] == ir::kNoValue || n.outputs[0] == ir::kNoValue)
+    return false;
+  const ir::Value &x = m.value(n.inputs[0]), &y = m.value(n.outputs[0]);
+  return x.dtype == y.dtype && static_dims(m, n.inputs[0]) && static_dims(m, n.outputs[0]);
+}
+
 }  // namespace
 
 int mark_concat_in_place(ir::Model& m) { return mark_graph(m.main); }
+
+int mark_views_in_place(ir::Model& m) {
+  int marked = 0;
+  for (auto& n : m.main.nodes) {
+    if (!is_static_view(m, n)) continue;
+    // Input 0 at offset 0; the others (Reshape's shape, Squeeze's axes) are
+    // small integer tensors the plan leaves alone when they are constants.
+    std::vector<int64_t> offs(n.inputs.size(), 0);
+    for (size_t i = 1; i < n.inputs.size(); ++i)
+      if (n.inputs[i] != ir::kNoValue && !constant_of(m, n.inputs[i])) offs.clear();
+    if (offs.empty()) continue;
+    n.attrs["in_place_offsets"] = offs;
+    ++marked;
+  }
+  return marked;
+}
 
 }  // namespace kiln::targets::cpu

@@ -12,6 +12,7 @@ LowerStats lower_for_cpu(ir::Model& m, const LowerOptions& options) {
   st.views_folded = fold_matmul_views(m);
   st.reorders = assign_layouts(m, !options.size_independent_weights, options.batch_independent_weights);
   st.concats_in_place = mark_concat_in_place(m);
+  st.views_in_place = mark_views_in_place(m);
   // Below ~16K elements a oneDNN call costs more than the work it does.
   st.restored = restore_small_elementwise(m, elementwise, 16384);
   st.packed = pack_weights(m, options.layout_reference);

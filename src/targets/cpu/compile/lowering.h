@@ -28,10 +28,11 @@ struct LowerStats {
   int views_folded = 0;   ///< Transpose / Reshape nodes folded into matmul strides
   int restored = 0;       ///< tiny element-wise nodes given back to the reference kernels
   int concats_in_place = 0;  ///< Concat nodes whose inputs may be produced in place
+  int views_in_place = 0;    ///< Reshape-like nodes whose output may alias their input
 };
 
 /// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
-/// assign_layouts, mark_concat_in_place, restore_small_elementwise, pack_weights, then dead-code
+/// assign_layouts, mark_concat_in_place, mark_views_in_place, restore_small_elementwise, pack_weights, then dead-code
 /// elimination. Shapes must be inferred (infer_and_fold) before.
 /// How weights are laid out when a program is one of several sharing constants.
 struct LowerOptions {
@@ -90,6 +91,13 @@ int assign_layouts(ir::Model& m, bool winograd = true, bool any_batch = false);
 /// parts on block boundaries), so that the memory plan may place the inputs
 /// there and the concat copies only the ones it did not. Returns the number marked.
 int mark_concat_in_place(ir::Model& m);
+
+/// Sets attribute "in_place_offsets" (all 0) on each ONNX Reshape / Flatten /
+/// Squeeze / Unsqueeze of the main graph whose input 0 and output have static
+/// shapes and whose other inputs are constants: the memory plan may then
+/// place the input inside the output, and the reference kernel, finding its
+/// output already holding the input, copies nothing. Returns the number marked.
+int mark_views_in_place(ir::Model& m);
 
 /// Reorders each constant weight of Conv / MatMul into the layout its
 /// primitive wants (chosen by oneDNN for the final source/destination
