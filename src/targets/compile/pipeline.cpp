@@ -76,10 +76,12 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
                "attention blocks recognised ({} with their Q / K scalings moved onto the scores)",
                einsums, pruned, simplified, merged, bn, gelu, ln, att.blocks, att.rewritten);
     auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed, batch_varies});
-    log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} reorders, "
+    log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} transposes "
+               "as oneDNN reorders, {} reorders, "
                "{} concats whose inputs may be produced in place, {} reshapes that may alias their input, {} tiny "
                "element-wise nodes left to the reference kernels, {} weights packed",
-               low.lowered, low.fused, low.views_folded, low.reorders, low.concats_in_place, low.views_in_place,
+               low.lowered, low.fused, low.views_folded, low.transposes, low.reorders, low.concats_in_place,
+               low.views_in_place,
                low.restored, low.packed);
     cp.plan = passes::plan_memory(cp.model);
     // Debugging aid: KILN_DEBUG_DUMP=FILE writes the lowered program as text.

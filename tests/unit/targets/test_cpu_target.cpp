@@ -567,6 +567,37 @@ TEST(CpuTarget, ChannelShuffleReshapesAliasTheirInputs) {
   expect_matches_ref(b, {{"x", filled({1, 16, 4, 4}, 122)}});
 }
 
+TEST(CpuTarget, LargeTransposesRunAsReordersSmallOnesOnTheReferenceKernel) {
+  // A channel shuffle (rank 5), an NCHW -> NHWC transpose (ConvNeXt's
+  // LayerNorm) with the default perm back, and a transpose too small for a
+  // oneDNN call.
+  ModelBuilder b;
+  b.input("x", 1, {1, 16, 32, 32});
+  b.input("s", 1, {4, 8, 16});
+  b.initializer("w0", {32, 16, 3, 3}, weights({32, 16, 3, 3}, 130));
+  b.initializer_i64("s5", {5}, {1, 2, 16, 32, 32});
+  b.initializer_i64("s4", {4}, {1, 32, 32, 32});
+  ModelBuilder::attr_ints(b.node("Conv", {"x", "w0"}, {"c"}), "pads", {1, 1, 1, 1});
+  b.node("Reshape", {"c", "s5"}, {"r5"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"r5"}, {"t"}), "perm", {0, 2, 1, 3, 4});
+  b.node("Reshape", {"t", "s4"}, {"r4"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"r4"}, {"nhwc"}), "perm", {0, 2, 3, 1});
+  b.node("Transpose", {"nhwc"}, {"y"});  // default perm: reversed, [32, 32, 32, 1]
+  ModelBuilder::attr_ints(b.node("Transpose", {"s"}, {"z"}), "perm", {2, 0, 1});
+  b.output("y");
+  b.output("z");
+  auto cp = compile_for(b, Target::cpu());
+  EXPECT_EQ(count(cp.model, "Transpose", ""), 1);  // z: 512 elements
+  int strided = 0;
+  for (auto& n : cp.model.main.nodes)
+    if (n.op_type == "Reorder" && n.domain == "kiln.cpu") {
+      auto src = targets::cpu::md_attr(n, "md.src");
+      strided += src != targets::cpu::plain_md(src.dims()) && !targets::cpu::is_blocked(src);
+    }
+  EXPECT_EQ(strided, 3);
+  expect_matches_ref(b, {{"x", filled({1, 16, 32, 32}, 131)}, {"s", filled({4, 8, 16}, 132)}});
+}
+
 TEST(CpuTarget, GroupedConvolutionOfPartialBlocksRunsChannelsLast) {
   // ResNeXt's grouped 3x3 conv (8 groups of 4 channels) between two dense
   // convs: oneDNN has a jit kernel for it only in nhwc, so it runs there,

@@ -10,6 +10,7 @@ LowerStats lower_for_cpu(ir::Model& m, const LowerOptions& options) {
   st.lowered = lower_ops(m, &elementwise);
   st.fused = fuse_post_ops(m);
   st.views_folded = fold_matmul_views(m);
+  st.transposes = lower_transposes(m);
   st.reorders = assign_layouts(m, !options.size_independent_weights, options.batch_independent_weights);
   st.concats_in_place = mark_concat_in_place(m);
   st.views_in_place = mark_views_in_place(m);

@@ -26,13 +26,14 @@ struct LowerStats {
   int reorders = 0;       ///< kiln.cpu.Reorder nodes inserted at layout boundaries
   int packed = 0;         ///< weight constants packed into a oneDNN layout
   int views_folded = 0;   ///< Transpose / Reshape nodes folded into matmul strides
+  int transposes = 0;     ///< other Transpose nodes run as oneDNN reorders
   int restored = 0;       ///< tiny element-wise nodes given back to the reference kernels
   int concats_in_place = 0;  ///< Concat nodes whose inputs may be produced in place
   int views_in_place = 0;    ///< Reshape-like nodes whose output may alias their input
 };
 
 /// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
-/// assign_layouts, mark_concat_in_place, mark_views_in_place, restore_small_elementwise, pack_weights, then dead-code
+/// lower_transposes, assign_layouts, mark_concat_in_place, mark_views_in_place, restore_small_elementwise, pack_weights, then dead-code
 /// elimination. Shapes must be inferred (infer_and_fold) before.
 /// How weights are laid out when a program is one of several sharing constants.
 struct LowerOptions {
@@ -77,6 +78,13 @@ int fuse_post_ops(ir::Model& m);
 /// Folds Transpose / Reshape nodes around a kiln.cpu.MatMul into the strides
 /// of its source, weights and destination descriptors.
 int fold_matmul_views(ir::Model& m);
+
+/// Replaces each ONNX Transpose of an f32 tensor of static shape (at least
+/// 16K elements, rank 2 to 6) by a kiln.cpu.Reorder reading its input with
+/// permuted strides, where oneDNN has an optimised reorder for it. Run after
+/// fold_matmul_views (a transpose next to a MatMul folds away instead).
+/// Returns the number replaced.
+int lower_transposes(ir::Model& m);
 
 /// Chooses the channel-blocked layout for the spatial regions that contain a
 /// convolution and inserts kiln.cpu.Reorder nodes at their boundaries.
