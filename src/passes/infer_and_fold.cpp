@@ -137,7 +137,10 @@ class Folder {
     auto outs = ops::infer(n, ins);
     if (outs.size() != n.outputs.size())
       fail(ErrorCode::internal, "{}: inference returned {} outputs for {}", n.label(), outs.size(), n.outputs.size());
-    if (has_subgraph) fill_from_subgraphs(n, outs);
+    if (has_subgraph) {
+      fill_from_subgraphs(n, outs);
+      loop_shapes(n, outs);
+    }
     for (size_t i = 0; i < outs.size(); ++i)
       if (n.outputs[i] != ir::kNoValue) {
         merge_type(m_.value(n.outputs[i]), outs[i]);
@@ -229,6 +232,61 @@ class Folder {
         const ir::Value* other = body_out("else_branch", i);
         if (other && other->shape && src->shape && *other->shape == *src->shape) outs[i].shape = src->shape;
       }
+    }
+  }
+
+  /// Static output shapes of a Loop or Scan whose body's are static: a
+  /// carried value whose body output has its initial value's static shape
+  /// keeps it (every iteration, and with no iteration at all); a scan
+  /// output stacks its body part along its axis when the trip count is
+  /// static (a Scan's scan-axis length; a Loop's constant M without a
+  /// condition input). Anything else stays open (the run decides).
+  void loop_shapes(const ir::Node& n, std::vector<ops::OutType>& outs) {
+    if (!n.domain.empty() || (n.op_type != "Loop" && n.op_type != "Scan") || !n.has("body")) return;
+    const ir::Graph& g = n.graph("body");
+    auto dims_of = [&](ir::ValueId v) -> std::optional<std::vector<int64_t>> {
+      if (v == ir::kNoValue) return std::nullopt;
+      const auto& val = m_.value(v);
+      if (!val.shape || !ir::is_static(*val.shape)) return std::nullopt;
+      return ir::to_sizes(*val.shape);
+    };
+    const bool loop = n.op_type == "Loop";
+    const size_t in0 = loop ? 2 : 0, out0 = loop ? 1 : 0;  // first carried input / body output
+    const size_t scans_in = loop ? 0 : static_cast<size_t>(std::max<int64_t>(0, n.i("num_scan_inputs", 0)));
+    if (n.inputs.size() < in0 + scans_in || g.outputs.size() != outs.size() + out0) return;
+    const size_t k = n.inputs.size() - in0 - scans_in;
+    if (k > outs.size()) return;
+    for (size_t i = 0; i < k; ++i) {
+      auto init = dims_of(n.inputs[in0 + i]), next = dims_of(g.outputs[out0 + i]);
+      if (!outs[i].shape && init && next && *init == *next) outs[i].shape = ir::static_shape(*init);
+    }
+    std::optional<int64_t> trips;
+    if (loop) {
+      const bool no_cond = n.inputs.size() < 2 || n.inputs[1] == ir::kNoValue;
+      const ir::Value* mv = n.inputs.empty() || n.inputs[0] == ir::kNoValue ? nullptr : &m_.value(n.inputs[0]);
+      if (no_cond && mv && mv->constant && mv->constant->numel() == 1 && mv->constant->dtype() == DType::i64)
+        trips = std::max<int64_t>(0, mv->constant->data<int64_t>()[0]);
+    } else {
+      auto axes = n.ints("scan_input_axes", std::vector<int64_t>(scans_in, 0));
+      for (size_t j = 0; j < scans_in && axes.size() == scans_in; ++j) {
+        auto d = dims_of(n.inputs[k + j]);
+        const int64_t r = d ? static_cast<int64_t>(d->size()) : 0, a = axes[j] < 0 ? axes[j] + r : axes[j];
+        if (!d || a < 0 || a >= r || (trips && *trips != (*d)[static_cast<size_t>(a)])) return;
+        trips = (*d)[static_cast<size_t>(a)];
+      }
+    }
+    if (!trips) return;
+    const size_t scans_out = outs.size() - k;
+    auto out_axes = loop ? std::vector<int64_t>(scans_out, 0)
+                         : n.ints("scan_output_axes", std::vector<int64_t>(scans_out, 0));
+    if (out_axes.size() != scans_out) return;
+    for (size_t j = 0; j < scans_out; ++j) {
+      auto part = dims_of(g.outputs[out0 + k + j]);
+      if (outs[k + j].shape || !part) continue;
+      const int64_t r = static_cast<int64_t>(part->size()) + 1, a = out_axes[j] < 0 ? out_axes[j] + r : out_axes[j];
+      if (a < 0 || a >= r) continue;
+      part->insert(part->begin() + a, *trips);
+      outs[k + j].shape = ir::static_shape(*part);
     }
   }
 

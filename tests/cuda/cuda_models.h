@@ -219,8 +219,11 @@ SessionOptions cross_options();
 /// Scan (opset 17) as a cumulative sum: init float32 [D], x float32 [T, D];
 /// one carried value sum (sum_in + x_t) and one scan output, the running
 /// sum, stacked along `out_axis` (cum [T, D], or [D, T] for 1); the scan
-/// input is read from its end when `reverse`. Outputs "sum" [D], "cum".
-ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse = false, int64_t out_axis = 0);
+/// input is read from its end when `reverse`. Outputs "sum" [D], "cum";
+/// with `relu_after` instead "sum_r" = Relu(sum) and "cum_r" = Relu(cum),
+/// untyped (the Scan's output shapes then come from inference).
+ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse = false, int64_t out_axis = 0,
+                               bool relu_after = false);
 
 /// Loop (opset 17) with a static trip count: M = `trips` (an int64
 /// initializer), no cond; carries x [B, D] (input "x0"): x = Tanh(x W +

@@ -34,7 +34,7 @@ SessionOptions cross_options() {
   return o;
 }
 
-ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse, int64_t out_axis) {
+ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse, int64_t out_axis, bool relu_after) {
   ModelBuilder b(17);
   b.input("init", 1, {dim});
   b.input("x", 1, {steps, dim});
@@ -49,6 +49,13 @@ ModelBuilder scan_cumsum_model(int64_t steps, int64_t dim, bool reverse, int64_t
   if (reverse) ModelBuilder::attr_ints(n, "scan_input_directions", {1});
   if (out_axis) ModelBuilder::attr_ints(n, "scan_output_axes", {out_axis});
   set_body(n, body);
+  if (relu_after) {  // the Scan's outputs are no graph outputs: their shapes come from inference
+    b.node("Relu", {"sum"}, {"sum_r"}, "relu_sum");
+    b.node("Relu", {"cum"}, {"cum_r"}, "relu_cum");
+    b.output("sum_r");
+    b.output("cum_r");
+    return b;
+  }
   b.output("sum", 1, {dim});
   b.output("cum", 1, out_axis ? std::vector<int64_t>{dim, steps} : std::vector<int64_t>{steps, dim});
   return b;

@@ -104,6 +104,17 @@ TEST(CudaLoop, ScanBecomesAWhileNodeWithSliceKernels) {
   EXPECT_EQ(j[0]["body"]["nodes"], 3);
 }
 
+TEST(CudaLoop, ScanOutputsFeedDeviceNodesThroughInferredShapes) {
+  TempDir dir;
+  auto cp = compile_model(scan_cumsum_model(6, 8, false, 1, /*relu_after=*/true), dir);
+  const ir::Model& m = cp.model;
+  EXPECT_TRUE(m.segments.empty()) << "the Relus after the Scan run on the device";
+  const ir::Node* loop = the_loop(m);
+  ASSERT_NE(loop, nullptr);
+  EXPECT_EQ(ir::to_sizes(*m.value(loop->outputs.at(0)).shape), (std::vector<int64_t>{8}));
+  EXPECT_EQ(ir::to_sizes(*m.value(loop->outputs.at(1)).shape), (std::vector<int64_t>{8, 6}));
+}
+
 TEST(CudaLoop, StaticLoopWithScanOutputBecomesAWhileNode) {
   TempDir dir;
   auto cp = compile_model(loop_static_model(5, 4, 32), dir);

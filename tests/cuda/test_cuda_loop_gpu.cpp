@@ -88,6 +88,8 @@ TEST(CudaLoopProgram, ScanCumulativeSumMatchesRef) {
                        {{"init", wave({33}, -3.f, 0.2f)}, {"x", wave({7, 33}, 0.5f, 1.1f)}}},
                       reverse ? "scan reversed, axis 1" : "scan");
   }
+  check_against_ref(kiln::testing::scan_cumsum_model(5, 16, false, 1, /*relu_after=*/true),
+                    {{{"init", wave({16}, 1.f, 0.5f)}, {"x", wave({5, 16}, 2.f, 0.1f)}}}, "scan, Relus after");
 }
 
 TEST(CudaLoopProgram, StaticLoopWithScanOutputMatchesRef) {
