@@ -45,7 +45,10 @@ struct FoldStats {
 /// condition is a constant is replaced by the nodes of the branch it takes
 /// (and Identity nodes for its outputs) before anything of the other branch
 /// is inferred, so a branch that cannot run for these shapes never raises.
-/// Other subgraphs are inferred too (not folded). Throws the inference error of the first node
+/// Other subgraphs are inferred too (not folded); a Loop / Scan gets static
+/// output shapes where its body's are static (a carried value that keeps its
+/// initial value's shape; scan outputs over a static trip count: a Scan's
+/// axis length, a Loop's constant M without cond). Throws the inference error of the first node
 /// that fails (invalid_model / unsupported, naming the node).
 FoldStats infer_and_fold(ir::Model& m, uint64_t max_fold_bytes = 64ull << 20);
 
