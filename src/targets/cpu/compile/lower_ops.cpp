@@ -35,6 +35,7 @@ LowerFn lowering_of(const ir::Node& n) {
       {"Resize", lower_resize},
       {"BatchNormalization", lower_batchnorm},
       {"LSTM", lower_lstm},
+      {"MatMulInteger", lower_matmul_integer},
   };
   for (auto& [op, f] : table)
     if (op == n.op_type) return f;

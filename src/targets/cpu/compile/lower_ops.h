@@ -49,6 +49,10 @@ std::optional<std::vector<ir::Node>> lower_resize(ir::Model& m, const ir::Node& 
 /// partial sequences; batch 1 when bidirectional) -> LSTM with repacked weights.
 std::optional<std::vector<ir::Node>> lower_lstm(ir::Model& m, const ir::Node& n);
 
+/// MatMulInteger with constant 2-D uint8/int8 B -> MatMulInteger on oneDNN's
+/// int8 matmul (weights as int8), where its products are exact here.
+std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir::Node& n);
+
 /// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation
 /// node (one or two eltwise steps, e.g. HardSigmoid = linear then clip), or
 /// nullopt when the node is not one oneDNN has.

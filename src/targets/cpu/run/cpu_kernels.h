@@ -76,6 +76,22 @@ dnnl::resampling_forward::primitive_desc resample_pd(const ir::Node& n);
 /// directions, Error(unsupported) when oneDNN refuses (run/lstm.cpp).
 dnnl::lstm_forward::primitive_desc lstm_pd(const ir::Node& n, const ir::Model& m);
 
+/// True when oneDNN's int8 kernels on this machine multiply exactly in int32
+/// (VNNI or AMX: avx2_vnni, avx512_core_vnni and up). Without VNNI they sum
+/// pairs of u8 x s8 products in saturating int16, which is not exact.
+bool int8_exact_isa();
+/// oneDNN's data type of a u8 (u8) or i8 (s8) tensor.
+dnnl::memory::data_type int8_type(DType t);
+
+/// kiln.cpu.MatMulInteger (run/matmul_integer.cpp): inputs (A u8/s8 of M*K
+/// elements, rows of K; B' constant s8 [K, N]; [a_zero_point u8/s8 of 1 or M
+/// values]; [b_zero_point constant i32 of 1 or N values, B''s]), output i32
+/// of M*N elements; attributes M, K, N. The primitive: u8/s8 [M, K] x s8
+/// [K, N] (layout oneDNN picks, packed at load) -> s32 [M, N], no zero points
+/// (the kernel applies them). Throws Error(corrupt_artifact) for operands that
+/// do not match, Error(unsupported) when oneDNN refuses.
+dnnl::matmul::primitive_desc matmul_integer_pd(const ir::Node& n, const ir::Model& m);
+
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);
 BoundKernel make_pool(const ir::Node& n, const ir::Model& m);
@@ -86,6 +102,9 @@ BoundKernel make_layernorm(const ir::Node& n, const ir::Model& m);
 BoundKernel make_reorder(const ir::Node& n, const ir::Model& m);
 BoundKernel make_resample(const ir::Node& n, const ir::Model& m);
 BoundKernel make_lstm(const ir::Node& n, const ir::Model& m);
+/// Throws Error(incompatible_artifact) where oneDNN has no int8-exact
+/// optimised kernel (no VNNI / AMX, or a reference implementation).
+BoundKernel make_matmul_integer(const ir::Node& n, const ir::Model& m);
 /// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst, and
 /// [in_place_offsets] (mark_concat_in_place: every input a contiguous byte
 /// range of dst at that offset, in its own layout): then the kernel copies

@@ -1,0 +1,104 @@
+// ONNX MatMulInteger -> kiln.cpu.MatMulInteger (run/matmul_integer.cpp).
+//
+// Lowered when B is a constant 2-D uint8/int8 matrix with a constant zero
+// point (per tensor or per column), A is uint8/int8 of static shape with a
+// zero point per tensor (or per row when A is 2-D), and oneDNN multiplies int8
+// exactly here (int8_exact_isa, an optimised implementation). oneDNN takes
+// int8 weights only: uint8 B and its zero point are stored shifted by -128
+// (B - 128 as int8; (B - 128) - (bz - 128) = B - bz, so the products are
+// unchanged). Anything else stays on the reference kernel.
+#include "targets/cpu/compile/lower_ops.h"
+#include "targets/cpu/run/cpu_kernels.h"
+
+namespace kiln::targets::cpu {
+
+namespace {
+
+bool is_int8(DType t) { return t == DType::u8 || t == DType::i8; }
+
+int64_t numel_of(const std::vector<int64_t>& d) {
+  int64_t e = 1;
+  for (auto v : d) e *= v;
+  return e;
+}
+
+/// Element i of a u8 / s8 constant as int32.
+int32_t int8_value(const Tensor& t, int64_t i) {
+  return t.dtype() == DType::u8 ? static_cast<int32_t>(t.data<uint8_t>()[i]) : t.data<int8_t>()[i];
+}
+
+/// B (u8 or s8, [K, N]) as int8: uint8 shifted by -128.
+Tensor int8_weights(const Tensor& b) {
+  Tensor out(DType::i8, b.shape());
+  int8_t* dst = out.data<int8_t>();
+  for (int64_t i = 0; i < b.numel(); ++i) dst[i] = static_cast<int8_t>(int8_value(b, i) - (b.dtype() == DType::u8 ? 128 : 0));
+  return out;
+}
+
+/// The zero point of B' (B shifted like int8_weights) as int32: 1 or N values.
+Tensor int8_weight_zero(const Tensor* bz, DType b_type) {
+  const int64_t count = bz ? bz->numel() : 1;
+  Tensor out(DType::i32, {count});
+  const int32_t shift = b_type == DType::u8 ? 128 : 0;
+  for (int64_t i = 0; i < count; ++i) out.data<int32_t>()[i] = (bz ? int8_value(*bz, i) : 0) - shift;
+  return out;
+}
+
+bool all_zero_i32(const Tensor& t) {
+  for (int64_t i = 0; i < t.numel(); ++i)
+    if (t.data<int32_t>()[i] != 0) return false;
+  return true;
+}
+
+ir::ValueId constant_value(ir::Model& m, const std::string& name, Tensor t) {
+  ir::ValueId id = add_value(m, name, t.dtype(), t.shape());
+  m.value(id).constant = std::move(t);
+  return id;
+}
+
+}  // namespace
+
+std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir::Node& n) {
+  if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1 || !int8_exact_isa()) return std::nullopt;
+  auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : ir::kNoValue; };
+  const ir::ValueId a = in(0), b = in(1), az = in(2), bz = in(3), y = n.outputs[0];
+  const Tensor* bt = constant_of(m, b);
+  const Tensor* bzt = bz == ir::kNoValue ? nullptr : constant_of(m, bz);
+  auto ad = static_dims(m, a), yd = static_dims(m, y);
+  if (!bt || (bz != ir::kNoValue && !bzt) || !ad || !yd || ad->empty() || !is_int8(m.value(a).dtype) ||
+      !is_int8(bt->dtype()) || bt->rank() != 2 || m.value(y).dtype != DType::i32)
+    return std::nullopt;
+  const int64_t K = bt->dim(0), N = bt->dim(1), M = numel_of(*ad) / std::max<int64_t>(1, ad->back());
+  if (ad->back() != K || numel_of(*yd) != M * N) return std::nullopt;
+  if (az != ir::kNoValue) {
+    auto zd = static_dims(m, az);
+    if (!zd || !is_int8(m.value(az).dtype)) return std::nullopt;
+    const bool per_tensor = numel_of(*zd) == 1;
+    const bool per_row = ad->size() == 2 && (*zd == std::vector<int64_t>{M} || *zd == std::vector<int64_t>{M, 1});
+    if (!per_tensor && !per_row) return std::nullopt;
+  }
+  if (bzt) {
+    const bool per_column = bzt->shape() == std::vector<int64_t>{N} || bzt->shape() == std::vector<int64_t>{1, N};
+    if (!is_int8(bzt->dtype()) || (bzt->numel() != 1 && !per_column)) return std::nullopt;
+  }
+  // Copy the constants out before add_value (it may reallocate m.values).
+  Tensor w = int8_weights(*bt), wz = int8_weight_zero(bzt, bt->dtype());
+  const std::string b_name = m.value(b).name;
+  bt = bzt = nullptr;
+  ir::Node c = cpu_node(n, "MatMulInteger");
+  c.inputs = {a, constant_value(m, b_name + "/s8", std::move(w)), az};
+  if (!all_zero_i32(wz)) c.inputs.push_back(constant_value(m, b_name + "/s8_zero_point", std::move(wz)));
+  c.outputs = {y};
+  c.attrs["M"] = M;
+  c.attrs["K"] = K;
+  c.attrs["N"] = N;
+  try {
+    auto pd = matmul_integer_pd(c, m);
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return std::nullopt;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return std::vector<ir::Node>{std::move(c)};
+}
+
+}  // namespace kiln::targets::cpu
