@@ -202,5 +202,139 @@ TEST(CpuMatMulInteger, NonConstantWeightsStayOnReference) {
                "runtime B");
 }
 
+// ---------------------------------------------------------------- ConvInteger
+
+struct ConvSpec {
+  std::vector<int64_t> x_shape;  ///< [N, C, sp...]
+  int64_t maps = 4, group = 1;
+  std::vector<int64_t> kernel, strides, dilations, pads;  ///< empty: attribute left out
+  std::string auto_pad;
+  int x_elem = kU8, w_elem = kU8;
+  int x_zp = -1, w_zp = -1;  ///< -1 absent (int8 values are never -1 here)
+  bool w_per_channel = false;
+};
+
+std::string describe(const ConvSpec& s) {
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string t;
+    for (auto d : v) t += std::to_string(d) + ",";
+    return t;
+  };
+  return "x " + list(s.x_shape) + " maps " + std::to_string(s.maps) + " group " + std::to_string(s.group) + " k " +
+         list(s.kernel) + " s " + list(s.strides) + " d " + list(s.dilations) + " p " + list(s.pads) + " " + s.auto_pad +
+         (s.x_elem == kU8 ? " x u8" : " x s8") + (s.w_elem == kU8 ? " w u8" : " w s8") + " xzp " +
+         std::to_string(s.x_zp) + " wzp " + std::to_string(s.w_zp) + (s.w_per_channel ? "/ch" : "");
+}
+
+ModelBuilder conv_integer(const ConvSpec& s, std::mt19937& rng, std::map<std::string, Tensor>& in) {
+  ModelBuilder b(17);
+  b.input("x", s.x_elem, s.x_shape);
+  in["x"] = int8_tensor(s.x_elem, s.x_shape, values(rng, s.x_elem, numel(s.x_shape)));
+  std::vector<int64_t> wd{s.maps, s.x_shape[1] / s.group};
+  wd.insert(wd.end(), s.kernel.begin(), s.kernel.end());
+  int8_initializer(b, "w", s.w_elem, wd, values(rng, s.w_elem, numel(wd)));
+  std::string xzp, wzp;
+  if (s.x_zp != -1) {
+    xzp = "x_zp";
+    b.input(xzp, s.x_elem, {});
+    in[xzp] = int8_tensor(s.x_elem, {}, {s.x_zp});
+  }
+  if (s.w_zp != -1) {
+    wzp = "w_zp";
+    std::vector<int32_t> v = values(rng, s.w_elem, s.w_per_channel ? s.maps : 1);
+    v[0] = s.w_zp;
+    int8_initializer(b, wzp, s.w_elem, s.w_per_channel ? std::vector<int64_t>{s.maps} : std::vector<int64_t>{}, v);
+  }
+  auto& n = b.node("ConvInteger", {"x", "w", xzp, wzp}, {"y"});
+  ModelBuilder::attr_int(n, "group", s.group);
+  ModelBuilder::attr_ints(n, "kernel_shape", s.kernel);
+  if (!s.strides.empty()) ModelBuilder::attr_ints(n, "strides", s.strides);
+  if (!s.dilations.empty()) ModelBuilder::attr_ints(n, "dilations", s.dilations);
+  if (!s.pads.empty()) ModelBuilder::attr_ints(n, "pads", s.pads);
+  if (!s.auto_pad.empty()) {
+    auto* a = n.add_attribute();
+    a->set_name("auto_pad");
+    a->set_type(onnx::AttributeProto::STRING);
+    a->set_s(s.auto_pad);
+  }
+  b.output("y");
+  return b;
+}
+
+TEST(CpuConvInteger, PaddedConvolutionWithZeroPointsIsLoweredAndExact) {
+  // ddddocr's form: uint8 x from DynamicQuantizeLinear, uint8 weights with a
+  // zero point that is not 128, 3x3 with padding 1 (the border reads xz).
+  std::mt19937 rng(11);
+  for (int xzp : {0, 128, 255})
+    for (int wzp : {0, 128, 255}) {
+      ConvSpec s;
+      s.x_shape = {1, 8, 9, 13};
+      s.maps = 12;
+      s.kernel = {3, 3};
+      s.pads = {1, 1, 1, 1};
+      s.x_zp = xzp;
+      s.w_zp = wzp;
+      std::map<std::string, Tensor> in;
+      ModelBuilder b = conv_integer(s, rng, in);
+      EXPECT_EQ(cpu_nodes(b, "ConvInteger"), targets::cpu::int8_exact_isa() ? 1 : 0) << describe(s);
+      expect_exact(b, in, describe(s));
+    }
+}
+
+TEST(CpuConvInteger, RandomGeometryTypesAndZeroPointsMatchRef) {
+  std::mt19937 rng(42);
+  std::uniform_int_distribution<int> pick(0, 1 << 20);
+  const int zps[] = {-1, 0, 128, 255};
+  int lowered = 0, cases = 0;
+  for (int i = 0; i < 48; ++i) {
+    ConvSpec s;
+    const int rank = i % 8 == 7 ? 1 : i % 8 == 6 ? 3 : 2;  // spatial dims
+    s.group = (i % 4 == 1) ? 2 : (i % 4 == 3) ? 4 : 1;
+    const int64_t cg = 1 + pick(rng) % 6, og = 1 + pick(rng) % 5;
+    s.x_shape = {1 + pick(rng) % 2, cg * s.group};
+    s.maps = og * s.group;
+    for (int d = 0; d < rank; ++d) {
+      s.x_shape.push_back(4 + pick(rng) % (rank == 3 ? 4 : 12));
+      s.kernel.push_back(1 + pick(rng) % 3);
+      s.strides.push_back(1 + pick(rng) % 2);
+      s.dilations.push_back(1 + (pick(rng) % 4 == 0));
+    }
+    if (i % 5 == 4) {
+      s.auto_pad = i % 10 == 4 ? "SAME_UPPER" : "SAME_LOWER";
+    } else {
+      for (int d = 0; d < 2 * rank; ++d) s.pads.push_back(pick(rng) % 3);
+    }
+    s.x_elem = i % 3 == 2 ? kI8 : kU8;
+    s.w_elem = i % 6 >= 3 ? kI8 : kU8;
+    const int xz = zps[pick(rng) % 4], wz = zps[pick(rng) % 4];
+    s.x_zp = xz < 0 ? -1 : zp_for(s.x_elem, xz);
+    s.w_zp = wz < 0 ? -1 : zp_for(s.w_elem, wz);
+    s.w_per_channel = s.w_zp != -1 && i % 2 == 0;
+    std::map<std::string, Tensor> in;
+    ModelBuilder b = conv_integer(s, rng, in);
+    const int c = cpu_nodes(b, "ConvInteger");
+    EXPECT_LE(c, 1) << describe(s);
+    lowered += c;
+    expect_exact(b, in, describe(s));
+    ++cases;
+  }
+  EXPECT_EQ(cases, 48);
+  // Most forms run on oneDNN (a few tiny grouped ones may get only a reference kernel there).
+  if (targets::cpu::int8_exact_isa()) EXPECT_GE(lowered, 36);
+  else EXPECT_EQ(lowered, 0);
+}
+
+TEST(CpuConvInteger, NonConstantWeightsStayOnReference) {
+  ModelBuilder b(17);
+  b.input("x", kU8, {1, 2, 5, 5});
+  b.input("w", kU8, {3, 2, 3, 3});
+  b.node("ConvInteger", {"x", "w"}, {"y"});
+  b.output("y");
+  EXPECT_EQ(cpu_nodes(b, "ConvInteger"), 0);
+  std::mt19937 rng(5);
+  expect_exact(b, {{"x", int8_tensor(kU8, {1, 2, 5, 5}, values(rng, kU8, 50))}, {"w", int8_tensor(kU8, {3, 2, 3, 3}, values(rng, kU8, 54))}},
+               "runtime w");
+}
+
 }  // namespace
 }  // namespace kiln::testing

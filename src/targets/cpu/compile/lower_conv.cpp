@@ -3,9 +3,6 @@
 
 namespace kiln::targets::cpu {
 
-namespace {
-
-/// Pads of one spatial dim reproducing ONNX's output size (auto_pad included).
 bool conv_pads(const std::string& auto_pad, int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t& pb,
                int64_t& pe) {
   int64_t span = (k - 1) * d + 1;
@@ -19,8 +16,6 @@ bool conv_pads(const std::string& auto_pad, int64_t in, int64_t out, int64_t k, 
   // oneDNN's rule: out = (in + pb + pe - span) / s + 1 exactly.
   return in + pb + pe - span >= 0 && (in + pb + pe - span) / s + 1 == out;
 }
-
-}  // namespace
 
 std::optional<std::vector<ir::Node>> lower_conv(ir::Model& m, const ir::Node& n) {
   if (n.inputs.size() < 2 || n.outputs.size() != 1) return std::nullopt;

@@ -1,12 +1,18 @@
-// ONNX MatMulInteger -> kiln.cpu.MatMulInteger (run/matmul_integer.cpp).
+// ONNX MatMulInteger -> kiln.cpu.MatMulInteger (run/matmul_integer.cpp) and
+// ConvInteger -> kiln.cpu.ConvInteger (run/conv_integer.cpp).
 //
-// Lowered when B is a constant 2-D uint8/int8 matrix with a constant zero
+// MatMulInteger is lowered when B is a constant 2-D uint8/int8 matrix with a constant zero
 // point (per tensor or per column), A is uint8/int8 of static shape with a
 // zero point per tensor (or per row when A is 2-D), and oneDNN multiplies int8
 // exactly here (int8_exact_isa, an optimised implementation). oneDNN takes
 // int8 weights only: uint8 B and its zero point are stored shifted by -128
 // (B - 128 as int8; (B - 128) - (bz - 128) = B - bz, so the products are
-// unchanged). Anything else stays on the reference kernel.
+// unchanged). ConvInteger is lowered for constant uint8/int8 weights with a
+// constant zero point per tensor or per output channel, x uint8/int8 of
+// static shape (rank 3 to 5) with a per-tensor zero point, on the same
+// conditions; its weights are shifted likewise and, when a shifted weight zero
+// point is not 0, each group gets one more output channel of ones (the
+// kernel's correction term). Anything else stays on the reference kernel.
 #include "targets/cpu/compile/lower_ops.h"
 #include "targets/cpu/run/cpu_kernels.h"
 
@@ -94,6 +100,92 @@ std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir
   c.attrs["N"] = N;
   try {
     auto pd = matmul_integer_pd(c, m);
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return std::nullopt;
+  } catch (const Error&) {
+    return std::nullopt;
+  }
+  return std::vector<ir::Node>{std::move(c)};
+}
+
+namespace {
+
+/// w (u8/s8 [O, C/G, k...]) as int8, with after each group's O/G channels
+/// one channel of ones when `ones` (the correction channel).
+Tensor conv_weights(const Tensor& w, int64_t group, bool ones) {
+  Tensor s8 = int8_weights(w);
+  if (!ones) return s8;
+  const int64_t O = w.dim(0), og = O / group, per = w.numel() / O;
+  std::vector<int64_t> shape = w.shape();
+  shape[0] = O + group;
+  Tensor out(DType::i8, shape);
+  int8_t* dst = out.data<int8_t>();
+  for (int64_t g = 0; g < group; ++g) {
+    std::copy_n(s8.data<int8_t>() + g * og * per, og * per, dst);
+    dst += og * per;
+    std::fill_n(dst, per, int8_t{1});
+    dst += per;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::Node& n) {
+  if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1 || !int8_exact_isa()) return std::nullopt;
+  auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : ir::kNoValue; };
+  const ir::ValueId x = in(0), w = in(1), xz = in(2), wz = in(3), y = n.outputs[0];
+  const Tensor* wt = constant_of(m, w);
+  const Tensor* wzt = wz == ir::kNoValue ? nullptr : constant_of(m, wz);
+  auto xd = static_dims(m, x), yd = static_dims(m, y);
+  if (!wt || (wz != ir::kNoValue && !wzt) || !xd || !yd || !is_int8(m.value(x).dtype) || !is_int8(wt->dtype()) ||
+      m.value(y).dtype != DType::i32)
+    return std::nullopt;
+  const size_t r = xd->size();
+  const std::vector<int64_t> wd = wt->shape();
+  if (r < 3 || r > 5 || wd.size() != r || yd->size() != r) return std::nullopt;
+  const size_t sp = r - 2;
+  const int64_t group = n.i("group", 1), O = wd[0];
+  if (group < 1 || O % group || (*xd)[1] != wd[1] * group || (*yd)[1] != O || (*yd)[0] != (*xd)[0]) return std::nullopt;
+  const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
+  if (n.has("kernel_shape") && n.ints("kernel_shape") != kernel) return std::nullopt;
+  const std::vector<int64_t> strides = n.ints("strides", std::vector<int64_t>(sp, 1));
+  const std::vector<int64_t> dil = n.ints("dilations", std::vector<int64_t>(sp, 1));
+  const std::vector<int64_t> pads = n.ints("pads", std::vector<int64_t>(2 * sp, 0));
+  if (strides.size() != sp || dil.size() != sp || pads.size() != 2 * sp) return std::nullopt;
+  std::vector<int64_t> pb(sp), pe(sp), dilates(sp);
+  for (size_t i = 0; i < sp; ++i) {
+    pb[i] = pads[i];
+    pe[i] = pads[i + sp];
+    dilates[i] = dil[i] - 1;
+    if (strides[i] < 1 || dil[i] < 1 || pb[i] < 0 || pe[i] < 0 ||
+        !conv_pads(n.s("auto_pad", "NOTSET"), (*xd)[i + 2], (*yd)[i + 2], kernel[i], strides[i], dil[i], pb[i], pe[i]))
+      return std::nullopt;
+  }
+  if (xz != ir::kNoValue) {
+    auto zd = static_dims(m, xz);
+    if (!zd || !is_int8(m.value(xz).dtype) || numel_of(*zd) != 1) return std::nullopt;
+  }
+  if (wzt && (!is_int8(wzt->dtype()) || (wzt->numel() != 1 && wzt->shape() != std::vector<int64_t>{O})))
+    return std::nullopt;
+  // Per-channel shifted zero points; copies made before add_value reallocates m.values.
+  Tensor z = int8_weight_zero(wzt, wt->dtype());
+  Tensor zc(DType::i32, {O});
+  for (int64_t i = 0; i < O; ++i) zc.data<int32_t>()[i] = z.data<int32_t>()[z.numel() == 1 ? 0 : i];
+  const bool corrected = !all_zero_i32(zc);
+  Tensor ws = conv_weights(*wt, group, corrected);
+  const std::string w_name = m.value(w).name;
+  wt = wzt = nullptr;
+  ir::Node c = cpu_node(n, "ConvInteger");
+  c.inputs = {x, constant_value(m, w_name + "/s8", std::move(ws)), xz};
+  if (corrected) c.inputs.push_back(constant_value(m, w_name + "/s8_zero_point", std::move(zc)));
+  c.outputs = {y};
+  c.attrs["group"] = group;
+  c.attrs["strides"] = strides;
+  c.attrs["dilates"] = dilates;
+  c.attrs["pads_begin"] = pb;
+  c.attrs["pads_end"] = pe;
+  try {
+    auto pd = conv_integer_pd(c, m);
     if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return std::nullopt;
   } catch (const Error&) {
     return std::nullopt;

@@ -36,6 +36,7 @@ LowerFn lowering_of(const ir::Node& n) {
       {"BatchNormalization", lower_batchnorm},
       {"LSTM", lower_lstm},
       {"MatMulInteger", lower_matmul_integer},
+      {"ConvInteger", lower_conv_integer},
   };
   for (auto& [op, f] : table)
     if (op == n.op_type) return f;

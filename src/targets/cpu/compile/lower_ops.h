@@ -14,6 +14,12 @@ namespace kiln::targets::cpu {
 using LowerFn = std::optional<std::vector<ir::Node>> (*)(ir::Model& m, const ir::Node& n);
 
 std::optional<std::vector<ir::Node>> lower_conv(ir::Model& m, const ir::Node& n);
+/// oneDNN's pads_begin / pads_end (pb, pe: ONNX's pads on entry) of one
+/// spatial dim reproducing ONNX's output size `out` for auto_pad (NOTSET,
+/// SAME_UPPER, SAME_LOWER, VALID), input `in`, kernel k, stride s, dilation d.
+/// False when oneDNN's output size rule would not give `out`.
+bool conv_pads(const std::string& auto_pad, int64_t in, int64_t out, int64_t k, int64_t s, int64_t d, int64_t& pb,
+               int64_t& pe);
 /// MatMul and Gemm.
 std::optional<std::vector<ir::Node>> lower_matmul(ir::Model& m, const ir::Node& n);
 /// MaxPool, AveragePool, GlobalAveragePool, GlobalMaxPool.
@@ -52,6 +58,9 @@ std::optional<std::vector<ir::Node>> lower_lstm(ir::Model& m, const ir::Node& n)
 /// MatMulInteger with constant 2-D uint8/int8 B -> MatMulInteger on oneDNN's
 /// int8 matmul (weights as int8), where its products are exact here.
 std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir::Node& n);
+/// ConvInteger with constant uint8/int8 weights (zero point per tensor or per
+/// output channel) -> ConvInteger on oneDNN's int8 convolution.
+std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::Node& n);
 
 /// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation
 /// node (one or two eltwise steps, e.g. HardSigmoid = linear then clip), or

@@ -92,6 +92,17 @@ dnnl::memory::data_type int8_type(DType t);
 /// do not match, Error(unsupported) when oneDNN refuses.
 dnnl::matmul::primitive_desc matmul_integer_pd(const ir::Node& n, const ir::Model& m);
 
+/// kiln.cpu.ConvInteger (run/conv_integer.cpp): inputs (x u8/s8 [N, C, sp...]
+/// plain; w' constant s8 [O', C/group, k...]; [x_zero_point u8/s8, one value];
+/// [w_zero_point constant i32 [O], w''s]), output i32 [N, O, sp...] plain;
+/// attributes group, strides, dilates (oneDNN's: ONNX dilation - 1),
+/// pads_begin, pads_end. With a weight zero point, w' holds after each
+/// group's O/group channels one channel of ones (O' = O + group). The
+/// primitive: src zero point at run time, layouts oneDNN picks. Throws
+/// Error(corrupt_artifact) for operands that do not match, Error(unsupported)
+/// when oneDNN refuses.
+dnnl::convolution_forward::primitive_desc conv_integer_pd(const ir::Node& n, const ir::Model& m);
+
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);
 BoundKernel make_pool(const ir::Node& n, const ir::Model& m);
@@ -105,6 +116,8 @@ BoundKernel make_lstm(const ir::Node& n, const ir::Model& m);
 /// Throws Error(incompatible_artifact) where oneDNN has no int8-exact
 /// optimised kernel (no VNNI / AMX, or a reference implementation).
 BoundKernel make_matmul_integer(const ir::Node& n, const ir::Model& m);
+/// Throws Error(incompatible_artifact) like make_matmul_integer.
+BoundKernel make_conv_integer(const ir::Node& n, const ir::Model& m);
 /// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst, and
 /// [in_place_offsets] (mark_concat_in_place: every input a contiguous byte
 /// range of dst at that offset, in its own layout): then the kernel copies

@@ -11,7 +11,7 @@ KernelFactory find_factory(std::string_view op_type) {
       {"Eltwise", make_eltwise}, {"Binary", make_binary},       {"Softmax", make_softmax},
       {"LayerNorm", make_layernorm}, {"Reorder", make_reorder}, {"Concat", make_concat},
       {"Resample", make_resample}, {"LSTM", make_lstm},
-      {"MatMulInteger", make_matmul_integer},
+      {"MatMulInteger", make_matmul_integer}, {"ConvInteger", make_conv_integer},
   };
   for (auto& [name, f] : table)
     if (name == op_type) return f;
