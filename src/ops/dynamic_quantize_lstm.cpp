@@ -42,6 +42,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "ops/dynamic_quantize_lstm.h"
 #include "ops/gemm_kernel.h"
 #include "ops/quant_common.h"
 #include "ops/rnn_activation.h"
@@ -144,8 +145,12 @@ std::vector<OutType> infer_dq_lstm(const InferContext& ctx) {
 
 /// One direction's quantized weight as the integer product uses it.
 struct QuantWeight {
-  std::vector<int32_t> w;    ///< [K, N] row-major, zero point subtracted
+  std::vector<int32_t> w;    ///< [K, N] row-major, zero point subtracted (empty with a products hook)
   std::vector<float> scale;  ///< 1 (per tensor) or N (per column) values
+  int64_t N = 0;
+  bool recurrent = false;  ///< R (else W), for the hook
+  int64_t dir = 0;
+  const DqLstmProducts* hook = nullptr;  ///< computes the product instead of w
 };
 
 void expect_shape(const ir::Node& n, const Tensor& t, const std::vector<int64_t>& want, const char* what) {
@@ -184,10 +189,18 @@ int64_t check_quant_params(const ir::Node& n, const Tensor& weight, const Tensor
 }
 
 /// Direction `dir` of weight [dirs, K, N] minus its zero point (the
-/// direction's first one), with its scales.
-QuantWeight load_weight(const Tensor& weight, const Tensor& scale, const Tensor& zp, int64_t dir, int64_t per_dir) {
+/// direction's first one), with its scales; only the scales when `hook`
+/// computes the products.
+QuantWeight load_weight(const Tensor& weight, const Tensor& scale, const Tensor& zp, int64_t dir, int64_t per_dir,
+                        bool recurrent, const DqLstmProducts* hook) {
   const int64_t K = weight.dim(1), N = weight.dim(2);
   QuantWeight q;
+  q.N = N;
+  q.recurrent = recurrent;
+  q.dir = dir;
+  q.hook = hook;
+  q.scale.assign(scale.data<float>() + dir * per_dir, scale.data<float>() + (dir + 1) * per_dir);
+  if (hook) return q;
   q.w.resize(static_cast<size_t>(K * N));
   const bool is_signed = weight.dtype() == DType::i8;
   const int64_t off = dir * K * N;
@@ -195,19 +208,25 @@ QuantWeight load_weight(const Tensor& weight, const Tensor& scale, const Tensor&
   for (int64_t i = 0; i < K * N; ++i)
     q.w[static_cast<size_t>(i)] =
         (is_signed ? int32_t{weight.data<int8_t>()[off + i]} : int32_t{weight.data<uint8_t>()[off + i]}) - z;
-  q.scale.assign(scale.data<float>() + dir * per_dir, scale.data<float>() + (dir + 1) * per_dir);
   return q;
 }
 
 /// out[M, N] = float(sum_k (qa[m, k] - za) * w[k, n]) * (sa * w.scale[n]),
 /// (qa, sa, za) the dynamic uint8 quantization of all of A [M, K].
 void quant_product(const float* a, int64_t M, int64_t K, const QuantWeight& w, float* out) {
-  const int64_t N = static_cast<int64_t>(w.w.size()) / std::max<int64_t>(K, 1);
+  const int64_t N = w.N;
   const DynamicU8Params p = dynamic_u8_params(a, M * K);
   const int32_t za = static_cast<int32_t>(p.zero_point);
-  std::vector<int32_t> qa(static_cast<size_t>(M * K)), acc(static_cast<size_t>(M * N));
-  for (int64_t i = 0; i < M * K; ++i) qa[static_cast<size_t>(i)] = int32_t{quantize_u8(a[i], p)} - za;
-  gemm_simple<int32_t>(false, false, M, N, K, 1, qa.data(), K, w.w.data(), N, 0, acc.data(), N);
+  std::vector<int32_t> acc(static_cast<size_t>(M * N));
+  if (w.hook) {
+    std::vector<uint8_t> qa(static_cast<size_t>(M * K));
+    for (int64_t i = 0; i < M * K; ++i) qa[static_cast<size_t>(i)] = quantize_u8(a[i], p);
+    w.hook->product(w.recurrent, w.dir, qa.data(), za, M, K, acc.data());
+  } else {
+    std::vector<int32_t> qa(static_cast<size_t>(M * K));
+    for (int64_t i = 0; i < M * K; ++i) qa[static_cast<size_t>(i)] = int32_t{quantize_u8(a[i], p)} - za;
+    gemm_simple<int32_t>(false, false, M, N, K, 1, qa.data(), K, w.w.data(), N, 0, acc.data(), N);
+  }
   std::vector<float> mult(w.scale.size());
   for (size_t s = 0; s < w.scale.size(); ++s) mult[s] = p.scale * w.scale[s];
   const bool per_column = mult.size() > 1;
@@ -337,7 +356,9 @@ std::vector<float> load_state(const KernelContext& ctx, size_t slot, const Dims&
   return std::vector<float>(p, p + n);
 }
 
-void dq_lstm_kernel(KernelContext& ctx) {
+}  // namespace
+
+void dynamic_quantize_lstm(KernelContext& ctx, const DqLstmProducts* products) {
   const ir::Node& n = ctx.node;
   const Attrs a = read_attrs(n);
   const Dims d = check_inputs(ctx, a);
@@ -376,14 +397,18 @@ void dq_lstm_kernel(KernelContext& ctx) {
                   load_state(ctx, kC0, d, dir),
                   {},
                   {}};
-    const QuantWeight w = load_weight(ctx.in(kW), ctx.in(kWScale), ctx.in(kWZero), dir, w_per);
-    const QuantWeight r = load_weight(ctx.in(kR), ctx.in(kRScale), ctx.in(kRZero), dir, r_per);
+    const QuantWeight w = load_weight(ctx.in(kW), ctx.in(kWScale), ctx.in(kWZero), dir, w_per, false, products);
+    const QuantWeight r = load_weight(ctx.in(kR), ctx.in(kRScale), ctx.in(kRZero), dir, r_per, true, products);
     run.run(ctx.in(kX).data<float>(), w, r);
     const int64_t n_state = d.batch * d.hidden;
     if (yh) std::copy(run.yh.begin(), run.yh.end(), yh->data<float>() + dir * n_state);
     if (yc) std::copy(run.yc.begin(), run.yc.end(), yc->data<float>() + dir * n_state);
   }
 }
+
+namespace {
+
+void dq_lstm_kernel(KernelContext& ctx) { dynamic_quantize_lstm(ctx, nullptr); }
 
 }  // namespace
 

@@ -336,5 +336,109 @@ TEST(CpuConvInteger, NonConstantWeightsStayOnReference) {
                "runtime w");
 }
 
+// ---------------------------------------------------------------- DynamicQuantizeLSTM
+
+struct DqSpec {
+  int64_t T = 5, N = 1, I = 7, H = 6;
+  std::string direction = "forward";
+  int elem = kU8;
+  bool per_column = false, bias = true, h0 = false, c0 = false, lens = false, y = true;
+};
+
+std::vector<float> floats(std::mt19937& rng, int64_t n, float lo, float hi) {
+  std::uniform_real_distribution<float> d(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+Tensor f32_tensor(const std::vector<int64_t>& shape, const std::vector<float>& v) {
+  Tensor t(DType::f32, shape);
+  std::copy(v.begin(), v.end(), t.data<float>());
+  return t;
+}
+
+/// A DynamicQuantizeLSTM model (ONNX Runtime's contrib op) with constant
+/// weights, scales and zero points, and its inputs.
+ModelBuilder dq_lstm(const DqSpec& s, std::mt19937& rng, std::map<std::string, Tensor>& in) {
+  const int64_t D = s.direction == "bidirectional" ? 2 : 1, G = 4 * s.H;
+  ModelBuilder b(17);
+  auto* ms = b.proto().add_opset_import();
+  ms->set_domain("com.microsoft");
+  ms->set_version(1);
+  b.input("x", 1, {s.T, s.N, s.I});
+  in["x"] = f32_tensor({s.T, s.N, s.I}, floats(rng, s.T * s.N * s.I, -2.f, 3.f));
+  int8_initializer(b, "w", s.elem, {D, s.I, G}, values(rng, s.elem, D * s.I * G));
+  int8_initializer(b, "r", s.elem, {D, s.H, G}, values(rng, s.elem, D * s.H * G));
+  if (s.bias) b.initializer("b", {D, 2 * G}, floats(rng, D * 2 * G, -0.5f, 0.5f));
+  if (s.lens) {
+    b.input("lens", 6, {s.N});
+    Tensor t(DType::i32, {s.N});
+    for (int64_t i = 0; i < s.N; ++i) t.data<int32_t>()[i] = static_cast<int32_t>(i == 0 ? s.T : 1 + i % s.T);
+    in["lens"] = t;
+  }
+  if (s.h0) {
+    b.input("h0", 1, {D, s.N, s.H});
+    in["h0"] = f32_tensor({D, s.N, s.H}, floats(rng, D * s.N * s.H, -1.f, 1.f));
+  }
+  if (s.c0) {
+    b.input("c0", 1, {D, s.N, s.H});
+    in["c0"] = f32_tensor({D, s.N, s.H}, floats(rng, D * s.N * s.H, -1.f, 1.f));
+  }
+  const std::vector<int64_t> qshape = s.per_column ? std::vector<int64_t>{D, G} : std::vector<int64_t>{D};
+  const int64_t qn = numel(qshape);
+  for (const char* name : {"w", "r"}) {
+    b.initializer(std::string(name) + "_scale", qshape, floats(rng, qn, 0.002f, 0.02f));
+    // Per-column zero points as ONNX Runtime accepts them: all one value (uint8), zeros (int8).
+    std::vector<int32_t> z;
+    const int32_t one = s.elem == kI8 ? 0 : values(rng, s.elem, 1)[0];
+    for (int64_t d = 0; d < D; ++d) {
+      const int32_t v = s.per_column ? one : values(rng, s.elem, 1)[0];
+      for (int64_t j = 0; j < qn / D; ++j) z.push_back(v);
+    }
+    int8_initializer(b, std::string(name) + "_zp", s.elem, qshape, z);
+  }
+  auto& n = b.node("DynamicQuantizeLSTM",
+                   {"x", "w", "r", s.bias ? "b" : "", s.lens ? "lens" : "", s.h0 ? "h0" : "", s.c0 ? "c0" : "", "",
+                    "w_scale", "w_zp", "r_scale", "r_zp"},
+                   {s.y ? "y" : "", "y_h", "y_c"});
+  n.set_domain("com.microsoft");
+  ModelBuilder::attr_int(n, "hidden_size", s.H);
+  auto* a = n.add_attribute();
+  a->set_name("direction");
+  a->set_type(onnx::AttributeProto::STRING);
+  a->set_s(s.direction);
+  if (s.y) b.output("y");
+  b.output("y_h");
+  b.output("y_c");
+  return b;
+}
+
+TEST(CpuDynamicQuantizeLstm, DirectionsTypesStatesAndLengthsMatchRefBitForBit) {
+  std::mt19937 rng(202);
+  int cases = 0;
+  for (const char* dir : {"forward", "reverse", "bidirectional"})
+    for (int elem : {kU8, kI8})
+      for (int variant = 0; variant < 3; ++variant) {
+        DqSpec s;
+        s.direction = dir;
+        s.elem = elem;
+        s.per_column = variant == 1;
+        s.N = variant == 2 ? 3 : 1;
+        s.h0 = s.c0 = variant != 0;
+        s.lens = variant == 2;
+        s.y = variant != 1;
+        s.bias = variant != 2;
+        s.H = variant == 2 ? 33 : 6;  // 4H = 132 columns: not a multiple of oneDNN's blocks
+        std::map<std::string, Tensor> in;
+        ModelBuilder b = dq_lstm(s, rng, in);
+        const std::string what = std::string(dir) + (elem == kU8 ? " u8" : " s8") + " variant " + std::to_string(variant);
+        EXPECT_EQ(cpu_nodes(b, "DynamicQuantizeLSTM"), targets::cpu::int8_exact_isa() ? 1 : 0) << what;
+        expect_exact(b, in, what);
+        ++cases;
+      }
+  EXPECT_EQ(cases, 18);
+}
+
 }  // namespace
 }  // namespace kiln::testing

@@ -12,9 +12,13 @@
 // static shape (rank 3 to 5) with a per-tensor zero point, on the same
 // conditions; its weights are shifted likewise and, when a shifted weight zero
 // point is not 0, each group gets one more output channel of ones (the
-// kernel's correction term). Anything else stays on the reference kernel.
+// kernel's correction term). com.microsoft::DynamicQuantizeLSTM with constant
+// W, R and zero points becomes kiln.cpu.DynamicQuantizeLSTM (the same node in
+// the cpu domain: its kernel runs the reference computation with the integer
+// products on oneDNN). Anything else stays on the reference kernel.
 #include "targets/cpu/compile/lower_ops.h"
 #include "targets/cpu/run/cpu_kernels.h"
+#include "targets/cpu/run/int8_matmul.h"
 
 namespace kiln::targets::cpu {
 
@@ -190,6 +194,30 @@ std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::
   } catch (const Error&) {
     return std::nullopt;
   }
+  return std::vector<ir::Node>{std::move(c)};
+}
+
+std::optional<std::vector<ir::Node>> lower_dynamic_quantize_lstm(ir::Model& m, const ir::Node& n) {
+  if (n.domain != "com.microsoft" || n.op_type != "DynamicQuantizeLSTM" || n.inputs.size() != 12 || !int8_exact_isa())
+    return std::nullopt;
+  // W (1) / R (2) with their zero points (9 / 11): constant, 3-D, 8-bit, zero points typed like the weight.
+  for (auto [wi, zi] : {std::pair<size_t, size_t>{1, 9}, {2, 11}}) {
+    const Tensor* w = constant_of(m, n.inputs[wi]);
+    const Tensor* z = constant_of(m, n.inputs[zi]);
+    if (!w || !z || w->rank() != 3 || !is_int8(w->dtype()) || z->dtype() != w->dtype() || z->numel() == 0 ||
+        z->numel() % w->dim(0) != 0 || w->numel() == 0)
+      return std::nullopt;
+    try {
+      if (std::string(int8_matmul_pd(1, w->dim(1), w->dim(2), DType::u8).impl_info_str()).rfind("ref", 0) == 0)
+        return std::nullopt;
+    } catch (const dnnl::error&) {
+      return std::nullopt;
+    }
+  }
+  ir::Node c = cpu_node(n, "DynamicQuantizeLSTM");
+  for (auto& [k, v] : n.attrs) c.attrs[k] = v;
+  c.inputs = n.inputs;
+  c.outputs = n.outputs;
   return std::vector<ir::Node>{std::move(c)};
 }
 

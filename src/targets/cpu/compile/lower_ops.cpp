@@ -12,6 +12,7 @@ namespace kiln::targets::cpu {
 namespace {
 
 LowerFn lowering_of(const ir::Node& n) {
+  if (n.domain == "com.microsoft" && n.op_type == "DynamicQuantizeLSTM") return lower_dynamic_quantize_lstm;
   if (!(n.domain.empty() || n.domain == "ai.onnx")) return nullptr;
   static const std::pair<std::string_view, LowerFn> table[] = {
       {"Conv", lower_conv},

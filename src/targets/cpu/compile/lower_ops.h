@@ -61,6 +61,9 @@ std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir
 /// ConvInteger with constant uint8/int8 weights (zero point per tensor or per
 /// output channel) -> ConvInteger on oneDNN's int8 convolution.
 std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::Node& n);
+/// com.microsoft::DynamicQuantizeLSTM with constant W, R and zero points ->
+/// the same node in the cpu domain (integer products on oneDNN).
+std::optional<std::vector<ir::Node>> lower_dynamic_quantize_lstm(ir::Model& m, const ir::Node& n);
 
 /// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation
 /// node (one or two eltwise steps, e.g. HardSigmoid = linear then clip), or

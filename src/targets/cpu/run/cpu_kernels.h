@@ -118,6 +118,12 @@ BoundKernel make_lstm(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul_integer(const ir::Node& n, const ir::Model& m);
 /// Throws Error(incompatible_artifact) like make_matmul_integer.
 BoundKernel make_conv_integer(const ir::Node& n, const ir::Model& m);
+/// kiln.cpu.DynamicQuantizeLSTM (run/dynamic_quantize_lstm.cpp): the
+/// com.microsoft node's inputs, outputs and attributes, W (input 1), R (2)
+/// and their zero points (9, 11) constants; the reference computation with
+/// the integer products on oneDNN. Throws Error(corrupt_artifact) for
+/// non-constant weights, Error(incompatible_artifact) like make_matmul_integer.
+BoundKernel make_dynamic_quantize_lstm(const ir::Node& n, const ir::Model& m);
 /// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst, and
 /// [in_place_offsets] (mark_concat_in_place: every input a contiguous byte
 /// range of dst at that offset, in its own layout): then the kernel copies
