@@ -79,9 +79,18 @@ struct DynamicU8Params {
   float zero_point = 0;  ///< an integer in [0, 255]
 };
 
-/// The range [min(x, 0), max(x, 0)] of n floats (NaN ignored) mapped onto
-/// [0, 255]: scale = (max - min) / 255 (1/255 for an all-zero range), zero
-/// point = saturate(round_half_even(-min / scale)), in float32.
+/// The parameters for data whose range with 0 (NaN ignored) is [mn, mx],
+/// mapped onto [0, 255]: scale = (mx - mn) / 255 (1/255 for an all-zero
+/// range), zero point = saturate(round_half_even(-mn / scale)), in float32.
+inline DynamicU8Params dynamic_u8_params_of_range(float mn, float mx) {
+  DynamicU8Params p;
+  p.scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
+  p.zero_point = static_cast<float>(round_saturate(0.0f - mn / p.scale, 0, 255));
+  return p;
+}
+
+/// The parameters of n floats: their range [min(x, 0), max(x, 0)] (NaN
+/// ignored) as dynamic_u8_params_of_range maps it.
 inline DynamicU8Params dynamic_u8_params(const float* x, int64_t n) {
   float mn = 0.0f, mx = 0.0f;
   for (int64_t i = 0; i < n; ++i) {
@@ -89,10 +98,7 @@ inline DynamicU8Params dynamic_u8_params(const float* x, int64_t n) {
     mn = std::min(mn, x[i]);
     mx = std::max(mx, x[i]);
   }
-  DynamicU8Params p;
-  p.scale = (mx == mn ? 1.0f : mx - mn) / 255.0f;
-  p.zero_point = static_cast<float>(round_saturate(0.0f - mn / p.scale, 0, 255));
-  return p;
+  return dynamic_u8_params_of_range(mn, mx);
 }
 
 /// saturate(round_half_even(v / scale) + zero_point) to uint8; NaN gives the zero point.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <limits>
 #include <random>
 
 #include "cpu_test_util.h"
@@ -54,6 +55,13 @@ Tensor int8_tensor(int elem, const std::vector<int64_t>& shape, const std::vecto
   return t;
 }
 
+/// Element i of t (int32, uint8 or float32) as text.
+std::string element(const Tensor& t, int64_t i) {
+  if (t.dtype() == DType::u8) return std::to_string(int{t.data<uint8_t>()[i]});
+  if (t.dtype() == DType::f32) return std::to_string(t.data<float>()[i]);
+  return std::to_string(t.data<int32_t>()[i]);
+}
+
 /// Runs b on cpu and ref and expects every output equal byte for byte.
 void expect_exact(const ModelBuilder& b, const std::map<std::string, Tensor>& in, const std::string& what) {
   auto cpu = run_on(b, Target::cpu(), in);
@@ -64,12 +72,15 @@ void expect_exact(const ModelBuilder& b, const std::map<std::string, Tensor>& in
     ASSERT_EQ(c.dtype(), r.dtype()) << what;
     ASSERT_EQ(c.shape(), r.shape()) << what;
     ASSERT_EQ(c.nbytes(), r.nbytes()) << what;
+    const size_t size = r.numel() ? r.nbytes() / static_cast<size_t>(r.numel()) : 1;
+    const auto* cb = static_cast<const uint8_t*>(c.raw());
+    const auto* rb = static_cast<const uint8_t*>(r.raw());
     int64_t diff = 0, first = -1;
     for (int64_t i = 0; i < r.numel(); ++i)
-      if (c.data<int32_t>()[i] != r.data<int32_t>()[i] && ++diff == 1) first = i;
-    EXPECT_EQ(diff, 0) << what << ": " << diff << " of " << r.numel() << " differ, first at " << first << " ("
-                       << (first >= 0 ? c.data<int32_t>()[first] : 0) << " vs " << (first >= 0 ? r.data<int32_t>()[first] : 0)
-                       << ")";
+      if (std::memcmp(cb + i * size, rb + i * size, size) != 0 && ++diff == 1) first = i;
+    EXPECT_EQ(diff, 0) << what << ", output " << name << ": " << diff << " of " << r.numel() << " differ, first at "
+                       << first << " (" << (first >= 0 ? element(c, first) : "") << " vs "
+                       << (first >= 0 ? element(r, first) : "") << ")";
   }
 }
 
@@ -438,6 +449,61 @@ TEST(CpuDynamicQuantizeLstm, DirectionsTypesStatesAndLengthsMatchRefBitForBit) {
         ++cases;
       }
   EXPECT_EQ(cases, 18);
+}
+
+// ---------------------------------------------------------------- DynamicQuantizeLinear
+
+/// DynamicQuantizeLinear of x (`shape`) with all three outputs.
+ModelBuilder dynamic_quantize(const std::vector<int64_t>& shape) {
+  ModelBuilder b(17);
+  b.input("x", 1, shape);
+  b.node("DynamicQuantizeLinear", {"x"}, {"y", "y_scale", "y_zero_point"});
+  for (const char* o : {"y", "y_scale", "y_zero_point"}) b.output(o);
+  return b;
+}
+
+TEST(CpuDynamicQuantizeLinear, EdgeValuesAndTiesMatchRefBitForBit) {
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::numeric_limits<float>::quiet_NaN();
+  std::mt19937 rng(9);
+  struct Case {
+    const char* what;
+    std::vector<float> v;
+  };
+  std::vector<Case> cases = {
+      {"all zero", std::vector<float>(100, 0.0f)},
+      {"negative zeros", std::vector<float>(37, -0.0f)},
+      {"positive only", floats(rng, 1000, 0.5f, 7.0f)},
+      {"negative only", floats(rng, 1000, -9.0f, -0.25f)},
+      {"mixed", floats(rng, 100003, -3.0f, 5.0f)},  // two threads' parts and a scalar tail
+      {"huge range (scale inf)", {3e38f, -3e38f, 1.0f, -2.0f, 0.0f, 5e37f}},
+  };
+  // Ties: range [0, 255] gives scale 1, so k + 0.5 lands on round-half-even.
+  std::vector<float> ties{0.0f, 255.0f};
+  for (int k = 0; k < 254; ++k) ties.push_back(static_cast<float>(k) + 0.5f);
+  cases.push_back({"ties", ties});
+  std::vector<float> specials = floats(rng, 64, -1.0f, 1.0f);
+  specials[3] = nan;
+  specials[17] = inf;
+  specials[18] = -0.0f;
+  specials[40] = nan;
+  cases.push_back({"NaN and inf", specials});
+  std::vector<float> nans(40, nan);
+  nans[5] = 2.0f;
+  cases.push_back({"mostly NaN", nans});
+  for (auto& c : cases) {
+    ModelBuilder b = dynamic_quantize({static_cast<int64_t>(c.v.size())});
+    EXPECT_EQ(cpu_nodes(b, "DynamicQuantizeLinear"), 1) << c.what;
+    expect_exact(b, {{"x", f32_tensor({static_cast<int64_t>(c.v.size())}, c.v)}}, c.what);
+  }
+  // The ties' expected values, worked out: 0.5 -> 0, 1.5 -> 2, 2.5 -> 2 (zero point 0).
+  auto got = run_on(dynamic_quantize({static_cast<int64_t>(ties.size())}), Target::cpu(),
+                    {{"x", f32_tensor({static_cast<int64_t>(ties.size())}, ties)}});
+  const uint8_t* y = got.at("y").data<uint8_t>();
+  EXPECT_EQ(int{y[1]}, 255);
+  EXPECT_EQ(int{y[2]}, 0);
+  EXPECT_EQ(int{y[3]}, 2);
+  EXPECT_EQ(int{y[4]}, 2);
+  EXPECT_EQ(got.at("y_scale").data<float>()[0], 1.0f);
 }
 
 }  // namespace

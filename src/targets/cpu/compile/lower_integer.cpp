@@ -15,7 +15,9 @@
 // kernel's correction term). com.microsoft::DynamicQuantizeLSTM with constant
 // W, R and zero points becomes kiln.cpu.DynamicQuantizeLSTM (the same node in
 // the cpu domain: its kernel runs the reference computation with the integer
-// products on oneDNN). Anything else stays on the reference kernel.
+// products on oneDNN). DynamicQuantizeLinear of a float32 tensor becomes
+// kiln.cpu.DynamicQuantizeLinear (vectorised, on the node's threads). Anything
+// else stays on the reference kernel.
 #include "targets/cpu/compile/lower_ops.h"
 #include "targets/cpu/run/cpu_kernels.h"
 #include "targets/cpu/run/int8_matmul.h"
@@ -216,6 +218,17 @@ std::optional<std::vector<ir::Node>> lower_dynamic_quantize_lstm(ir::Model& m, c
   }
   ir::Node c = cpu_node(n, "DynamicQuantizeLSTM");
   for (auto& [k, v] : n.attrs) c.attrs[k] = v;
+  c.inputs = n.inputs;
+  c.outputs = n.outputs;
+  return std::vector<ir::Node>{std::move(c)};
+}
+
+std::optional<std::vector<ir::Node>> lower_dynamic_quantize_linear(ir::Model& m, const ir::Node& n) {
+  if (!is_onnx(n, "DynamicQuantizeLinear") || n.inputs.size() != 1 || n.inputs[0] == ir::kNoValue ||
+      m.value(n.inputs[0]).dtype != DType::f32 || n.outputs.empty() || n.outputs.size() > 3 ||
+      n.outputs[0] == ir::kNoValue)
+    return std::nullopt;
+  ir::Node c = cpu_node(n, "DynamicQuantizeLinear");
   c.inputs = n.inputs;
   c.outputs = n.outputs;
   return std::vector<ir::Node>{std::move(c)};

@@ -38,6 +38,7 @@ LowerFn lowering_of(const ir::Node& n) {
       {"LSTM", lower_lstm},
       {"MatMulInteger", lower_matmul_integer},
       {"ConvInteger", lower_conv_integer},
+      {"DynamicQuantizeLinear", lower_dynamic_quantize_linear},
   };
   for (auto& [op, f] : table)
     if (op == n.op_type) return f;

@@ -64,6 +64,8 @@ std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::
 /// com.microsoft::DynamicQuantizeLSTM with constant W, R and zero points ->
 /// the same node in the cpu domain (integer products on oneDNN).
 std::optional<std::vector<ir::Node>> lower_dynamic_quantize_lstm(ir::Model& m, const ir::Node& n);
+/// DynamicQuantizeLinear of float32 -> kiln.cpu.DynamicQuantizeLinear (same inputs and outputs).
+std::optional<std::vector<ir::Node>> lower_dynamic_quantize_linear(ir::Model& m, const ir::Node& n);
 
 /// The eltwise algorithm, alpha and beta oneDNN uses for an ONNX activation
 /// node (one or two eltwise steps, e.g. HardSigmoid = linear then clip), or

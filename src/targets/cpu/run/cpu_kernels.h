@@ -124,6 +124,11 @@ BoundKernel make_conv_integer(const ir::Node& n, const ir::Model& m);
 /// the integer products on oneDNN. Throws Error(corrupt_artifact) for
 /// non-constant weights, Error(incompatible_artifact) like make_matmul_integer.
 BoundKernel make_dynamic_quantize_lstm(const ir::Node& n, const ir::Model& m);
+/// kiln.cpu.DynamicQuantizeLinear (run/dynamic_quantize_linear.cpp): ONNX's
+/// inputs (x float32) and outputs (y uint8 like x, [y_scale f32], [y_zero_point
+/// u8]), bit-exact to the reference kernel. Throws Error(corrupt_artifact)
+/// for another signature.
+BoundKernel make_dynamic_quantize_linear(const ir::Node& n, const ir::Model& m);
 /// kiln.cpu.Concat: inputs src...; attributes axis, md.src<i>, md.dst, and
 /// [in_place_offsets] (mark_concat_in_place: every input a contiguous byte
 /// range of dst at that offset, in its own layout): then the kernel copies

@@ -12,7 +12,7 @@ KernelFactory find_factory(std::string_view op_type) {
       {"LayerNorm", make_layernorm}, {"Reorder", make_reorder}, {"Concat", make_concat},
       {"Resample", make_resample}, {"LSTM", make_lstm},
       {"MatMulInteger", make_matmul_integer}, {"ConvInteger", make_conv_integer},
-      {"DynamicQuantizeLSTM", make_dynamic_quantize_lstm},
+      {"DynamicQuantizeLSTM", make_dynamic_quantize_lstm}, {"DynamicQuantizeLinear", make_dynamic_quantize_linear},
   };
   for (auto& [name, f] : table)
     if (name == op_type) return f;
