@@ -252,4 +252,20 @@ ModelBuilder loop_growing_model();
 /// iteration's x: as many rows as iterations, a data-dependent shape).
 ModelBuilder loop_while_model(int64_t dim = 16, bool scan_output = false);
 
+/// An If between convolutions, for conditional nodes in 16-bit / TF32 /
+/// channels-last programs (opset 17): x float32 [1,4,8,8]; c = Conv(x, W1
+/// [4,4,3,3], pads 1, no bias: c changes sign with x); r = Relu(c); cond =
+/// ReduceSum(c) > 0; If(cond): then Relu(Conv(r, W2, B2, pads 1)) (a Conv
+/// with a bias in a branch), else Sigmoid(r) * 3; both read the outer r ->
+/// branch [1,4,8,8]; outputs y = Conv(branch, W3 [2,4,1,1]) [1,2,8,8] and z =
+/// branch + r [1,4,8,8]. Weights are sine waves (deterministic).
+ModelBuilder conv_if_model();
+
+/// A Loop between convolutions (opset 17): x, c and r as conv_if_model's;
+/// Loop(M = `trips`, no cond, carried r): x = Tanh(Conv(x, Wb, Bb, pads 1) +
+/// r) (the body reads the outer r) with each iteration's ReduceSum(x) [1]
+/// as a scan output; outputs y = Conv(x_final, W3 [2,4,1,1]) [1,2,8,8] and
+/// rows [trips, 1].
+ModelBuilder conv_loop_model(int64_t trips = 3);
+
 }  // namespace kiln::testing

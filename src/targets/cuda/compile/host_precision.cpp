@@ -11,35 +11,12 @@
 #include <set>
 
 #include "support/log.h"
+#include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
 
 namespace kiln::targets::cuda {
 
 namespace {
-
-/// Gives `n` its own copies of its subgraphs (and theirs): a Model's copies
-/// share their If / Loop bodies (shared_ptr), so rewriting n's in place
-/// would rewrite them for every other copy (ir::deep_copy, on a model of n alone).
-void own_subgraphs(ir::Node& n) {
-  ir::Model alone;
-  alone.main.nodes.push_back(std::move(n));
-  n = std::move(ir::deep_copy(alone).main.nodes.front());
-}
-
-/// Calls f(v) for each value node `n` reads in its subgraphs (their nodes'
-/// inputs and their outputs), possibly repeated.
-template <class F>
-void each_body_read(ir::Node& n, F&& f) {
-  for (auto& [k, a] : n.attrs)
-    if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
-      ir::for_each_graph(**sg, [&](ir::Graph& g) {
-        for (auto& inner : g.nodes)
-          for (auto& v : inner.inputs)
-            if (v != ir::kNoValue) f(v);
-        for (auto& v : g.outputs)
-          if (v != ir::kNoValue) f(v);
-      });
-}
 
 class HostIslands {
  public:
@@ -51,7 +28,7 @@ class HostIslands {
       if (n.domain != kCudaDomain) continue;
       for (auto v : n.inputs)
         if (v != ir::kNoValue) device_read_.insert(v);
-      each_body_read(n, [&](ir::ValueId& v) { device_read_.insert(v); });
+      for_each_body_read(n, [&](ir::ValueId& v) { device_read_.insert(v); });
     }
     for (size_t i = 0; i < st.half.size(); ++i)
       for (auto v : st.half[i].outputs)
@@ -129,10 +106,10 @@ class HostIslands {
       for (auto& v : n.inputs)
         if (auto it = to_half_.find(v); it != to_half_.end()) v = it->second;
       bool body = false;
-      each_body_read(n, [&](ir::ValueId& v) { body |= to_half_.count(v) > 0; });
+      for_each_body_read(n, [&](ir::ValueId& v) { body |= to_half_.count(v) > 0; });
       if (body) {
         own_subgraphs(n);
-        each_body_read(n, [&](ir::ValueId& v) {
+        for_each_body_read(n, [&](ir::ValueId& v) {
           if (auto it = to_half_.find(v); it != to_half_.end()) v = it->second;
         });
       }
@@ -149,11 +126,11 @@ class HostIslands {
       // An If / Loop / Scan body reading a 16-bit outer value: the body runs
       // on the host too, so it reads the float32 value.
       bool body = false;
-      each_body_read(n, [&](ir::ValueId& v) { body |= narrowed(v); });
+      for_each_body_read(n, [&](ir::ValueId& v) { body |= narrowed(v); });
       if (body) {
         own_subgraphs(n);
         std::vector<ir::ValueId*> reads;
-        each_body_read(n, [&](ir::ValueId& v) {
+        for_each_body_read(n, [&](ir::ValueId& v) {
           if (narrowed(v)) reads.push_back(&v);
         });
         for (ir::ValueId* v : reads) *v = wide(*v, n);

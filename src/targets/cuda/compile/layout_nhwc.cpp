@@ -15,6 +15,7 @@
 
 #include "support/error.h"
 #include "support/log.h"
+#include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
 
 namespace kiln::targets::cuda {
@@ -91,11 +92,16 @@ class NhwcPass {
       }
     }
     if (moved == 0) return 0;
-    // Readers outside the region (or graph outputs) of each NHWC value.
+    // Readers outside the region (or graph outputs) of each NHWC value. An
+    // If / Loop / Scan body reading one from the outer scope is such a
+    // reader too: bodies stay NCHW (they are lowered with NCHW options), and
+    // without its exit the value's original id would have no producer.
     std::set<ir::ValueId> needs_exit(m_.main.outputs.begin(), m_.main.outputs.end());
     for (size_t i = 0; i < nodes.size(); ++i)
-      if (!in_region[i])
+      if (!in_region[i]) {
         for (auto v : nodes[i].inputs) needs_exit.insert(v);
+        for_each_body_read(nodes[i], [&](ir::ValueId v) { needs_exit.insert(v); });
+      }
     std::vector<ir::Node> out;
     for (size_t i = 0; i < nodes.size(); ++i) {
       if (!in_region[i]) {

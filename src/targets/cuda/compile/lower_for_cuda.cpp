@@ -11,6 +11,7 @@
 #include "passes/passes.h"
 #include "support/error.h"
 #include "support/log.h"
+#include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
@@ -29,6 +30,13 @@ Uses uses_of(const ir::Model& m) {
   for (int i = 0; i < static_cast<int>(nodes.size()); ++i) {
     for (auto v : nodes[i].inputs)
       if (v != ir::kNoValue) u.readers[v].push_back(i);
+    // An If / Loop / Scan reading a value in a body reads it too: else a
+    // fusion could absorb the value into its one other reader's kernel and
+    // leave the body reading a value nothing writes.
+    for_each_body_read(nodes[i], [&](ir::ValueId v) {
+      if (static_cast<size_t>(v) < u.readers.size() && (u.readers[v].empty() || u.readers[v].back() != i))
+        u.readers[v].push_back(i);
+    });
     for (auto v : nodes[i].outputs)
       if (v != ir::kNoValue) u.producer[v] = i;
   }
@@ -41,16 +49,7 @@ int alias_copies(ir::Model& m) {
   for (auto v : m.main.outputs) is_output[v] = true;
   // A value read inside a subgraph (an If / Loop of a host segment) keeps
   // its Copy: the renaming below reaches main-graph inputs only.
-  for (auto& n : m.main.nodes)
-    for (auto& [k, a] : n.attrs)
-      if (auto* sg = std::get_if<std::shared_ptr<ir::Graph>>(&a))
-        ir::for_each_graph(**sg, [&](ir::Graph& g) {
-          for (auto& inner : g.nodes)
-            for (auto v : inner.inputs)
-              if (v != ir::kNoValue) is_output[v] = true;
-          for (auto v : g.outputs)
-            if (v != ir::kNoValue) is_output[v] = true;
-        });
+  for (auto& n : m.main.nodes) for_each_body_read(n, [&](ir::ValueId& v) { is_output[v] = true; });
   // A value a host node reads keeps its Copy too: the Copy is a reshape
   // (Reshape / Squeeze / Flatten... of the same bytes), and where a cuda
   // kernel carries its own shapes, a host kernel takes the value's shape:

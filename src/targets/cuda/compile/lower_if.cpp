@@ -50,6 +50,15 @@ struct MainSwap {
 
 }  // namespace
 
+LowerOptions body_options(const LowerOptions& opt) {
+  LowerOptions b = opt;
+  b.dtype = DType::f32;
+  b.tf32 = false;
+  b.nhwc = false;
+  b.precision_check = nullptr;
+  return b;
+}
+
 ir::Graph lower_body(Lowering& L, const ir::Node& n, const ir::Graph& g, const char* which, const LowerOptions& opt,
                      LowerStats& st) {
   ir::Model& m = L.model;
@@ -57,7 +66,12 @@ ir::Graph lower_body(Lowering& L, const ir::Node& n, const ir::Graph& g, const c
   std::map<int, std::string> host;
   {
     MainSwap swap(m, g);
-    lower_graph_nodes(L, opt, st, host);
+    // The main graph's own rewrites before lowering (lower_for_cuda), those
+    // its kernels need: a Conv's bias as an Add (lower_conv takes none), a
+    // MatMul's partly broadcast batch dims as an Expand.
+    split_conv_bias(m);
+    expand_matmul_batches(m);
+    lower_graph_nodes(L, body_options(opt), st, host);
     body = m.main;
   }
   if (!host.empty()) {
@@ -118,9 +132,6 @@ std::shared_ptr<ir::Graph> lower_branch(Lowering& L, const ir::Node& n, const ir
 ir::Node lower_if(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st) {
   const ir::Model& m = L.model;
   if (!conditional_nodes_enabled()) refuse(n, "conditional nodes are off (KILN_CUDA_CONDITIONAL=0)");
-  if (opt.dtype != DType::f32 || opt.tf32 || opt.nhwc.value_or(false))
-    refuse(n, "conditional nodes are lowered for strict float32 programs only (the precision and layout passes do "
-              "not rewrite branches yet)");
   if (n.inputs.empty() || n.inputs[0] == ir::kNoValue) refuse(n, "it has no condition");
   const ir::Value& cond = m.value(n.inputs[0]);
   if (cond.dtype != DType::boolean || !cond.shape || !ir::is_static(*cond.shape) || ir::to_sizes(*cond.shape).size() > 1 ||

@@ -331,9 +331,6 @@ ir::Node lower_loop_body(Lowering& L, const ir::Node& n, const ir::Graph& g, Loo
 ir::Node lower_loop(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st) {
   ir::Model& m = L.model;
   if (!conditional_nodes_enabled()) refuse(n, "conditional nodes are off (KILN_CUDA_CONDITIONAL=0)");
-  if (opt.dtype != DType::f32 || opt.tf32 || opt.nhwc.value_or(false))
-    refuse(n, "conditional nodes are lowered for strict float32 programs only (the precision and layout passes do "
-              "not rewrite bodies yet)");
   LoopForm f = n.op_type == "Loop" ? loop_form(m, n) : scan_form(m, n);
   const std::vector<ir::Value> saved = m.values;  // typed_body types body values in place
   try {

@@ -90,10 +90,13 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
 /// kiln.cuda.If node (run/cuda_ops.h): its then_branch / else_branch
 /// lowered by lower_graph_nodes, each writing the If's outputs, and a
 /// generated kernel `cond_fn` that sets the conditional from the condition
-/// (run/conditional.h). Refuses `n` (it then runs on the host) for 16-bit
-/// or TF32 programs, branch outputs whose shape or dtype differ from the
-/// If's outputs, a value of a branch without a static shape, nested
-/// subgraphs, or a branch node the cuda target cannot lower.
+/// (run/conditional.h). In a 16-bit, TF32 or channels-last program too:
+/// the precision and layout passes leave the If float32 NCHW at its
+/// boundary (precision.h, to_nhwc) and its branches are lowered strict
+/// float32 NCHW (lower_body). Refuses `n` (it then runs on the host) for
+/// branch outputs whose shape or dtype differ from the If's outputs, a
+/// value of a branch without a static shape, nested subgraphs, or a branch
+/// node the cuda target cannot lower.
 ir::Node lower_if(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st);
 
 /// Lowers ONNX Loop or Scan `n` to a kiln.cuda.Loop node (run/cuda_ops.h): a
@@ -102,11 +105,11 @@ ir::Node lower_if(Lowering& L, const ir::Node& n, const LowerOptions& opt, Lower
 /// slice and write each scan output's slice at the iteration read from
 /// device memory, and a control kernel `control_fn` that counts the
 /// iterations and sets the conditional (cond && i < M). Fills in the
-/// outputs' shapes when inference left them open. Refuses `n` (it then runs
-/// on the host) for 16-bit or TF32 programs, a loop-carried value whose
-/// shape is not static or changes between iterations, a body value without
-/// a static shape, nested subgraphs, a body node the cuda target cannot
-/// lower, scan outputs without a trip count known at compile time (M not a
+/// outputs' shapes when inference left them open. In any program the body
+/// is lowered strict float32 NCHW, as an If's branches (lower_if). Refuses `n` (it then runs
+/// on the host) for a loop-carried value whose shape is not static or
+/// changes between iterations, a body value without a static shape, nested
+/// subgraphs, a body node the cuda target cannot lower, scan outputs without a trip count known at compile time (M not a
 /// constant, or a condition that may end the loop early), and a Loop
 /// without M and condition.
 ir::Node lower_loop(Lowering& L, const ir::Node& n, const LowerOptions& opt, LowerStats& st);
@@ -118,11 +121,20 @@ ir::Node lower_loop(Lowering& L, const ir::Node& n, const LowerOptions& opt, Low
 void check_body(const ir::Model& m, const ir::Node& n, const ir::Graph& g, const char* which);
 
 /// Body `g` (`which`) of conditional node `n` lowered as a graph of its own:
-/// lower_graph_nodes on a main graph swapped for it. Refuses `n` when a node
-/// of the body would run on the host (a conditional body cannot hold host
-/// work). The result keeps g's inputs and outputs.
+/// split_conv_bias, expand_matmul_batches and lower_graph_nodes on a main
+/// graph swapped for it, with body_options(opt) whatever the program's
+/// precision and layout (the precision and layout passes rewrite the main
+/// graph only, so a body's values are float32 NCHW as the model wrote
+/// them). Refuses `n` when a node of the body would run on the host (a
+/// conditional body cannot hold host work). The result keeps g's inputs
+/// and outputs.
 ir::Graph lower_body(Lowering& L, const ir::Node& n, const ir::Graph& g, const char* which, const LowerOptions& opt,
                      LowerStats& st);
+
+/// The options bodies of conditional nodes are lowered with: `opt` made
+/// strict float32 NCHW (dtype float32, no TF32, nhwc false, no precision
+/// check). Running bodies in 16-bit or TF32 is a later step (docs/cuda.md).
+LowerOptions body_options(const LowerOptions& opt);
 
 /// False when KILN_CUDA_CONDITIONAL=0 (measurement aid: every If then runs
 /// on the host, as before conditional nodes).
@@ -178,7 +190,8 @@ int fp32_host_nodes(ir::Model& m, DType half, const std::vector<DType>& before, 
 [[noreturn]] void refuse_host_nodes(const std::vector<ir::Node>& nodes, const std::map<int, std::string>& reasons);
 
 /// The uses of each value by the main graph's nodes (node indices, one entry
-/// per reading input), and whether it is a graph output.
+/// per reading input; an If / Loop / Scan reading it in its bodies counts
+/// once more), and whether it is a graph output.
 struct Uses {
   std::vector<std::vector<int>> readers;
   std::vector<bool> is_output;

@@ -11,6 +11,7 @@
 #include "support/error.h"
 #include "support/half.h"
 #include "support/log.h"
+#include "targets/cuda/compile/body_reads.h"
 
 namespace kiln::targets::cuda {
 
@@ -189,11 +190,32 @@ class Converter {
     return id;
   }
 
+  /// An If / Loop / Scan (an island: its bodies stay as the model wrote
+  /// them, in float32) reading in a body an activation this pass made
+  /// 16-bit reads a Cast of it to float32 instead, emitted before `n` and
+  /// shared with its other float32 readers. Bodies read constants and model
+  /// inputs by their own (float32) ids, and the values bodies make are
+  /// never narrowed: the pass rewrites the main graph only.
+  void widen_body_reads(ir::Node& n) {
+    bool any = false;
+    auto narrowed = [&](ir::ValueId v) { return was_f32(v) && m_.value(v).dtype != DType::f32; };
+    for_each_body_read(n, [&](ir::ValueId& v) { any |= narrowed(v); });
+    if (!any) return;
+    own_subgraphs(n);  // a copy of the model (the precision check's rounds) shares the bodies
+    std::vector<ir::ValueId*> reads;  // collected first: as() appends values, never body reads
+    for_each_body_read(n, [&](ir::ValueId& v) {
+      if (narrowed(v)) reads.push_back(&v);
+    });
+    for (ir::ValueId* v : reads) *v = as(*v, DType::f32, n);
+  }
+
   /// Why node `n` (role `role`) keeps a float32 output.
   std::string fp32_reason(const ir::Node& n, PrecisionRole role, bool kept, ir::ValueId promoted_by) const {
     switch (role) {
       case PrecisionRole::island:
         if (kept) return "kept in float32 by the precision check";
+        if (is_control_flow(n))
+          return "control flow: its bodies run in float32 (the precision pass does not convert subgraphs yet)";
         return n.domain.empty() ? fmt::format("runs as written in float32 (no 16-bit kernel for {})", n.op_type)
                                 : fmt::format("runs as written in float32 (domain '{}')", n.domain);
       case PrecisionRole::fp32_out: return "writes float32 in fp16 programs (its result can exceed 65504)";
@@ -229,6 +251,7 @@ class Converter {
       case PrecisionRole::island:
         for (auto& v : n.inputs)
           if (was_f32(v) && m_.value(v).dtype != DType::f32) v = as(v, DType::f32, n);
+        widen_body_reads(n);
         break;
       case PrecisionRole::cast:
       case PrecisionRole::fp32_out:

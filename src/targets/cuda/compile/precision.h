@@ -31,6 +31,12 @@
 //  - nodes the precision check keeps in float32 (ConvertOptions::keep_fp32,
 //    runtime/precision_check.h): islands, whatever their op; what follows
 //    them is promoted as above.
+//  - control flow (If, Loop, Scan): islands with their bodies, which stay
+//    float32 as written (the pass converts the main graph only): float
+//    inputs cast back to float32, outputs float32, and an activation made
+//    16-bit that a body reads from the outer scope is read through a Cast
+//    to float32 too. The lowering runs such a node as a conditional node
+//    whose bodies are strict float32 NCHW (lowering.h, lower_body).
 //  - nodes that run on the host (host fallback, known only once the
 //    lowering has tried them) compute in float32 there, whatever their role
 //    here: the lowering makes them float32 islands afterwards
