@@ -5,7 +5,10 @@
 // bodies strict float32 NCHW) compiled for this GPU with --fallback error
 // match the ref target's float32 outputs within the precision's tolerance,
 // on both branches of the If, captured (a CUDA graph) and profiled
-// (uncaptured), from an artifact. Compile side: test_cuda_control_precision.cpp.
+// (uncaptured), from an artifact; the same models strict float32 (a cuDNN
+// convolution inside a body), the matmul If / Loop models of the fp32
+// tests in every kind, and Silero VAD op18 with its If on the device
+// (KILN_SILERO_OP18). Compile side: test_cuda_control_precision.cpp.
 //
 // Tolerances (test_cuda_precision_gpu.cpp and docs/cuda.md, "Tolerances"):
 // an element passes when |cuda - ref| <= atol * scale + rtol * |ref|,
@@ -18,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
@@ -38,6 +42,8 @@ struct Kind {
 const Kind kKinds[] = {{"fp16", Precision::fp16, false, 2e-2},
                        {"bf16", Precision::bf16, false, 1e-1},
                        {"tf32", Precision::fp32, true, 1e-2}};
+/// Strict float32 (test_cuda_gpu.cpp's bound): cuDNN inside a body alone.
+const Kind kFp32{"fp32", Precision::fp32, false, 1e-4};
 
 SessionOptions options(Target t, const Kind* k = nullptr) {
   SessionOptions o;
@@ -117,6 +123,40 @@ void check_against_ref(const kiln::testing::ModelBuilder& b, const Kind& k, cons
               inputs.size());
 }
 
+/// x [b, d] of sign `sign` (data_if_gemm_model's ReduceSum(x) > 0 picks then for +1).
+Tensor signed_rows(int64_t b, int64_t d, float sign) {
+  Tensor t(DType::f32, {b, d});
+  for (int64_t i = 0; i < t.numel(); ++i)
+    t.data<float>()[i] = sign * (0.1f + std::fabs(std::sin(0.37f * static_cast<float>(i))));
+  return t;
+}
+
+Tensor wave(std::vector<int64_t> shape, float scale, float phase) {
+  Tensor t(DType::f32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = scale * std::sin(0.37f * static_cast<float>(i) + phase);
+  return t;
+}
+
+// Bodies with cuBLASLt matmuls and generated kernels only (what the fp32
+// conditional tests run): the precision and layout passes around them.
+TEST(CudaControlPrecisionProgram, MatmulIfAndLoopMatchRefInEveryKind) {
+  for (const Kind& k : kKinds) {
+    check_against_ref(kiln::testing::data_if_gemm_model(8, 256), k, "If",
+                      {{{"x", signed_rows(8, 256, 1.f)}}, {{"x", signed_rows(8, 256, -1.f)}}});
+    check_against_ref(kiln::testing::loop_static_model(6, 4, 64), k, "Loop",
+                      {{{"x0", wave({4, 64}, 1.f, 0.3f)}}, {{"x0", wave({4, 64}, -0.5f, 2.f)}}});
+  }
+}
+
+// A cuDNN convolution (and its bias Add) captured into a conditional body,
+// strict float32: apart from the precision and layout passes.
+TEST(CudaControlPrecisionProgram, ConvolutionInABodyMatchesRefInFloat32) {
+  std::vector<std::map<std::string, Tensor>> in;
+  for (float sign : {1.f, -1.f}) in.push_back({{"x", input(sign, 0.3f)}});
+  check_against_ref(kiln::testing::conv_if_model(), kFp32, "If", in);
+  check_against_ref(kiln::testing::conv_loop_model(3), kFp32, "Loop", in);
+}
+
 TEST(CudaControlPrecisionProgram, IfBetweenConvolutionsMatchesRefOnBothBranches) {
   // The two signs take different branches (ReduceSum(c) changes sign with
   // x): the ref's outputs show it.
@@ -139,6 +179,71 @@ TEST(CudaControlPrecisionProgram, LoopBetweenConvolutionsMatchesRef) {
   std::vector<std::map<std::string, Tensor>> in;
   for (float sign : {1.f, -1.f}) in.push_back({{"x", input(sign, 1.1f)}});
   for (const Kind& k : kKinds) check_against_ref(kiln::testing::conv_loop_model(3), k, "Loop", in);
+}
+
+/// Silero VAD (op18) at batch 1, 576 samples of `phase`'s wave, sample
+/// rate `sr`, state `state` (zeros: empty).
+std::map<std::string, Tensor> silero_chunk(float phase, int64_t sr, const Tensor& state) {
+  Tensor rate(DType::i64, {});
+  rate.data<int64_t>()[0] = sr;
+  Tensor st = state;
+  if (!st.defined()) {
+    st = Tensor(DType::f32, {2, 1, 128});
+    std::fill_n(st.data<float>(), st.numel(), 0.f);
+  }
+  return {{"input", wave({1, 576}, 0.1f, phase)}, {"sr", rate}, {"state", st}};
+}
+
+// Silero VAD op18 (path in KILN_SILERO_OP18; skipped when unset), value
+// specialization off: its If on the sample rate, around the whole model,
+// runs as a conditional node (both branches: sr 16000 and 8000), three
+// chunks with the state fed back, fp32 and fp16 (the If and its bodies
+// float32 in both), against ref: max|diff| <= 1e-3 x max|ref| (the zoo's
+// fp32 bound against ONNX Runtime) for fp32, the fp16 tolerance above.
+TEST(CudaControlPrecisionProgram, SileroVadIfRunsOnTheDevice) {
+  const char* path = std::getenv("KILN_SILERO_OP18");
+  if (!path || !*path) GTEST_SKIP() << "KILN_SILERO_OP18 is not set (the op18 silero_vad.onnx of .models/)";
+  kiln::testing::TempDir dir;
+  Session ref(path, options(Target::ref()));
+  for (const Kind* k : {&kFp32, &kKinds[0]}) {
+    SessionOptions o = options(Target::cuda(), k);
+    o.input_shapes = {{"input", {1, 576}}, {"state", {2, 1, 128}}};
+    compile(path, dir / "s.kiln", o);
+    auto cp = artifact::read_file(dir / "s.kiln");
+    int ifs = 0;
+    for (auto& n : cp.model.main.nodes) ifs += n.domain == kCudaDomain && n.op_type == "If";
+    ASSERT_EQ(ifs, 1) << k->name;
+    ASSERT_TRUE(cp.model.segments.empty()) << k->name;
+    auto gpu = Session::load(dir / "s.kiln", o);
+    for (int64_t sr : {16000, 8000}) {
+      Tensor state;
+      double worst = 0, rel = 0;
+      for (int chunk = 0; chunk < 3; ++chunk) {
+        const auto in = silero_chunk(0.5f + 1.3f * static_cast<float>(chunk), sr, state);
+        const auto want = ref.run(in);
+        const auto got = gpu.run(in);
+        for (auto& [name, w] : want) {
+          const std::string what = std::string(k->name) + " sr " + std::to_string(sr) + " chunk " +
+                                   std::to_string(chunk) + " " + name;
+          if (k == &kFp32) {
+            double d = 0, m = 0;
+            for (int64_t i = 0; i < w.numel() && got.at(name).numel() == w.numel(); ++i) {
+              d = std::max(d, std::fabs(double(got.at(name).data<float>()[i]) - w.data<float>()[i]));
+              m = std::max(m, std::fabs(double(w.data<float>()[i])));
+            }
+            ASSERT_EQ(got.at(name).numel(), w.numel()) << what;
+            EXPECT_LE(d, 1e-3 * m) << what;
+            rel = std::max(rel, m > 0 ? d / m : d);
+          } else {
+            worst = std::max(worst, expect_within(got.at(name), w, what, k->tol));
+          }
+        }
+        state = want.at("stateN");
+      }
+      std::printf("silero op18 %s sr %lld: %s %.2e\n", k->name, static_cast<long long>(sr),
+                  k == &kFp32 ? "max|diff|/max|ref|" : "worst error / tolerance", k == &kFp32 ? rel : worst);
+    }
+  }
 }
 
 }  // namespace
