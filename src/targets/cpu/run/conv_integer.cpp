@@ -138,14 +138,14 @@ struct CiState {
     }
     Tensor& y = ctx.output(0, DType::i32, d.out_shape);
     try {
-      std::vector<uint8_t> src_buf(src_in ? md_bytes(src) : 0), dst_buf(dst_out ? md_bytes(dst) : 0);
-      std::vector<int32_t> tmp(d.corrected ? md_bytes(dst_plain) / sizeof(int32_t) : 0);
-      void* plain_out = d.corrected ? static_cast<void*>(tmp.data()) : y.raw();
+      // This thread's buffers 1-3 (0 is the scratchpad): reordered x, oneDNN's dst, the plain dst before the correction.
+      auto* tmp = d.corrected ? static_cast<int32_t*>(thread_buffer(3, md_bytes(dst_plain))) : nullptr;
+      void* plain_out = d.corrected ? static_cast<void*>(tmp) : y.raw();
       dnnl::memory xin(src_plain, engine(), const_cast<void*>(x.raw()));
-      dnnl::memory xs = src_in ? dnnl::memory(src, engine(), src_buf.data()) : xin;
+      dnnl::memory xs = src_in ? dnnl::memory(src, engine(), thread_buffer(1, md_bytes(src))) : xin;
       if (src_in) src_in->execute(stream(), xin, xs);
       dnnl::memory out_plain(dst_plain, engine(), plain_out);
-      dnnl::memory ys = dst_out ? dnnl::memory(dst, engine(), dst_buf.data()) : out_plain;
+      dnnl::memory ys = dst_out ? dnnl::memory(dst, engine(), thread_buffer(2, md_bytes(dst))) : out_plain;
       std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, ys}};
       if (d.x_zero)
         args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = dnnl::memory(md_t({1}, dt::s32, tag::a), engine(), &zp);
@@ -153,7 +153,7 @@ struct CiState {
       prim.execute(stream(), args);
       if (dst_out) dst_out->execute(stream(), ys, out_plain);
       stream().wait();
-      if (d.corrected) correct(tmp.data(), y.data<int32_t>());
+      if (d.corrected) correct(tmp, y.data<int32_t>());
     } catch (const dnnl::error& e) {
       fail(ErrorCode::internal, "{}: oneDNN int8 convolution failed: {}", ctx.node.label(), e.what());
     }

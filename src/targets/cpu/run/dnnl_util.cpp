@@ -164,20 +164,24 @@ dnnl::primitive_attr make_attr(const ir::Node& n) {
   return attr;
 }
 
-void* thread_scratch(size_t bytes) {
+void* thread_buffer(int slot, size_t bytes) {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
-  thread_local std::unique_ptr<void, Free> buf;
-  thread_local size_t cap = 0;
-  if (bytes > cap) {
+  constexpr int kSlots = 4;
+  if (slot < 0 || slot >= kSlots) fail(ErrorCode::internal, "thread buffer slot {} is not in [0, {})", slot, kSlots);
+  thread_local std::unique_ptr<void, Free> buf[kSlots];
+  thread_local size_t cap[kSlots] = {};
+  if (bytes > cap[slot]) {
     size_t n = (bytes + 4095) / 4096 * 4096;
-    buf.reset(std::aligned_alloc(64, n));
-    if (!buf) fail(ErrorCode::internal, "cannot allocate a {} byte oneDNN scratchpad", n);
-    cap = n;
+    buf[slot].reset(std::aligned_alloc(64, n));
+    if (!buf[slot]) fail(ErrorCode::internal, "cannot allocate a {} byte buffer for a oneDNN primitive", n);
+    cap[slot] = n;
   }
-  return buf.get();
+  return buf[slot].get();
 }
+
+void* thread_scratch(size_t bytes) { return thread_buffer(0, bytes); }
 
 dnnl::memory wrap(const md_t& md, const void* data) {
   return dnnl::memory(md, engine(), const_cast<void*>(data));
