@@ -182,10 +182,15 @@ json segments_json(const ir::Model& m) {
 
 json conditionals_json(const ir::Model& m) {
   json out = json::array();
-  auto body_json = [](const ir::Graph& g) {
+  auto body_json = [&m](const ir::Graph& g) {
     std::map<std::string, int> ops;
-    for (auto& inner : g.nodes) ++ops[inner.op_type];
-    return json{{"nodes", g.nodes.size()}, {"operators", ops}};
+    std::set<std::string> floats;  // what a body stores: float32 in any program today (lowering.h, body_options)
+    for (auto& inner : g.nodes) {
+      ++ops[inner.op_type];
+      for (auto v : inner.outputs)
+        if (v != ir::kNoValue && dtype_is_float(m.value(v).dtype)) floats.insert(std::string(dtype_name(m.value(v).dtype)));
+    }
+    return json{{"nodes", g.nodes.size()}, {"operators", ops}, {"float_dtypes", floats}};
   };
   for (size_t i = 0; i < m.main.nodes.size(); ++i) {
     const ir::Node& n = m.main.nodes[i];

@@ -44,11 +44,13 @@ nlohmann::ordered_json segments_json(const ir::Model& m);
 /// The conditional nodes of a cuda program as a JSON array. kiln.cuda.If (an
 /// If run inside its CUDA graph): {"node", "index" (main-graph node), "type"
 /// ("IF/else"), "condition" (value name), "then_branch" / "else_branch":
-/// {"nodes", "operators" (op -> count)}}. kiln.cuda.Loop (an ONNX Loop or
-/// Scan): {"node", "index", "type" ("WHILE"), "source_op" ("Loop" / "Scan"),
-/// "trip_count" (-1: decided at run time), "max_trip" / "condition" (the
-/// Loop's M / cond value names, "" when absent), "carried" (count), "body":
-/// {"nodes", "operators"}}. Empty: none.
+/// {"nodes", "operators" (op -> count), "float_dtypes" (the float dtypes its
+/// nodes store, e.g. ["float32"]: bodies stay float32 in 16-bit programs)}}.
+/// kiln.cuda.Loop (an ONNX Loop or Scan): {"node", "index", "type"
+/// ("WHILE"), "source_op" ("Loop" / "Scan"), "trip_count" (-1: decided at
+/// run time), "max_trip" / "condition" (the Loop's M / cond value names, ""
+/// when absent), "carried" (count), "body": {"nodes", "operators",
+/// "float_dtypes"}}. Empty: none.
 nlohmann::ordered_json conditionals_json(const ir::Model& m);
 
 /// Reference-kernel nodes as a JSON array of {"node", "op", "reason"}.

@@ -173,3 +173,22 @@ def test_data_if_is_a_conditional_node_in_inspect(kiln, tmp_path):
     assert conds[0]["else_branch"]["operators"] == {"Kernel": 1}, conds
     text = kiln("inspect", out)
     assert "conditional node (in the CUDA graph): IF/else 'if' on 'c'" in text.stdout, text.describe()
+    assert conds[0]["then_branch"]["float_dtypes"] == ["float32"], conds
+
+    # fp16 and TF32: the If is a conditional node too, its branches float32
+    # (the precision and layout passes leave them as written), and the
+    # 16-bit share says why the node is float32.
+    for extra in (["--precision", "fp16"], ["--tf32"]):
+        out = tmp_path / f"if{extra[-1]}.kiln"
+        res = compile_cross(kiln, model, out, "--tuning", "heuristic", "--no-value-specialization", "--fallback",
+                            "error", *extra)
+        assert res.rc == 0, res.describe()
+        j = kiln("inspect", out, "--json").json()
+        assert j["segments"] == [] and len(j["conditional_nodes"]) == 1, j["conditional_nodes"]
+        c = j["conditional_nodes"][0]
+        assert c["then_branch"]["float_dtypes"] == ["float32"] and c["else_branch"]["float_dtypes"] == ["float32"], c
+        text = kiln("inspect", out).stdout
+        assert "then_branch 1 nodes {\"Gemm\":1} in float32" in text, text
+        if extra[0] == "--precision":
+            assert "float32: if (If): control flow: its bodies run in float32" in text, text
+            assert "control flow: its bodies run in float32" in res.stderr, res.describe()

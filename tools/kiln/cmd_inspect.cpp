@@ -89,6 +89,15 @@ void print_precision_share(const json& s) {
                 f.value("why", "").c_str());
 }
 
+/// " in float32" (the float dtypes conditionals_json found a body storing),
+/// or "" when it stores no float value (or an older kiln's JSON).
+std::string body_floats(const json& body) {
+  std::string list;
+  if (body.contains("float_dtypes"))
+    for (auto& t : body["float_dtypes"]) list += (list.empty() ? "" : ", ") + t.get<std::string>();
+  return list.empty() ? "" : " in " + list;
+}
+
 void print_reference_nodes(const json& nodes, const char* indent) {
   for (auto& r : nodes)
     std::printf("%s%s '%s': %s\n", indent, r["op"].get<std::string>().c_str(), r["node"].get<std::string>().c_str(),
@@ -177,18 +186,20 @@ void print_artifact(const json& j) {
   for (auto& c : j["conditional_nodes"]) {
     if (c["type"] == "WHILE") {  // an ONNX Loop / Scan
       const int64_t trips = c["trip_count"].get<int64_t>();
-      std::printf("conditional node (in the CUDA graph): WHILE '%s' (%s), %s, %s carried value(s), body %s nodes %s\n",
+      std::printf("conditional node (in the CUDA graph): WHILE '%s' (%s), %s, %s carried value(s), body %s nodes %s%s\n",
                   c["node"].get<std::string>().c_str(), c["source_op"].get<std::string>().c_str(),
                   trips >= 0 ? ("trip count " + std::to_string(trips)).c_str() : "trip count decided on the device",
                   json_text(c["carried"]).c_str(), json_text(c["body"]["nodes"]).c_str(),
-                  json_text(c["body"]["operators"]).c_str());
+                  json_text(c["body"]["operators"]).c_str(), body_floats(c["body"]).c_str());
       continue;
     }
-    std::printf("conditional node (in the CUDA graph): %s '%s' on '%s', then_branch %s nodes %s, else_branch %s nodes %s\n",
+    std::printf("conditional node (in the CUDA graph): %s '%s' on '%s', then_branch %s nodes %s%s, else_branch %s nodes "
+                "%s%s\n",
                 c["type"].get<std::string>().c_str(), c["node"].get<std::string>().c_str(),
                 c["condition"].get<std::string>().c_str(), json_text(c["then_branch"]["nodes"]).c_str(),
-                json_text(c["then_branch"]["operators"]).c_str(), json_text(c["else_branch"]["nodes"]).c_str(),
-                json_text(c["else_branch"]["operators"]).c_str());
+                json_text(c["then_branch"]["operators"]).c_str(), body_floats(c["then_branch"]).c_str(),
+                json_text(c["else_branch"]["nodes"]).c_str(), json_text(c["else_branch"]["operators"]).c_str(),
+                body_floats(c["else_branch"]).c_str());
   }
   std::printf("operators: %s\n", histogram_text(j["operators"]).c_str());
   std::printf("metadata: %s\n", json_text(j["metadata"]).c_str());
