@@ -8,7 +8,8 @@
 // (uncaptured), from an artifact; the same models strict float32 (a cuDNN
 // convolution inside a body), the matmul If / Loop models of the fp32
 // tests in every kind, and Silero VAD op18 with its If on the device
-// (KILN_SILERO_OP18). Compile side: test_cuda_control_precision.cpp.
+// (silero_op18() says where it is looked for). Compile side:
+// test_cuda_control_precision.cpp.
 //
 // Tolerances (test_cuda_precision_gpu.cpp and docs/cuda.md, "Tolerances"):
 // an element passes when |cuda - ref| <= atol * scale + rtol * |ref|,
@@ -22,6 +23,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
@@ -29,6 +31,10 @@
 #include "kiln/errors.h"
 #include "kiln/session.h"
 #include "targets/cuda/run/cuda_ops.h"
+
+#ifndef KILN_SOURCE_DIR
+#define KILN_SOURCE_DIR "."
+#endif
 
 namespace kiln::targets::cuda {
 namespace {
@@ -50,6 +56,9 @@ SessionOptions options(Target t, const Kind* k = nullptr) {
   o.target = t;
   o.use_cache = false;
   o.specialize_values = false;
+  // The libraries' heuristics, no timing: these tests check values, and
+  // they share the device call's few minutes with the other GPU tests.
+  if (t.kind == Target::Kind::cuda) o.tuning = Tuning::heuristic;
   if (k) {
     o.precision = k->precision;
     o.allow_tf32 = k->tf32;
@@ -194,15 +203,29 @@ std::map<std::string, Tensor> silero_chunk(float phase, int64_t sr, const Tensor
   return {{"input", wave({1, 576}, 0.1f, phase)}, {"sr", rate}, {"state", st}};
 }
 
-// Silero VAD op18 (path in KILN_SILERO_OP18; skipped when unset), value
+/// The op18 Silero VAD to run: KILN_SILERO_OP18, else .gpu/models/silero_vad.onnx
+/// (where the device calls stage models, scripts/device/README.md; relative
+/// to the repository root remote.sh runs from), else the checkout's
+/// .models/silero_vad.onnx; "" when none is there.
+std::string silero_op18() {
+  if (const char* e = std::getenv("KILN_SILERO_OP18"); e && *e) return e;
+  for (std::filesystem::path p : {std::filesystem::path(".gpu/models/silero_vad.onnx"),
+                                  std::filesystem::path(KILN_SOURCE_DIR) / ".models" / "silero_vad.onnx"})
+    if (std::filesystem::exists(p)) return p.string();
+  return "";
+}
+
+// Silero VAD op18 (silero_op18(); skipped when there is none), value
 // specialization off: its If on the sample rate, around the whole model,
 // runs as a conditional node (both branches: sr 16000 and 8000), three
 // chunks with the state fed back, fp32 and fp16 (the If and its bodies
 // float32 in both), against ref: max|diff| <= 1e-3 x max|ref| (the zoo's
 // fp32 bound against ONNX Runtime) for fp32, the fp16 tolerance above.
 TEST(CudaControlPrecisionProgram, SileroVadIfRunsOnTheDevice) {
-  const char* path = std::getenv("KILN_SILERO_OP18");
-  if (!path || !*path) GTEST_SKIP() << "KILN_SILERO_OP18 is not set (the op18 silero_vad.onnx of .models/)";
+  const std::string path = silero_op18();
+  if (path.empty())
+    GTEST_SKIP() << "no op18 silero_vad.onnx (KILN_SILERO_OP18, .gpu/models/ or .models/): Silero VAD not run";
+  std::printf("silero op18: %s\n", path.c_str());
   kiln::testing::TempDir dir;
   Session ref(path, options(Target::ref()));
   for (const Kind* k : {&kFp32, &kKinds[0]}) {
@@ -214,7 +237,7 @@ TEST(CudaControlPrecisionProgram, SileroVadIfRunsOnTheDevice) {
     for (auto& n : cp.model.main.nodes) ifs += n.domain == kCudaDomain && n.op_type == "If";
     ASSERT_EQ(ifs, 1) << k->name;
     ASSERT_TRUE(cp.model.segments.empty()) << k->name;
-    auto gpu = Session::load(dir / "s.kiln", o);
+    auto gpu = Session::load(dir / "s.kiln", options(Target::cuda(), k));
     for (int64_t sr : {16000, 8000}) {
       Tensor state;
       double worst = 0, rel = 0;
