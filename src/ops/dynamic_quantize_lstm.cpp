@@ -41,6 +41,7 @@
 //   where len_b is 0.
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "ops/dynamic_quantize_lstm.h"
 #include "ops/gemm_kernel.h"
@@ -377,7 +378,10 @@ void dynamic_quantize_lstm(KernelContext& ctx, const DqLstmProducts* products) {
   std::vector<int64_t> lens(static_cast<size_t>(d.batch), d.seq);
   if (ctx.has(kLens))
     for (int64_t b = 0; b < d.batch; ++b) lens[static_cast<size_t>(b)] = ctx.in(kLens).data<int32_t>()[b];
-  for (int64_t dir = 0; dir < d.dirs; ++dir) {
+  // Each direction writes its own parts of Y, Y_h and Y_c: with a products
+  // hook that allows it, the directions run on threads of their own (an
+  // exception cannot leave an OpenMP region: it is kept and rethrown).
+  auto one_direction = [&](int64_t dir) {
     std::vector<float> bias;
     if (ctx.has(kB)) {
       const float* bp = ctx.in(kB).data<float>() + dir * 2 * GH;
@@ -403,7 +407,19 @@ void dynamic_quantize_lstm(KernelContext& ctx, const DqLstmProducts* products) {
     const int64_t n_state = d.batch * d.hidden;
     if (yh) std::copy(run.yh.begin(), run.yh.end(), yh->data<float>() + dir * n_state);
     if (yc) std::copy(run.yc.begin(), run.yc.end(), yc->data<float>() + dir * n_state);
+  };
+  const int threads = products ? static_cast<int>(std::min<int64_t>(d.dirs, products->direction_threads())) : 1;
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(d.dirs));
+#pragma omp parallel for schedule(static, 1) num_threads(std::max(threads, 1)) if (threads > 1)
+  for (int64_t dir = 0; dir < d.dirs; ++dir) {
+    try {
+      one_direction(dir);
+    } catch (...) {
+      errors[static_cast<size_t>(dir)] = std::current_exception();
+    }
   }
+  for (auto& e : errors)
+    if (e) std::rethrow_exception(e);
 }
 
 namespace {

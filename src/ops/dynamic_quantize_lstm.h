@@ -21,6 +21,10 @@ class DqLstmProducts {
   /// Throws Error naming the node on failure.
   virtual void product(bool recurrent, int64_t dir, const uint8_t* qa, int32_t za, int64_t M, int64_t K,
                        int32_t* acc) const = 0;
+  /// How many threads may run the directions at once (each direction is
+  /// independent: same results in any order); product() must then be
+  /// thread-safe. 1: one after the other, as the reference kernel does.
+  virtual int direction_threads() const { return 1; }
 };
 
 /// Runs DynamicQuantizeLSTM on ctx (inputs, outputs, checks and errors as the

@@ -11,6 +11,7 @@
 // as int8 per direction (uint8 shifted by -128, the zero point likewise); one
 // Int8Matmul per (weight, direction, row count M) is made on first use (M is
 // the batch for H * R and max(sequence_lens) * batch for X * W) and kept.
+// The directions run on threads of their own (direction_threads).
 #include <map>
 #include <memory>
 #include <mutex>
@@ -51,6 +52,12 @@ class CpuProducts : public ops::DqLstmProducts {
     const Int8Matmul& mm = matmul(*dirs[static_cast<size_t>(dir)], M);
     mm.run(node_, qa, &za, 1, acc);
   }
+
+  /// The directions on threads of their own (2 on this 2-core target): the
+  /// cell's exact libm activations are most of the node's time, and a
+  /// bidirectional LSTM's two directions are independent. oneDNN, called
+  /// inside that parallel region, runs each product on its calling thread.
+  int direction_threads() const override { return omp_get_max_threads(); }
 
   /// The product of `w` for M rows (made on first use).
   const Int8Matmul& matmul(const DirWeight& w, int64_t M) const {
