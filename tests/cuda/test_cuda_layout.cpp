@@ -7,9 +7,12 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <string>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
+#include "nhwc_models.h"
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "targets/cuda/compile/lowering.h"
@@ -172,6 +175,7 @@ void expect_same_semantics(const ModelBuilder& b, const std::map<std::string, Te
   auto want = run_ref(m, in);
   ir::Model r = import(b);
   targets::cuda::split_conv_bias(r);
+  targets::cuda::batch_norm_to_affine(r);  // as lower_for_cuda orders them
   ASSERT_GT(targets::cuda::to_nhwc(r), 0);
   ir::Model shim = nchw_shim(r);
   // The graph inputs keep their declared shapes for the ref target.
@@ -192,6 +196,81 @@ TEST(CudaLayout, RewriteKeepsTheModelsMeaningOnTheRefTarget) {
   expect_same_semantics(conv_model(), {{"x", wave_tensor({2, 3, 16, 16}, 0.9f)}});
   expect_same_semantics(pointwise_model(), {{"x", wave_tensor({2, 6, 5, 7}, 0.3f)}});
   expect_same_semantics(nhwc_se_model(), {{"x", wave_tensor({2, 8, 10, 10}, 0.4f)}, {"z", wave_tensor({2, 1, 10, 10}, 1.1f)}});
+  expect_same_semantics(dense_block_model(2), {{"x", wave_tensor({2, 4, 8, 8}, 0.1f)}, {"z", wave_tensor({2, 2, 8, 8}, 1.7f)}});
+}
+
+// DenseNet's dense layer: Concat -> BatchNormalization -> Relu -> Conv.
+// The BatchNormalization becomes a per-channel Mul + Add (its statistics
+// folded into s and t), so the Concat, the affine, the Relu and the Conv
+// after them stay channels-last: x and z enter (z read only by the Concat,
+// through a transpose of its own), y leaves; nothing goes back to NCHW
+// between the Concat and the convolution.
+TEST(CudaLayout, DenseBlockConcatBatchNormReluStayChannelsLast) {
+  ir::Model m = import(dense_block_model(2));
+  targets::cuda::split_conv_bias(m);
+  ASSERT_EQ(targets::cuda::batch_norm_to_affine(m), 1);
+  // Conv c1, c2 (a MatMul) and its bias Add, Concat, Mul, Add, Relu, Conv c3, AveragePool.
+  EXPECT_EQ(targets::cuda::to_nhwc(m), 9);
+  ir::verify(m);
+  int enter = 0, leave = 0, concats = 0;
+  for (auto& n : m.main.nodes) {
+    EXPECT_NE(n.op_type, "BatchNormalization");
+    if (n.op_type == "Transpose") {
+      auto perm = n.ints("perm");
+      enter += perm == std::vector<int64_t>{0, 2, 3, 1};
+      leave += perm == std::vector<int64_t>{0, 3, 1, 2};
+    }
+    if (n.op_type == "Concat") {
+      ++concats;
+      EXPECT_EQ(n.i("axis"), 3);
+      EXPECT_EQ(dims(m, n.outputs[0]), (std::vector<int64_t>{2, 8, 8, 18}));
+    }
+  }
+  EXPECT_EQ(enter, 2);  // x and z
+  EXPECT_EQ(leave, 1);  // y
+  EXPECT_EQ(concats, 1);
+  // The scale broadcasts over the last axis: [1, 1, 1, 18], s[c] = scale[c] / sqrt(var[c] + 1e-5).
+  ir::ValueId s = ir::kNoValue;  // named after the BatchNormalization node: "<name>_bn_scale_nhwc"
+  for (size_t i = 0; i < m.values.size() && s == ir::kNoValue; ++i)
+    if (m.values[i].name.ends_with("_bn_scale_nhwc")) s = static_cast<ir::ValueId>(i);
+  ASSERT_NE(s, ir::kNoValue);
+  EXPECT_EQ(dims(m, s), (std::vector<int64_t>{1, 1, 1, 18}));
+  const float* sc = m.value(by_name(m, "bn_scale")).constant->data<float>();
+  const float* var = m.value(by_name(m, "bn_var")).constant->data<float>();
+  for (int c = 0; c < 18; ++c)
+    EXPECT_FLOAT_EQ(m.value(s).constant->data<float>()[c], sc[c] / std::sqrt(var[c] + 1e-5f)) << "channel " << c;
+}
+
+// The same layer lowered as float16: the affine and the Relu are one
+// generated kernel reading the NHWC Concat, and the only transposes are
+// the two entries and the exit (DenseNet-121 at batch 32 had 124: each
+// BatchNormalization left and re-entered the region).
+TEST(CudaLayout, Float16DenseBlockFusesBatchNormReluWithoutTransposes) {
+  artifact::CompiledProgram cp;
+  cp.model = import(dense_block_model(4));
+  targets::cuda::LowerOptions opt;
+  opt.device = -1;
+  opt.dtype = DType::f16;
+  targets::cuda::lower_for_cuda(cp, opt);
+  std::map<std::string, int> kernels;
+  const ir::Node* bn_relu = nullptr;
+  for (auto& n : cp.model.main.nodes) {
+    if (n.op_type != "Kernel") continue;
+    ++kernels[n.s("source_op", "")];
+    if (n.s("source_op", "") == "Relu") bn_relu = &n;
+  }
+  EXPECT_EQ(kernels["Transpose"], 3);
+  EXPECT_EQ(kernels["BatchNormalization"], 0);
+  EXPECT_EQ(kernels["Relu"], 1);
+  ASSERT_NE(bn_relu, nullptr);
+  // It reads the channels-last Concat [4, 8, 8, 18] and the float32 s and t [1, 1, 1, 18].
+  ASSERT_EQ(bn_relu->inputs.size(), 3u);
+  EXPECT_EQ(dims(cp.model, bn_relu->inputs[0]), (std::vector<int64_t>{4, 8, 8, 18}));
+  for (size_t k = 1; k < 3; ++k) {
+    EXPECT_EQ(cp.model.value(bn_relu->inputs[k]).dtype, DType::f32);
+    EXPECT_EQ(dims(cp.model, bn_relu->inputs[k]), (std::vector<int64_t>{1, 1, 1, 18}));
+  }
+  EXPECT_EQ(cp.model.value(bn_relu->outputs[0]).dtype, DType::f16);
 }
 
 // Global pools, Split, Concat and a rank-4 operand of another shape stay in

@@ -255,6 +255,10 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   if (opt.dtype != DType::f32)
     st.precision =
         convert_precision(m, opt.dtype, opt.precision_check ? opt.precision_check(m, opt.dtype) : std::set<std::string>{});
+  // After the precision pass (which keeps BatchNormalization's statistics
+  // float32, so s and t are not rounded to 16 bits) and before to_nhwc (whose
+  // region the Mul and Add join).
+  batch_norm_to_affine(m);
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
   std::map<int, std::string> host;  // node index -> why it runs on the host

@@ -293,6 +293,18 @@ bool is_pointwise_conv(const ir::Model& m, const ir::Node& n);
 /// generated kernel after the cuDNN convolution. Returns the number split.
 int split_conv_bias(ir::Model& m);
 
+/// Rewrites every main-graph inference BatchNormalization (training_mode 0,
+/// no running-statistics outputs, x of rank >= 2 with a static shape and a
+/// float32 / float16 / bfloat16 dtype, float32 constant scale, B, mean and
+/// var of C values each; passes::batch_norm_affine) into Mul(x, s) and
+/// Add(., t) with s, t float32 constants [C, 1, .., 1]; the Mul's output is
+/// float32 (fused with the Add, never stored), the Add writes the
+/// BatchNormalization's output. The element-wise fusion then takes a
+/// following Relu into the same kernel and to_nhwc keeps such nodes
+/// channels-last. Others stay as they are (gen_reduce's kernel). Returns the
+/// number rewritten.
+int batch_norm_to_affine(ir::Model& m);
+
 /// Layout assignment: every 2-D Conv with a constant filter (bias already
 /// split off) and the element-wise, pooling, Concat and Split nodes that read
 /// its results switch to NHWC values ([N, H, W, C]): Conv gets attribute

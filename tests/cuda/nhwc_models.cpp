@@ -1,0 +1,51 @@
+// Channels-last models for the cuda target's tests beyond cuda_models.cpp
+// (nhwc_models.h).
+#include <cmath>
+
+#include "nhwc_models.h"
+
+namespace kiln::testing {
+
+namespace {
+
+/// `count` values offset + scale * cos(0.9 i + phase): distinct per element,
+/// so a permuted or misplaced channel shows in the outputs.
+std::vector<float> cosine_values(int64_t count, float scale, float phase, float offset = 0.f) {
+  std::vector<float> v(static_cast<size_t>(count));
+  for (int64_t i = 0; i < count; ++i) v[i] = offset + scale * std::cos(0.9f * static_cast<float>(i) + phase);
+  return v;
+}
+
+}  // namespace
+
+ModelBuilder dense_block_model(int64_t n) {
+  ModelBuilder b(17);
+  b.input("x", 1, {n, 4, 8, 8});
+  b.input("z", 1, {n, 2, 8, 8});
+  b.initializer("W1", {6, 4, 3, 3}, cosine_values(6 * 36, 0.25f, 0.1f));
+  b.initializer("W2", {6, 4, 1, 1}, cosine_values(24, 0.5f, 0.7f));
+  b.initializer("B2", {6}, cosine_values(6, 0.2f, 1.3f));
+  // Statistics of a trained layer: a mean away from zero, variances in
+  // (0.1, 1.1), so that s = scale / sqrt(var + eps) and t = B - s * mean
+  // differ per channel and the shift matters.
+  b.initializer("bn_scale", {18}, cosine_values(18, 0.4f, 0.3f, 1.f));
+  b.initializer("bn_bias", {18}, cosine_values(18, 0.3f, 1.9f));
+  b.initializer("bn_mean", {18}, cosine_values(18, 0.5f, 2.2f, 0.2f));
+  b.initializer("bn_var", {18}, cosine_values(18, 0.5f, 0.5f, 0.6f));
+  b.initializer("W3", {8, 18, 3, 3}, cosine_values(8 * 18 * 9, 0.12f, 0.4f));
+  auto& c1 = b.node("Conv", {"x", "W1"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "pads", {1, 1, 1, 1});
+  b.node("Conv", {"x", "W2", "B2"}, {"c2"});
+  ModelBuilder::attr_int(b.node("Concat", {"x", "c1", "c2", "z"}, {"cat"}), "axis", 1);
+  b.node("BatchNormalization", {"cat", "bn_scale", "bn_bias", "bn_mean", "bn_var"}, {"bn"});
+  b.node("Relu", {"bn"}, {"r"});
+  auto& c3 = b.node("Conv", {"r", "W3"}, {"c3"});
+  ModelBuilder::attr_ints(c3, "pads", {1, 1, 1, 1});
+  auto& ap = b.node("AveragePool", {"c3"}, {"y"});
+  ModelBuilder::attr_ints(ap, "kernel_shape", {2, 2});
+  ModelBuilder::attr_ints(ap, "strides", {2, 2});
+  b.output("y", 1, {n, 8, 4, 4});
+  return b;
+}
+
+}  // namespace kiln::testing

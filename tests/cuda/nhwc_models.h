@@ -1,0 +1,17 @@
+// Channels-last models for the cuda target's tests beyond cuda_models.h
+// (nhwc_models.cpp).
+#pragma once
+#include "cuda_models.h"
+
+namespace kiln::testing {
+
+/// A DenseNet-style dense layer and transition, batch `n`:
+/// x float32[n,4,8,8], z float32[n,2,8,8] ->
+///   cat = Concat(x, Conv 3x3 pad 1 (4 -> 6), Conv1x1(x) + B2 (4 -> 6), z, axis 1)   [n,18,8,8]
+///   y   = AveragePool(Conv 3x3 pad 1 (18 -> 8)(Relu(BatchNormalization(cat))), 2x2 stride 2)  [n,8,4,4]
+/// The BatchNormalization follows a Concat (no convolution absorbs it), with
+/// scale, B, mean and var all different per channel; z is read only by the
+/// Concat (it enters a channels-last region through its own transpose).
+ModelBuilder dense_block_model(int64_t n);
+
+}  // namespace kiln::testing
