@@ -15,6 +15,7 @@
 // runs in the layouts oneDNN picks (blocked / channels-last: its plain-NCHW
 // int8 convolution is a reference one); the kernel reorders the plain input
 // in and the result out.
+#include <algorithm>
 #include <unordered_map>
 
 #include "support/error.h"
@@ -104,6 +105,37 @@ struct CiState {
   dnnl::memory weights;  ///< packed, owned
   std::optional<dnnl::reorder> src_in, dst_out;
   std::vector<uint32_t> wz;  ///< per output channel (corrected only)
+  /// Corrected and oneDNN's dst is channels-last: the correction reads it
+  /// directly and writes y in NCHW (no dst reorder, one pass less).
+  bool fused_correction = false;
+
+  /// correct() from channels-last t [N, sp..., O'] straight into y [N, O, sp...],
+  /// in tiles of 16 positions: each channel's row of y is written one cache
+  /// line at a time (row by row over all positions, the rows' stride, often a
+  /// multiple of 4 KiB, would alias in the L1 cache).
+  void correct_channels_last(const int32_t* t, int32_t* y) const {
+    constexpr int64_t kTile = 16;
+    int64_t sp = 1;
+    for (size_t i = 2; i < d.out_shape.size(); ++i) sp *= d.out_shape[i];
+    const int64_t og = d.maps / d.group, oc = d.dst_plain[1];
+    const uint32_t* in = reinterpret_cast<const uint32_t*>(t);
+    uint32_t* out = reinterpret_cast<uint32_t*>(y);
+    for (int64_t n = 0; n < d.out_shape[0]; ++n)
+      for (int64_t p0 = 0; p0 < sp; p0 += kTile) {
+        const int64_t p1 = std::min(sp, p0 + kTile);
+        const uint32_t* rows = in + (n * sp + p0) * oc;
+        for (int64_t g = 0; g < d.group; ++g) {
+          const uint32_t* ones = rows + g * (og + 1) + og;
+          for (int64_t j = 0; j < og; ++j) {
+            const int64_t m = g * og + j;
+            const uint32_t z = wz[static_cast<size_t>(m)];
+            const uint32_t* src = rows + g * (og + 1) + j;
+            uint32_t* dst = out + (n * d.maps + m) * sp;
+            for (int64_t p = p0; p < p1; ++p) dst[p] = src[(p - p0) * oc] - z * ones[(p - p0) * oc];
+          }
+        }
+      }
+  }
 
   /// y[n, g*Og + j] = tmp[n, g*(Og+1) + j] - wz[g*Og + j] * tmp[n, g*(Og+1) + Og], modulo 2^32.
   void correct(const int32_t* tmp, int32_t* y) const {
@@ -139,13 +171,14 @@ struct CiState {
     Tensor& y = ctx.output(0, DType::i32, d.out_shape);
     try {
       // This thread's buffers 1-3 (0 is the scratchpad): reordered x, oneDNN's dst, the plain dst before the correction.
-      auto* tmp = d.corrected ? static_cast<int32_t*>(thread_buffer(3, md_bytes(dst_plain))) : nullptr;
-      void* plain_out = d.corrected ? static_cast<void*>(tmp) : y.raw();
+      const bool via_plain = d.corrected && !fused_correction;
+      auto* tmp = via_plain ? static_cast<int32_t*>(thread_buffer(3, md_bytes(dst_plain))) : nullptr;
       dnnl::memory xin(src_plain, engine(), const_cast<void*>(x.raw()));
       dnnl::memory xs = src_in ? dnnl::memory(src, engine(), thread_buffer(1, md_bytes(src))) : xin;
       if (src_in) src_in->execute(stream(), xin, xs);
-      dnnl::memory out_plain(dst_plain, engine(), plain_out);
-      dnnl::memory ys = dst_out ? dnnl::memory(dst, engine(), thread_buffer(2, md_bytes(dst))) : out_plain;
+      dnnl::memory out_plain(dst_plain, engine(), via_plain ? static_cast<void*>(tmp) : y.raw());
+      dnnl::memory ys =
+          dst_out || fused_correction ? dnnl::memory(dst, engine(), thread_buffer(2, md_bytes(dst))) : out_plain;
       std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, ys}};
       if (d.x_zero)
         args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = dnnl::memory(md_t({1}, dt::s32, tag::a), engine(), &zp);
@@ -153,7 +186,8 @@ struct CiState {
       prim.execute(stream(), args);
       if (dst_out) dst_out->execute(stream(), ys, out_plain);
       stream().wait();
-      if (d.corrected) correct(tmp, y.data<int32_t>());
+      if (fused_correction) correct_channels_last(static_cast<const int32_t*>(ys.get_data_handle()), y.data<int32_t>());
+      else if (d.corrected) correct(tmp, y.data<int32_t>());
     } catch (const dnnl::error& e) {
       fail(ErrorCode::internal, "{}: oneDNN int8 convolution failed: {}", ctx.node.label(), e.what());
     }
@@ -202,7 +236,10 @@ BoundKernel make_conv_integer(const ir::Node& n, const ir::Model& m) {
     dnnl::reorder(plain, st->weights).execute(stream(), plain, st->weights);
     stream().wait();
     if (st->src != st->src_plain) st->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), st->src_plain, engine(), st->src));
-    if (st->dst != st->dst_plain) st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), st->dst, engine(), st->dst_plain));
+    const size_t rank = d.dst_plain.size();
+    const tag cl = rank == 3 ? tag::acb : rank == 4 ? tag::acdb : tag::acdeb;
+    st->fused_correction = d.corrected && st->dst == md_t(d.dst_plain, dt::s32, cl);
+    if (st->dst != st->dst_plain && !st->fused_correction) st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), st->dst, engine(), st->dst_plain));
     return 0;
   });
   if (d.corrected) {
