@@ -4,7 +4,8 @@
 // BatchNormalization lowered as a per-channel Mul + Add fused with the Relu
 // (batch_norm_to_affine) and, in float16, the whole layer channels-last
 // (to_nhwc), against the ref target's float32 outputs at batch 1 and 4.
-// test_cuda_layout.cpp checks the same graph's rewrite without a GPU.
+// test_cuda_layout.cpp checks the same graph's rewrite without a GPU. Also
+// Concat's vectorized copies (gen_data.cpp) against ref, bit for bit.
 //
 // Tolerances: an output element passes when
 //     |cuda - ref| <= atol * scale + rtol * |ref|,  scale = max(1, max |ref|)
@@ -97,6 +98,43 @@ TEST(CudaDenseBlockGpu, Fp32MatchesRef) {
 // between the Concat and the convolution goes back to NCHW.
 TEST(CudaDenseBlockGpu, Fp16StaysChannelsLastAndMatchesRef) {
   for (int64_t batch : {1, 4}) check_dense_block(batch, Precision::fp16, 3, 3e-2);
+}
+
+// Concat's vector path (gen_data.cpp): channels-last shapes whose rows are
+// multiples of 8 elements copy 16 bytes per access in float16 (8 elements)
+// and float32 (4), a row of 6 channels falls to 2 elements per access,
+// and an axis-1 Concat keeps len * H * W rows. The values are multiples of
+// 1/8 below 64, exact in float16: the outputs equal ref bit for bit.
+TEST(CudaConcatGpu, VectorizedCopiesMatchRefExactly) {
+  TempDir dir;
+  ModelBuilder b(17);
+  b.input("a", 1, {2, 3, 5, 8}).input("c", 1, {2, 3, 5, 16}).input("d", 1, {2, 3, 5, 6});
+  ModelBuilder::attr_int(b.node("Concat", {"a", "c", "a"}, {"y8"}), "axis", 3);
+  ModelBuilder::attr_int(b.node("Concat", {"a", "d", "c"}, {"y6"}), "axis", 3);
+  ModelBuilder::attr_int(b.node("Concat", {"c", "a"}, {"y1"}), "axis", 1);
+  b.output("y8", 1, {2, 3, 5, 32}).output("y6", 1, {2, 3, 5, 30}).output("y1", 1, {2, 6, 5, 16});
+  b.save(dir / "concat.onnx");
+  auto exact = [](std::vector<int64_t> shape, int salt) {
+    Tensor t(DType::f32, shape);
+    for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = static_cast<float>((i * 7 + salt) % 509) / 8.f;
+    return t;
+  };
+  std::map<std::string, Tensor> in{
+      {"a", exact({2, 3, 5, 8}, 1)}, {"c", exact({2, 3, 5, 16}, 2)}, {"d", exact({2, 3, 5, 6}, 3)}};
+  auto want = Session(dir / "concat.onnx", session_options(Target::ref(), Precision::fp32)).run(in);
+  for (Precision p : {Precision::fp32, Precision::fp16}) {
+    auto got = Session(dir / "concat.onnx", session_options(Target::cuda(), p)).run(in);
+    for (auto& [name, w] : want) {
+      ASSERT_TRUE(got.count(name)) << name;
+      const Tensor& g = got.at(name);
+      ASSERT_EQ(g.shape(), w.shape()) << name;
+      int bad = 0;
+      for (int64_t i = 0; i < w.numel(); ++i)
+        if (g.data<float>()[i] != w.data<float>()[i] && bad++ < 5)
+          ADD_FAILURE() << name << " " << precision_text(p, false) << "[" << i << "]: cuda " << g.data<float>()[i]
+                        << ", ref " << w.data<float>()[i];
+    }
+  }
 }
 
 }  // namespace
