@@ -68,30 +68,58 @@ ir::ValueId constant_value(ir::Model& m, const std::string& name, Tensor t) {
   return id;
 }
 
+/// The operands of a MatMulInteger / ConvInteger node (a or x, its weights b
+/// or w, their zero points, the output), when they have the form the cpu
+/// kernels take: an int8-exact ISA, 8-bit data of static shape, constant 8-bit
+/// weights and weight zero point, an int32 output of static shape.
+struct IntegerProduct {
+  ir::ValueId a, b, az, bz, y;
+  const Tensor* bt = nullptr;   ///< the weights (valid until m.values grows)
+  const Tensor* bzt = nullptr;  ///< their zero point, or null
+  std::vector<int64_t> ad, yd;
+};
+
+std::optional<IntegerProduct> integer_product(const ir::Model& m, const ir::Node& n) {
+  if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1 || !int8_exact_isa()) return std::nullopt;
+  auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : ir::kNoValue; };
+  IntegerProduct p;
+  p.a = in(0);
+  p.b = in(1);
+  p.az = in(2);
+  p.bz = in(3);
+  p.y = n.outputs[0];
+  p.bt = constant_of(m, p.b);
+  p.bzt = p.bz == ir::kNoValue ? nullptr : constant_of(m, p.bz);
+  auto ad = static_dims(m, p.a), yd = static_dims(m, p.y);
+  if (!p.bt || (p.bz != ir::kNoValue && !p.bzt) || !ad || !yd || ad->empty() || !is_int8(m.value(p.a).dtype) ||
+      !is_int8(p.bt->dtype()) || (p.bzt && !is_int8(p.bzt->dtype())) || m.value(p.y).dtype != DType::i32)
+    return std::nullopt;
+  p.ad = *ad;
+  p.yd = *yd;
+  return p;
+}
+
 }  // namespace
 
 std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir::Node& n) {
-  if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1 || !int8_exact_isa()) return std::nullopt;
-  auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : ir::kNoValue; };
-  const ir::ValueId a = in(0), b = in(1), az = in(2), bz = in(3), y = n.outputs[0];
-  const Tensor* bt = constant_of(m, b);
-  const Tensor* bzt = bz == ir::kNoValue ? nullptr : constant_of(m, bz);
-  auto ad = static_dims(m, a), yd = static_dims(m, y);
-  if (!bt || (bz != ir::kNoValue && !bzt) || !ad || !yd || ad->empty() || !is_int8(m.value(a).dtype) ||
-      !is_int8(bt->dtype()) || bt->rank() != 2 || m.value(y).dtype != DType::i32)
-    return std::nullopt;
-  const int64_t K = bt->dim(0), N = bt->dim(1), M = numel_of(*ad) / std::max<int64_t>(1, ad->back());
-  if (ad->back() != K || numel_of(*yd) != M * N) return std::nullopt;
+  const auto p = integer_product(m, n);
+  if (!p || p->bt->rank() != 2) return std::nullopt;
+  const ir::ValueId a = p->a, b = p->b, az = p->az, y = p->y;
+  const Tensor* bt = p->bt;
+  const Tensor* bzt = p->bzt;
+  const std::vector<int64_t>& ad = p->ad;
+  const int64_t K = bt->dim(0), N = bt->dim(1), M = numel_of(ad) / std::max<int64_t>(1, ad.back());
+  if (ad.back() != K || numel_of(p->yd) != M * N) return std::nullopt;
   if (az != ir::kNoValue) {
     auto zd = static_dims(m, az);
     if (!zd || !is_int8(m.value(az).dtype)) return std::nullopt;
     const bool per_tensor = numel_of(*zd) == 1;
-    const bool per_row = ad->size() == 2 && (*zd == std::vector<int64_t>{M} || *zd == std::vector<int64_t>{M, 1});
+    const bool per_row = ad.size() == 2 && (*zd == std::vector<int64_t>{M} || *zd == std::vector<int64_t>{M, 1});
     if (!per_tensor && !per_row) return std::nullopt;
   }
   if (bzt) {
     const bool per_column = bzt->shape() == std::vector<int64_t>{N} || bzt->shape() == std::vector<int64_t>{1, N};
-    if (!is_int8(bzt->dtype()) || (bzt->numel() != 1 && !per_column)) return std::nullopt;
+    if (bzt->numel() != 1 && !per_column) return std::nullopt;
   }
   // Copy the constants out before add_value (it may reallocate m.values).
   Tensor w = int8_weights(*bt), wz = int8_weight_zero(bzt, bt->dtype());
@@ -137,21 +165,19 @@ Tensor conv_weights(const Tensor& w, int64_t group, bool ones) {
 }  // namespace
 
 std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::Node& n) {
-  if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1 || !int8_exact_isa()) return std::nullopt;
-  auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : ir::kNoValue; };
-  const ir::ValueId x = in(0), w = in(1), xz = in(2), wz = in(3), y = n.outputs[0];
-  const Tensor* wt = constant_of(m, w);
-  const Tensor* wzt = wz == ir::kNoValue ? nullptr : constant_of(m, wz);
-  auto xd = static_dims(m, x), yd = static_dims(m, y);
-  if (!wt || (wz != ir::kNoValue && !wzt) || !xd || !yd || !is_int8(m.value(x).dtype) || !is_int8(wt->dtype()) ||
-      m.value(y).dtype != DType::i32)
-    return std::nullopt;
-  const size_t r = xd->size();
+  const auto p = integer_product(m, n);
+  if (!p) return std::nullopt;
+  const ir::ValueId x = p->a, w = p->b, xz = p->az, y = p->y;
+  const Tensor* wt = p->bt;
+  const Tensor* wzt = p->bzt;
+  const std::vector<int64_t>& xd = p->ad;
+  const std::vector<int64_t>& yd = p->yd;
+  const size_t r = xd.size();
   const std::vector<int64_t> wd = wt->shape();
-  if (r < 3 || r > 5 || wd.size() != r || yd->size() != r) return std::nullopt;
+  if (r < 3 || r > 5 || wd.size() != r || yd.size() != r) return std::nullopt;
   const size_t sp = r - 2;
   const int64_t group = n.i("group", 1), O = wd[0];
-  if (group < 1 || O % group || (*xd)[1] != wd[1] * group || (*yd)[1] != O || (*yd)[0] != (*xd)[0]) return std::nullopt;
+  if (group < 1 || O % group || xd[1] != wd[1] * group || yd[1] != O || yd[0] != xd[0]) return std::nullopt;
   const std::vector<int64_t> kernel(wd.begin() + 2, wd.end());
   if (n.has("kernel_shape") && n.ints("kernel_shape") != kernel) return std::nullopt;
   const std::vector<int64_t> strides = n.ints("strides", std::vector<int64_t>(sp, 1));
@@ -164,15 +190,14 @@ std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::
     pe[i] = pads[i + sp];
     dilates[i] = dil[i] - 1;
     if (strides[i] < 1 || dil[i] < 1 || pb[i] < 0 || pe[i] < 0 ||
-        !conv_pads(n.s("auto_pad", "NOTSET"), (*xd)[i + 2], (*yd)[i + 2], kernel[i], strides[i], dil[i], pb[i], pe[i]))
+        !conv_pads(n.s("auto_pad", "NOTSET"), xd[i + 2], yd[i + 2], kernel[i], strides[i], dil[i], pb[i], pe[i]))
       return std::nullopt;
   }
   if (xz != ir::kNoValue) {
     auto zd = static_dims(m, xz);
     if (!zd || !is_int8(m.value(xz).dtype) || numel_of(*zd) != 1) return std::nullopt;
   }
-  if (wzt && (!is_int8(wzt->dtype()) || (wzt->numel() != 1 && wzt->shape() != std::vector<int64_t>{O})))
-    return std::nullopt;
+  if (wzt && wzt->numel() != 1 && wzt->shape() != std::vector<int64_t>{O}) return std::nullopt;
   // Per-channel shifted zero points; copies made before add_value reallocates m.values.
   Tensor z = int8_weight_zero(wzt, wt->dtype());
   Tensor zc(DType::i32, {O});
