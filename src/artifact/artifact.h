@@ -17,16 +17,18 @@
 
 namespace kiln::artifact {
 
-/// Current artifact format version (5: programs appended to a cache entry
+/// Current artifact format version (6: kiln.cuda.Gemm's `out_dtype`, a
+/// 16-bit matmul writing float32, which an older runtime would ignore and
+/// run wrongly, docs/file-format.md "Versioning"; 5: programs appended to a cache entry
 /// after its base artifact, each in a checksummed block, docs/file-format.md
 /// "Appended programs"; 4: the device partition of a
 /// heterogeneous program, Program.segments, ir::Segment; 3: specialized dims and value guards in
 /// the bucket table, BucketDim::kind; 2: shape buckets, several programs
-/// sharing one constants section). Readers also read versions 1 to 4 (so
+/// sharing one constants section). Readers also read versions 1 to 5 (so
 /// that `kiln inspect` can show them), but an artifact of another version
 /// than this one never runs: check_runnable reports its format_version, so
 /// the cache recompiles it and an explicit one is refused naming the version.
-constexpr uint32_t kFormatVersion = 5;
+constexpr uint32_t kFormatVersion = 6;
 /// First format version whose files may hold appended program blocks.
 constexpr uint32_t kFirstAppendVersion = 5;
 /// Oldest format version read_file / read_compat still accept.

@@ -75,8 +75,8 @@ BlockScan scan_blocks(const uint8_t* file, uint64_t file_size, const Header& h, 
     if (hash64(b, kBHeaderChecksum) != get64(b + kBHeaderChecksum)) return torn("header checksum mismatch");
     // The header is whole and as written: from here on a wrong field is damage, not a torn write.
     const std::string region = fmt::format("appended block at offset {}", at);
-    if (get32(b + kBVersion) != kFormatVersion)
-      corrupt(what, region, fmt::format("format version {}, the file's is {}", get32(b + kBVersion), kFormatVersion));
+    if (get32(b + kBVersion) != h.format_version)
+      corrupt(what, region, fmt::format("format version {}, the file's is {}", get32(b + kBVersion), h.format_version));
     if (get64(b + kBBaseTag) != base_tag)
       corrupt(what, region, "it was appended to another base artifact (base tag mismatch)");
     if (!all_zero(b + kBReserved, kBHeaderChecksum - kBReserved)) corrupt(what, region, "reserved bytes are not zero");

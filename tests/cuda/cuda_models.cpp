@@ -868,4 +868,13 @@ ModelBuilder lstm_model(const LstmConfig& c) {
   return b;
 }
 
+ModelBuilder lm_head_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {3, 5, 16});
+  b.initializer("W", {16, 9}, ramp(144, 0.05f, 0.7f));
+  b.node("MatMul", {"x", "W"}, {"logits"});
+  b.output("logits", 1, {3, 5, 9});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -474,6 +474,69 @@ void expect_option_error(const SessionOptions& o, const std::string& option, con
   }
 }
 
+// An LM head: B ([k 16, n 9]) has rows that are not 16-byte aligned in 16
+// bits, so it is stored transposed ([9, 16], trans_b); in fp16 / bf16 the
+// Cast of the logits to float32 is fused into the matmul (out_dtype), so no
+// cast kernel remains; in float32 neither changes anything but the layout
+// (4-byte elements: n 9 is still misaligned, k 16 aligned).
+TEST(CudaGemmLayout, LmHeadStoresBTransposedAndFusesTheOutputCast) {
+  for (DType dt : {DType::f16, DType::bf16, DType::f32}) {
+    auto cp = lower_at(lm_head_model(), dt);
+    const ir::Node* gemm = nullptr;
+    int kernels = 0;
+    for (auto& n : cp.model.main.nodes) {
+      if (n.op_type == "Gemm") gemm = &n;
+      if (n.op_type == "Kernel") ++kernels;
+    }
+    ASSERT_NE(gemm, nullptr) << dtype_name(dt);
+    auto s = targets::cuda::gemm_spec_from(*gemm);
+    EXPECT_TRUE(s.trans_b) << dtype_name(dt);
+    EXPECT_EQ(cp.model.value(gemm->inputs[1]).constant->shape(), (std::vector<int64_t>{9, 16})) << dtype_name(dt);
+    EXPECT_EQ(s.m, 15);
+    EXPECT_EQ(s.n, 9);
+    EXPECT_EQ(s.k, 16);
+    EXPECT_EQ(s.d_type(), DType::f32) << dtype_name(dt);
+    EXPECT_EQ(gemm->has("out_dtype"), dt != DType::f32) << dtype_name(dt);
+    EXPECT_EQ(cp.model.value(gemm->outputs[0]).name, "logits") << dtype_name(dt);
+    EXPECT_EQ(cp.model.value(gemm->outputs[0]).dtype, DType::f32);
+    // 16-bit: only the input's cast to 16 bits is a kernel; the output cast is gone.
+    EXPECT_EQ(kernels, dt == DType::f32 ? 0 : 1) << dtype_name(dt);
+  }
+}
+
+// out_dtype round-trips, is absent when it equals dtype, and is refused
+// where cuBLASLt's bias / C types would follow it (naming the node).
+TEST(CudaNodeAttributes, GemmOutDtypeRoundTripsAndIsChecked) {
+  using namespace targets::cuda;
+  GemmSpec s;
+  s.m = 4, s.n = 8, s.k = 16;
+  s.dtype = DType::f16;
+  ir::Node n;
+  n.op_type = "Gemm";
+  n.domain = "kiln.cuda";
+  n.name = "g1";
+  set_gemm_attrs(n, s);
+  EXPECT_FALSE(n.has("out_dtype"));
+  EXPECT_EQ(gemm_spec_from(n).d_type(), DType::f16);
+  s.out_dtype = DType::f32;
+  set_gemm_attrs(n, s);
+  EXPECT_EQ(n.s("out_dtype", ""), "float32");
+  EXPECT_EQ(gemm_spec_from(n).d_type(), DType::f32);
+  for (auto [key, value] : std::vector<std::pair<std::string, ir::AttrValue>>{
+           {"out_dtype", std::string("bfloat16")}, {"has_bias", int64_t{1}}, {"has_c", int64_t{1}}}) {
+    ir::Node bad = n;
+    bad.attrs[key] = value;
+    try {
+      gemm_spec_from(bad);
+      ADD_FAILURE() << key << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_model) << key;
+      EXPECT_NE(std::string(e.what()).find("g1"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("out_dtype"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(PrecisionOptions, ValidationNamesTheOption) {
   SessionOptions o;
   o.precision = Precision::fp16;

@@ -150,6 +150,8 @@ std::vector<Case> cases() {
          return std::map<std::string, Tensor>{{"x", wave({2, 8, 10, 10}, 1.f, 0.4f)}, {"z", wave({2, 1, 10, 10}, 0.5f, 1.1f)}};
        },
        {}, true},
+      {"lm-head", lm_head_model,
+       [] { return std::map<std::string, Tensor>{{"x", wave({3, 5, 16}, 1.f, 0.8f)}}; }, {}},
       {"nhwc", nhwc_model,
        [] {
          return std::map<std::string, Tensor>{{"x", wave({2, 4, 9, 9}, 1.f, 0.2f)}, {"z", wave({2, 6, 4, 4}, 0.5f, 0.6f)}};

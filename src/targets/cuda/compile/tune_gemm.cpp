@@ -19,9 +19,9 @@ namespace {
 constexpr size_t kMaxWorkspace = size_t{32} << 20;
 
 std::string problem_key(const GemmSpec& s, Tuning mode, int device) {
-  return fmt::format("{}|{}|m{} n{} k{} b{} ta{} tb{} sa{} sb{} al{} be{} bias{} c{} epi{} {} tf32 {}", tuning_name(mode),
+  return fmt::format("{}|{}|m{} n{} k{} b{} ta{} tb{} sa{} sb{} al{} be{} bias{} c{} epi{} {}>{} tf32 {}", tuning_name(mode),
                      device, s.m, s.n, s.k, s.batch, s.trans_a, s.trans_b, s.stride_a, s.stride_b, s.alpha, s.beta,
-                     s.has_bias, s.has_c, s.epilogue, dtype_name(s.dtype), s.tf32);
+                     s.has_bias, s.has_c, s.epilogue, dtype_name(s.dtype), dtype_name(s.d_type()), s.tf32);
 }
 
 /// Device buffers for timing one matmul (zeros; fp32-sized, enough for any dtype).

@@ -39,6 +39,14 @@ GemmSpec gemm_spec_from(const ir::Node& n) {
     fail(ErrorCode::invalid_model, "{}: kiln.cuda.Gemm dtype '{}' (expected float32, float16 or bfloat16)", n.label(), dt);
   s.dtype = *parsed;
   s.tf32 = n.i("tf32", 0) != 0;
+  const std::string od = n.s("out_dtype", dt);
+  auto out = dtype_from_name(od);
+  if (!out || (*out != s.dtype && !(*out == DType::f32 && s.dtype != DType::f32)))
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Gemm out_dtype '{}' on a {} matmul (expected {}, or float32 on a 16-bit one)",
+         n.label(), od, dt, dt);
+  if (*out != s.dtype) s.out_dtype = *out;
+  if (s.d_type() != s.dtype && (s.has_bias || s.has_c))
+    fail(ErrorCode::invalid_model, "{}: kiln.cuda.Gemm out_dtype {} with a bias or C (not supported)", n.label(), od);
   if (s.tf32 && s.dtype != DType::f32)
     fail(ErrorCode::invalid_model, "{}: kiln.cuda.Gemm tf32 on a {} matmul", n.label(), dt);
   if (s.m <= 0 || s.n <= 0 || s.k <= 0 || s.batch <= 0 || s.epilogue < 0 || s.epilogue > 2)
@@ -62,6 +70,7 @@ void set_gemm_attrs(ir::Node& n, const GemmSpec& s) {
   n.attrs["epilogue"] = int64_t{s.epilogue};
   n.attrs["dtype"] = std::string(dtype_name(s.dtype));
   n.attrs["tf32"] = int64_t{s.tf32};
+  if (s.d_type() != s.dtype) n.attrs["out_dtype"] = std::string(dtype_name(s.d_type()));
 }
 
 cudaDataType_t blaslt_type(DType t) {
@@ -103,8 +112,10 @@ cublasLtMatrixLayout_t layout(cudaDataType_t type, uint64_t rows, uint64_t cols,
 
 GemmDescs::GemmDescs(const GemmSpec& s, CUdeviceptr bias) {
   // fp32 accumulation and fp32 alpha / beta (scale type) for every dtype;
-  // A, B, C, D (and the bias, whose type defaults to D's) are s.dtype.
-  const cudaDataType_t type = blaslt_type(s.dtype);
+  // A, B, C, D (and the bias, whose type defaults to D's) are s.dtype, but
+  // C and D are s.out_dtype (float32 from 16-bit A and B: one of cuBLASLt's
+  // supported type combinations, used only without bias or C).
+  const cudaDataType_t type = blaslt_type(s.dtype), out_type = blaslt_type(s.d_type());
   check_blaslt(blaslt_api().cublasLtMatmulDescCreate(&op, blaslt_compute(s), CUDA_R_32F), "cublasLtMatmulDescCreate");
   // Column-major view: D^T (n x m) = op(B)^T (n x k) * op(A)^T (k x m).
   cublasOperation_t ta = s.trans_b ? CUBLAS_OP_T : CUBLAS_OP_N;  // cuBLASLt's A is our B
@@ -125,8 +136,8 @@ GemmDescs::GemmDescs(const GemmSpec& s, CUdeviceptr bias) {
   a = s.trans_b ? layout(type, s.k, s.n, s.k, s.batch, s.stride_b) : layout(type, s.n, s.k, s.n, s.batch, s.stride_b);
   // Our A buffer: stored m x k (ld k), or k x m when transposed (ld m).
   b = s.trans_a ? layout(type, s.m, s.k, s.m, s.batch, s.stride_a) : layout(type, s.k, s.m, s.k, s.batch, s.stride_a);
-  c = layout(type, s.n, s.m, s.n, s.batch, s.m * s.n);
-  d = layout(type, s.n, s.m, s.n, s.batch, s.m * s.n);
+  c = layout(out_type, s.n, s.m, s.n, s.batch, s.m * s.n);
+  d = layout(out_type, s.n, s.m, s.n, s.batch, s.m * s.n);
 }
 
 GemmDescs::~GemmDescs() {

@@ -33,8 +33,15 @@ struct GemmSpec {
   bool has_bias = false;   ///< a bias of n floats added to every row (cuBLASLt BIAS epilogue)
   bool has_c = false;      ///< beta * C added (C has D's shape)
   int epilogue = 0;        ///< 0 none, 1 Relu, 2 Gelu (tanh approximation)
-  DType dtype = DType::f32;  ///< element type of A, B, C, D and the bias (attribute `dtype`: "float32", "float16", "bfloat16")
+  DType dtype = DType::f32;  ///< element type of A and B, and of C, D and the bias unless out_dtype says otherwise (attribute `dtype`: "float32", "float16", "bfloat16")
   bool tf32 = false;         ///< float32 only: TF32 tensor-core math allowed (attribute `tf32`)
+  /// Element type of C and D (attribute `out_dtype`, absent: `dtype`; format
+  /// version 6). float32 on a 16-bit matmul: the Cast of its result to
+  /// float32 fused into the matmul (cuBLASLt writes D in float32 from the
+  /// float32 accumulator), allowed without bias and C only.
+  std::optional<DType> out_dtype;
+  /// The element type of C and D: out_dtype, else dtype.
+  DType d_type() const { return out_dtype.value_or(dtype); }
 };
 
 /// The cuBLASLt data type of a GemmSpec dtype (CUDA_R_32F, CUDA_R_16F,

@@ -16,7 +16,9 @@
 //  - kiln.cuda.Gemm: a cuBLASLt matmul with fp32 accumulation (gemm_spec_from
 //    / blaslt.h give the attributes: m, n, k, batch, trans_a, trans_b,
 //    stride_a, stride_b, alpha, beta, epilogue, dtype (string "float32",
-//    "float16" or "bfloat16": A, B, C, D and the bias), tf32 (int 0/1,
+//    "float16" or "bfloat16": A, B, C, D and the bias), out_dtype (string,
+//    optional: C and D's type when it differs, "float32" on a 16-bit matmul,
+//    no bias or C; format version 6), tf32 (int 0/1,
 //    float32 only: CUBLAS_COMPUTE_32F_FAST_TF32), algo (ints[8], the
 //    cublasLtMatmulAlgo_t words), workspace (bytes)). Inputs (A, B, [bias
 //    [n]], [C [.., m, n]]). Absent dtype / tf32 (older artifacts): strict float32.
