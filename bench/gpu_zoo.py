@@ -138,6 +138,17 @@ def export(name: str, path: Path) -> dict:
     return zm.models()[name].build(path)
 
 
+def export_static(name: str, path: Path, batch: int) -> None:
+    """`name`'s torchvision module exported with a batch-`batch` example and no dynamic axes: what an owner
+    exports for a fixed batch when the dynamic export does not run at that batch (torch 2.11's dynamo export
+    of torchvision's ViT-B/16 traced with batch 1 bakes that 1 into a Reshape of its attention)."""
+    import torch
+    import zoo_models as zm
+
+    size = IMAGE_SIZE.get(name, 224)
+    zm._export(torch_module(name), (torch.rand(batch, 3, size, size),), path, ["input"], ["output"], {})
+
+
 def prefill_module(name: str):
     import zoo_models as zm
 
@@ -301,7 +312,21 @@ def worker(a: argparse.Namespace) -> int:
             rec.phase(f"kiln compile b{b}")
             try:
                 host = st.get("host") or make_inputs(onnx_path, a.model, b, a.seq, vocab)
-                s, fields = kiln_session(a, onnx_path, b, host)
+                try:
+                    s, fields = kiln_session(a, onnx_path, b, host)
+                except Exception as e:  # noqa: BLE001
+                    # A dynamic export that cannot run at this batch (a batch-1 trace baked into a Reshape):
+                    # that batch's own static export, as its owner would make for a fixed batch.
+                    if "cannot reshape" not in str(e) or b == 1 or a.model in PREFILL or a.model in SINGLE_IMAGE:
+                        raise
+                    traceback.print_exc()
+                    rec.phase(f"static export b{b}")
+                    st["onnx"] = onnx_path.with_name(f"{a.model}_b{b}.onnx")
+                    export_static(a.model, st["onnx"], b)
+                    st["export_note"] = (f"batch {b}: the dynamic export cannot run at it ({first_line(e)[:120]}); "
+                                         f"exported again with a batch-{b} example, static")
+                    rec.phase(f"kiln compile b{b}")
+                    s, fields = kiln_session(a, st["onnx"], b, host)
                 del s
                 st["kiln_compiled"] = fields
             except Exception as e:  # noqa: BLE001
@@ -384,8 +409,10 @@ def measure(a, rec: Recorder, module, onnx_path: Path, batch: int, st: dict, dev
         if st.get("kiln_error"):
             raise RuntimeError(st["kiln_error"])
         host = st.get("host") or make_inputs(onnx_path, a.model, batch, a.seq, vocab)
-        s, fields = kiln_session(a, onnx_path, batch, host)
+        s, fields = kiln_session(a, st.get("onnx", onnx_path), batch, host)
         row.update(fields)
+        if "export_note" in st:
+            row["export_note"] = st["export_note"]
         if dry:
             fns["kiln"] = lambda: s.run(host)
             kout = s.run(host)
@@ -607,7 +634,7 @@ def report(paths: list, prefix: Path) -> str:
             notes = []
             if r is None:
                 r = {**mi.get("phase1", {}).get(b, {}), "cut": mi.get("cut", "no record")}
-            for k in ("cut", "skipped", "error", "kiln_error", "torch_error", "timing_error", "diff_note"):
+            for k in ("cut", "skipped", "error", "kiln_error", "torch_error", "timing_error", "diff_note", "export_note"):
                 if r.get(k):
                     notes.append(r[k])
             if r.get("compiles_running"):
