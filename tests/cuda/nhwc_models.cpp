@@ -48,4 +48,36 @@ ModelBuilder dense_block_model(int64_t n) {
   return b;
 }
 
+ModelBuilder convnext_block_model() {
+  ModelBuilder b(17);
+  b.input("x", 1, {2, 8, 6, 6});
+  b.initializer("Wd", {8, 1, 3, 3}, cosine_values(72, 0.4f, 0.2f));
+  b.initializer("Bd", {8}, cosine_values(8, 0.2f, 0.9f));
+  b.initializer("Wd2", {8, 1, 3, 3}, cosine_values(72, 0.35f, 1.4f));
+  b.initializer("ln_g", {8}, cosine_values(8, 0.3f, 0.6f, 1.f));
+  b.initializer("ln_b", {8}, cosine_values(8, 0.2f, 2.1f));
+  b.initializer("W1", {8, 16}, cosine_values(128, 0.3f, 0.8f));
+  b.initializer("W2", {16, 8}, cosine_values(128, 0.25f, 1.1f));
+  b.initializer("gamma", {8, 1, 1}, cosine_values(8, 0.5f, 0.4f));
+  auto dw = [&](const std::string& in, const std::string& w, const std::string& bias, const std::string& out) {
+    std::vector<std::string> ins{in, w};
+    if (!bias.empty()) ins.push_back(bias);
+    auto& c = b.node("Conv", ins, {out});
+    ModelBuilder::attr_ints(c, "pads", {1, 1, 1, 1});
+    ModelBuilder::attr_int(c, "group", 8);
+  };
+  dw("x", "Wd", "Bd", "a");
+  ModelBuilder::attr_ints(b.node("Transpose", {"a"}, {"at"}), "perm", {0, 2, 3, 1});
+  ModelBuilder::attr_int(b.node("LayerNormalization", {"at", "ln_g", "ln_b"}, {"ln"}), "axis", -1);
+  b.node("MatMul", {"ln", "W1"}, {"h1"});
+  b.node("Relu", {"h1"}, {"h1r"});
+  b.node("MatMul", {"h1r", "W2"}, {"h"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"h"}, {"hb"}), "perm", {0, 3, 1, 2});
+  b.node("Mul", {"hb", "gamma"}, {"hs"});
+  b.node("Add", {"hs", "x"}, {"y1"});
+  dw("y1", "Wd2", "", "y");
+  b.output("y", 1, {2, 8, 6, 6});
+  return b;
+}
+
 }  // namespace kiln::testing

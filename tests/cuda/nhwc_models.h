@@ -14,4 +14,14 @@ namespace kiln::testing {
 /// Concat (it enters a channels-last region through its own transpose).
 ModelBuilder dense_block_model(int64_t n);
 
+/// A ConvNeXt block between two depthwise convolutions (opset 17):
+/// x float32[2,8,6,6] ->
+///   a  = Conv 3x3 depthwise pad 1 (Wd, Bd)(x); at = Transpose(a, 0,2,3,1) [2,6,6,8]
+///   h  = MatMul(Relu(MatMul(LayerNormalization(at, axis -1), W1[8,16])), W2[16,8])
+///   y1 = Transpose(h, 0,3,1,2) * gamma[8,1,1] + x;  y = Conv 3x3 depthwise pad 1 (Wd2)(y1)   [2,8,6,6]
+/// In a channels-last program the region's exit after `a` merges with the
+/// first Transpose, and the second joins the region as an Identity: only x's
+/// entry and y's exit remain.
+ModelBuilder convnext_block_model();
+
 }  // namespace kiln::testing

@@ -169,14 +169,16 @@ Tensor wave_tensor(std::vector<int64_t> shape, float phase) {
   return t;
 }
 
-/// to_nhwc(model) run through nchw_shim on the ref target equals the model.
-void expect_same_semantics(const ModelBuilder& b, const std::map<std::string, Tensor>& in) {
+/// to_nhwc(model) (and merge_layout_transposes when `merge`) run through
+/// nchw_shim on the ref target equals the model.
+void expect_same_semantics(const ModelBuilder& b, const std::map<std::string, Tensor>& in, bool merge = false) {
   ir::Model m = import(b);
   auto want = run_ref(m, in);
   ir::Model r = import(b);
   targets::cuda::split_conv_bias(r);
   targets::cuda::batch_norm_to_affine(r);  // as lower_for_cuda orders them
   ASSERT_GT(targets::cuda::to_nhwc(r), 0);
+  if (merge) targets::cuda::merge_layout_transposes(r);
   ir::Model shim = nchw_shim(r);
   // The graph inputs keep their declared shapes for the ref target.
   for (auto id : shim.main.inputs) shim.value(id).shape = m.value(id).shape;
@@ -197,6 +199,37 @@ TEST(CudaLayout, RewriteKeepsTheModelsMeaningOnTheRefTarget) {
   expect_same_semantics(pointwise_model(), {{"x", wave_tensor({2, 6, 5, 7}, 0.3f)}});
   expect_same_semantics(nhwc_se_model(), {{"x", wave_tensor({2, 8, 10, 10}, 0.4f)}, {"z", wave_tensor({2, 1, 10, 10}, 1.1f)}});
   expect_same_semantics(dense_block_model(2), {{"x", wave_tensor({2, 4, 8, 8}, 0.1f)}, {"z", wave_tensor({2, 2, 8, 8}, 1.7f)}});
+}
+
+// ConvNeXt's block: the region's exit after the depthwise Conv merges with
+// the model's Transpose(0,2,3,1) into nothing, the model's Transpose
+// (0,3,1,2) joins the region as an Identity, so the layer scale, the
+// residual Add and the next Conv stay channels-last: x's entry and y's exit
+// are the only transposes left (there were 4 more), and the result is the
+// model's on the ref target.
+TEST(CudaLayout, ConvNextBlockKeepsOnlyItsEntryAndExitTransposes) {
+  std::map<std::string, Tensor> in{{"x", wave_tensor({2, 8, 6, 6}, 0.3f)}};
+  expect_same_semantics(convnext_block_model(), in, /*merge=*/true);
+  ir::Model m = import(convnext_block_model());
+  targets::cuda::split_conv_bias(m);
+  targets::cuda::batch_norm_to_affine(m);
+  ASSERT_GT(targets::cuda::to_nhwc(m), 0);
+  EXPECT_GT(targets::cuda::merge_layout_transposes(m), 0);
+  passes::eliminate_dead_code(m);  // as lower_for_cuda does after lowering
+  std::vector<std::string> transposes;
+  for (auto& n : m.main.nodes) {
+    if (n.op_type == "Transpose") transposes.push_back(n.name);
+    EXPECT_NE(n.op_type, "Identity") << n.name << ": simplify_algebra reads through it";
+  }
+  EXPECT_EQ(transposes, (std::vector<std::string>{"x_to_nhwc", "y_to_nchw"}));
+  // The second depthwise Conv reads the residual sum channels-last.
+  const ir::Node* last = producer(m, m.main.outputs[0]);
+  ASSERT_NE(last, nullptr);
+  EXPECT_EQ(last->op_type, "Transpose");
+  const ir::Node* conv = producer(m, last->inputs[0]);
+  ASSERT_NE(conv, nullptr);
+  EXPECT_EQ(conv->op_type, "Conv");
+  EXPECT_EQ(conv->i("kiln_nhwc", 0), 1);
 }
 
 // DenseNet's dense layer: Concat -> BatchNormalization -> Relu -> Conv.

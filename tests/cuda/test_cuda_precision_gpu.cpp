@@ -27,6 +27,7 @@
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
+#include "nhwc_models.h"
 #include "kiln/compile.h"
 #include "kiln/errors.h"
 #include "kiln/session.h"
@@ -150,6 +151,8 @@ std::vector<Case> cases() {
          return std::map<std::string, Tensor>{{"x", wave({2, 8, 10, 10}, 1.f, 0.4f)}, {"z", wave({2, 1, 10, 10}, 0.5f, 1.1f)}};
        },
        {}, true},
+      {"convnext-block", convnext_block_model,
+       [] { return std::map<std::string, Tensor>{{"x", wave({2, 8, 6, 6}, 1.f, 0.5f)}}; }, {}, true},
       {"lm-head", lm_head_model,
        [] { return std::map<std::string, Tensor>{{"x", wave({3, 5, 16}, 1.f, 0.8f)}}; }, {}},
       {"nhwc", nhwc_model,

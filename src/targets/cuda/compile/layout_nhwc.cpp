@@ -13,6 +13,7 @@
 #include <map>
 #include <set>
 
+#include "passes/passes.h"
 #include "support/error.h"
 #include "support/log.h"
 #include "targets/cuda/compile/body_reads.h"
@@ -124,6 +125,7 @@ class NhwcPass {
   std::set<ir::ValueId> nhwc_;                  ///< original ids of values the region produces
   std::map<ir::ValueId, ir::ValueId> renamed_;  ///< original id -> its NHWC value
   std::map<ir::ValueId, ir::ValueId> const_;    ///< constant -> permuted constant
+  std::map<ir::ValueId, std::vector<const ir::Node*>> readers_;  ///< main-graph readers (back_to_nchw; made once)
 
   bool is_nhwc(ir::ValueId v) const { return v != ir::kNoValue && nhwc_.count(v) != 0; }
 
@@ -193,8 +195,31 @@ class NhwcPass {
     if (n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool")
       return is_nhwc(n.inputs[0]) && !dims4(m_, n.outputs[0]).empty();
     if (n.op_type == "Concat" || n.op_type == "Split") return axis_node_ok(n);
+    if (n.op_type == "Transpose") return back_to_nchw(n);
     if (n.outputs.size() != 1 || !elementwise_candidate(L_, n)) return false;
     return inputs_ok(n);
+  }
+
+  /// A model's own Transpose(perm 0,3,1,2) of a rank-4 float value with a
+  /// reader that may join the region: its input already holds the NHWC
+  /// layout of its output, so it joins as a free Identity (ConvNeXt's block
+  /// ends Linear -> Transpose(0,3,1,2) -> layer scale Mul -> residual Add ->
+  /// the next depthwise Conv: without this, every block left and re-entered
+  /// the region through two transposes).
+  bool back_to_nchw(const ir::Node& n) {
+    if (n.outputs.size() != 1 || n.inputs.empty() || n.ints("perm") != kToNchw || !float_dtype(n.inputs[0]) ||
+        dims4(m_, n.inputs[0]).empty() || dims4(m_, n.outputs[0]).empty())
+      return false;
+    if (readers_.empty())
+      for (const auto& r : m_.main.nodes)
+        for (auto v : r.inputs)
+          if (v != ir::kNoValue) readers_[v].push_back(&r);
+    auto it = readers_.find(n.outputs[0]);
+    if (it == readers_.end()) return false;
+    for (const ir::Node* r : it->second)
+      if (r->domain.empty() && (r->op_type == "Conv" || (r->outputs.size() == 1 && elementwise_candidate(L_, *r))))
+        return true;
+    return false;
   }
 
   ir::ValueId add_transpose(ir::ValueId v, const std::vector<int64_t>& perm, ir::ValueId dst, std::vector<ir::Node>& out,
@@ -245,6 +270,12 @@ class NhwcPass {
     ir::Node n = orig;
     if (n.op_type == "Conv") return rewrite_conv(n, out);
     if (n.op_type == "GlobalAveragePool" || n.op_type == "GlobalMaxPool") return rewrite_global_pool(n, out);
+    if (n.op_type == "Transpose") {  // back_to_nchw: the input is the output's NHWC data
+      n.op_type = "Identity";
+      n.attrs.erase("perm");
+      n.outputs = {nhwc_output(n.outputs[0])};
+      return n;
+    }
     if (n.op_type == "Split") {  // only the data input is a tensor in the layout
       n.inputs[0] = nhwc_input(n.inputs[0], out);
       n.attrs["axis"] = nhwc_axis(norm_axis(n, n.i("axis", 0), 4));
@@ -356,6 +387,15 @@ int to_nhwc(ir::Model& m) {
   int moved = NhwcPass(m).run();
   if (moved) log().debug("cuda: {} node(s) run in NHWC", moved);
   return moved;
+}
+
+int merge_layout_transposes(ir::Model& m) {
+  // simplify_algebra merges a chain into one Transpose in a round; an
+  // identity permutation is removed in the next.
+  int merged = 0;
+  for (int round = 0, r = 1; r && round < 4; ++round) merged += r = passes::simplify_algebra(m);
+  if (merged) log().debug("cuda: {} rewrite(s) after the NHWC layout (transpose chains merged)", merged);
+  return merged;
 }
 
 }  // namespace kiln::targets::cuda

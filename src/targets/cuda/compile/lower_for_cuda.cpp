@@ -260,6 +260,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // region the Mul and Add join).
   batch_norm_to_affine(m);
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
+  if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
   std::map<int, std::string> host;  // node index -> why it runs on the host
   const std::vector<ir::Node> nodes = lower_graph_nodes(L, opt, st, host);

@@ -317,8 +317,17 @@ int batch_norm_to_affine(ir::Model& m);
 /// region are permuted (rank <= 4, right-aligned). One Transpose enters the region per
 /// NCHW value it reads, one Transpose (a Reshape where only unit dims move)
 /// leaves it per value read outside it or output by the graph, whose ids and
-/// shapes are unchanged. Returns the number of nodes moved.
+/// shapes are unchanged. A model's own Transpose(perm 0,3,1,2) of a rank-4
+/// value that a region node reads joins as an Identity (its input is the
+/// output's NHWC data). Returns the number of nodes moved.
 int to_nhwc(ir::Model& m);
+
+/// After to_nhwc: the region's entry / exit transposes that meet a model's
+/// own (ConvNeXt: Conv -> exit -> Transpose(0,2,3,1)) merge, and a chain
+/// that composes to the identity permutation vanishes (passes::
+/// simplify_algebra, repeated until nothing changes, at most 4 rounds).
+/// Returns the number of rewrites.
+int merge_layout_transposes(ir::Model& m);
 
 /// Lowers a Conv or ConvTranspose (x and w both float32, float16 or
 /// bfloat16, fp32 accumulation; no bias left, symmetric pads,
