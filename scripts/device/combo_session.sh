@@ -9,7 +9,8 @@
 # (COMBO_CHECK_S, default 170 s, cuts them). The bench's compile times are measured under that
 # extra load as well as its 14 workers' (the report says the workers; this note says the rest).
 # COMBO_GPU_ZOO=0 leaves the bench out; COMBO_CONF=all adds the whole node-test suite with --fallback error
-# (COMBO_CONF_JOBS jobs, default 4); COMBO_WARM=1 adds the warm start at the end (see below).
+# (COMBO_CONF_JOBS jobs, default 4; COMBO_CONF_FROM=N starts at its N-th test); COMBO_WARM=1 adds the warm
+# start at the end (see below); COMBO_FALLBACK_ROUNDS=0 skips the fallback timing.
 # Output ($OUT, at most 8 files): gpu_zoo.{md,png,tar.gz,log} and combo_logs.tar.gz.
 set -u
 T0=$(date +%s)
@@ -36,7 +37,8 @@ T1=$(date +%s)
   mkdir -p /tmp/onnxdata && tar -xJf .gpu/node.tar.xz -C /tmp/onnxdata
   (cd /tmp/onnxdata/node && ls -d test_if* test_loop* test_scan* | LC_ALL=C sort) > /tmp/cf_list.txt
   # COMBO_CONF=all: the whole suite with --fallback error after the If/Loop/Scan tests (the ratchet).
-  [ "${COMBO_CONF:-cf}" = all ] && (cd /tmp/onnxdata/node && ls -d test_* | LC_ALL=C sort) > /tmp/cf_all.txt
+  # COMBO_CONF_FROM=N: only the sorted list's tests from the N-th on (1-based; a call that resumes one cut short).
+  [ "${COMBO_CONF:-cf}" = all ] && (cd /tmp/onnxdata/node && ls -d test_* | LC_ALL=C sort | tail -n "+${COMBO_CONF_FROM:-1}") > /tmp/cf_all.txt
   for fb in host error all; do
     list=/tmp/cf_list.txt; mode=$fb
     if [ "$fb" = all ]; then [ -e /tmp/cf_all.txt ] || break; list=/tmp/cf_all.txt; mode=error; fi
