@@ -274,11 +274,12 @@ TEST(CudaLayout, DenseBlockConcatBatchNormReluStayChannelsLast) {
     EXPECT_FLOAT_EQ(m.value(s).constant->data<float>()[c], sc[c] / std::sqrt(var[c] + 1e-5f)) << "channel " << c;
 }
 
-// The same layer lowered as float16: the affine and the Relu are one
-// generated kernel reading the NHWC Concat, and the only transposes are
-// the two entries and the exit (DenseNet-121 at batch 32 had 124: each
+// The same layer lowered as float16: the Concat, the affine and the Relu
+// are one generated kernel that reads the Concat's channels-last inputs
+// (the concatenation is never stored), and the only transposes are the two
+// entries and the exit (DenseNet-121 at batch 32 had 124: each
 // BatchNormalization left and re-entered the region).
-TEST(CudaLayout, Float16DenseBlockFusesBatchNormReluWithoutTransposes) {
+TEST(CudaLayout, Float16DenseBlockFusesConcatBatchNormReluWithoutTransposes) {
   artifact::CompiledProgram cp;
   cp.model = import(dense_block_model(4));
   targets::cuda::LowerOptions opt;
@@ -294,12 +295,18 @@ TEST(CudaLayout, Float16DenseBlockFusesBatchNormReluWithoutTransposes) {
   }
   EXPECT_EQ(kernels["Transpose"], 3);
   EXPECT_EQ(kernels["BatchNormalization"], 0);
+  EXPECT_EQ(kernels["Concat"], 0);
   EXPECT_EQ(kernels["Relu"], 1);
   ASSERT_NE(bn_relu, nullptr);
-  // It reads the channels-last Concat [4, 8, 8, 18] and the float32 s and t [1, 1, 1, 18].
-  ASSERT_EQ(bn_relu->inputs.size(), 3u);
-  EXPECT_EQ(dims(cp.model, bn_relu->inputs[0]), (std::vector<int64_t>{4, 8, 8, 18}));
-  for (size_t k = 1; k < 3; ++k) {
+  // It reads the Concat's inputs x, c1, c2 (the matmul's output, bias
+  // included), z as [4, 8, 8, C] float16, then the float32 s and t [1, 1, 1, 18].
+  ASSERT_EQ(bn_relu->inputs.size(), 6u);
+  const int64_t channels[4] = {4, 6, 6, 2};
+  for (size_t k = 0; k < 4; ++k) {
+    EXPECT_EQ(cp.model.value(bn_relu->inputs[k]).dtype, DType::f16) << k;
+    EXPECT_EQ(dims(cp.model, bn_relu->inputs[k]), (std::vector<int64_t>{4, 8, 8, channels[k]})) << k;
+  }
+  for (size_t k = 4; k < 6; ++k) {
     EXPECT_EQ(cp.model.value(bn_relu->inputs[k]).dtype, DType::f32);
     EXPECT_EQ(dims(cp.model, bn_relu->inputs[k]), (std::vector<int64_t>{1, 1, 1, 18}));
   }

@@ -123,10 +123,17 @@ const char* kernel_prelude();
 /// unary math and activations, binary arithmetic and comparisons with numpy
 /// broadcasting, Where, Clip, Cast, Expand, Identity, Sum/Mean/Max/Min.
 bool is_elementwise(const Lowering& L, const ir::Node& n);
+/// True when Concat `n` can be a member of an element-wise chain (as the
+/// producer of one of its inputs): static shapes, every input of the
+/// output's dtype and rank, a float storage dtype (gen_elementwise.cpp).
+bool is_gatherable_concat(const Lowering& L, const ir::Node& n);
 /// One kernel computing a fused chain of element-wise nodes: `members` in
 /// topological order, the last one the root whose output is written; every
 /// other member's output is read only by later members (and has the root's
 /// shape). Inputs not produced inside the chain are loaded with broadcasting.
+/// A member may be a Concat (is_gatherable_concat): its value at each
+/// element is read from the input that holds it, so the concatenation is
+/// never stored (DenseNet's Concat -> BatchNormalization -> Relu).
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members);
 
 /// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,

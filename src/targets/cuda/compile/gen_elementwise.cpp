@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -167,6 +168,64 @@ bool is_elementwise(const Lowering& L, const ir::Node& n) {
   return expr(n, a, in, *compute(in), *compute(L.model.value(n.outputs[0]).dtype)).has_value();
 }
 
+bool is_gatherable_concat(const Lowering& L, const ir::Node& n) {
+  if (!n.domain.empty() || n.op_type != "Concat" || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue) return false;
+  const ir::Value& y = L.model.value(n.outputs[0]);
+  if (!y.shape || !ir::is_static(*y.shape) || y.shape->empty() || !is_float_storage(y.dtype)) return false;
+  bool any = false;
+  for (auto v : n.inputs) {
+    if (v == ir::kNoValue) continue;
+    const ir::Value& x = L.model.value(v);
+    if (!x.shape || !ir::is_static(*x.shape) || x.shape->size() != y.shape->size() || x.dtype != y.dtype) return false;
+    any = true;
+  }
+  return any;
+}
+
+namespace {
+
+/// A Concat member of a chain: the output seen as [outer, row] (row = its
+/// length on the axis times the dims after it), each input as [outer, rows[j]].
+struct Gather {
+  const ir::Node* node = nullptr;
+  std::vector<size_t> ext;    ///< index into the kernel's external inputs, per non-empty input
+  std::vector<int64_t> rows;  ///< each input's share of a row
+  int64_t row = 0;
+};
+
+Gather gather_of(Lowering& L, const ir::Node& n, const std::vector<ir::ValueId>& ext) {
+  Gather g;
+  g.node = &n;
+  auto out = L.dims(n, n.outputs[0]);
+  int64_t axis = norm_axis(n, n.i("axis"), static_cast<int64_t>(out.size()));
+  int64_t inner = 1;
+  for (size_t d = static_cast<size_t>(axis) + 1; d < out.size(); ++d) inner *= out[d];
+  for (auto v : n.inputs) {
+    if (v == ir::kNoValue || L.dims(n, v)[static_cast<size_t>(axis)] == 0) continue;
+    g.ext.push_back(static_cast<size_t>(std::find(ext.begin(), ext.end(), v) - ext.begin()));
+    g.rows.push_back(L.dims(n, v)[static_cast<size_t>(axis)] * inner);
+    g.row += g.rows.back();
+  }
+  return g;
+}
+
+/// Code running `load(k, offset)` for the input of `g` that holds element
+/// `idx` of the concatenation (`offset`: the element's index in input k).
+std::string gather_select(const Gather& g, const std::string& idx,
+                          const std::function<std::string(size_t, const std::string&)>& load) {
+  std::string s = fmt::format("{{ const I o = {0} / {1}u, r = {0} % {1}u;", idx, g.row);
+  int64_t off = 0;
+  for (size_t j = 0; j < g.rows.size(); ++j) {
+    std::string at = fmt::format("(unsigned long long)o * {} + (r - {}u)", g.rows[j], off);
+    off += g.rows[j];
+    if (j + 1 == g.rows.size()) s += fmt::format(" {}{}", j ? "else " : "", load(g.ext[j], at));
+    else s += fmt::format(" {}if (r < {}u) {}", j ? "else " : "", off, load(g.ext[j], at));
+  }
+  return s + " }";
+}
+
+}  // namespace
+
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members) {
   const ir::Node& root = *members.back();
   const ir::Model& m = L.model;
@@ -174,11 +233,28 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   const int64_t N = numel(out);
   std::set<ir::ValueId> inside;
   for (auto* n : members) inside.insert(n->outputs[0]);
-  std::vector<ir::ValueId> ext;  // external inputs, in first-use order
+  auto is_gather = [](const ir::Node* n) { return n->op_type == "Concat"; };
+  // External inputs, in first-use order; `direct`: read at the element's own
+  // (broadcast) index by an element-wise member, not only through a Concat.
+  std::vector<ir::ValueId> ext;
+  std::vector<bool> direct;
+  for (auto* n : members) {
+    std::vector<size_t> ins = is_gather(n) ? std::vector<size_t>{} : data_inputs(*n);
+    if (is_gather(n))
+      for (size_t i = 0; i < n->inputs.size(); ++i)
+        if (n->inputs[i] != ir::kNoValue) ins.push_back(i);
+    for (size_t i : ins) {
+      ir::ValueId v = n->inputs[i];
+      if (inside.count(v)) continue;
+      auto it = std::find(ext.begin(), ext.end(), v);
+      size_t k = static_cast<size_t>(it - ext.begin());
+      if (it == ext.end()) ext.push_back(v), direct.push_back(false);
+      if (!is_gather(n)) direct[k] = true;
+    }
+  }
+  std::vector<Gather> gathers;
   for (auto* n : members)
-    for (size_t i : data_inputs(*n))
-      if (!inside.count(n->inputs[i]) && std::find(ext.begin(), ext.end(), n->inputs[i]) == ext.end())
-        ext.push_back(n->inputs[i]);
+    if (is_gather(n)) gathers.push_back(gather_of(L, *n, ext));
   DType rd = m.value(root.outputs[0]).dtype;
   // Inputs read at the output's own index (same element count and shape, right-aligned)
   // are loaded as vectors of V elements, like the output is stored; broadcast inputs
@@ -186,6 +262,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   std::vector<bool> full(ext.size(), false);
   size_t widest = dtype_size(rd);
   for (size_t k = 0; k < ext.size(); ++k) {
+    if (!direct[k]) continue;
     auto d = L.dims(root, ext[k]);
     std::vector<int64_t> padded(out.size(), 1);
     if (d.size() <= out.size()) {
@@ -194,18 +271,28 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
     }
     if (full[k]) widest = std::max(widest, dtype_size(m.value(ext[k]).dtype));
   }
+  for (auto& g : gathers) widest = std::max(widest, dtype_size(m.value(g.node->outputs[0]).dtype));
   // V elements per thread: 16 bytes of the widest vectorized dtype, at most 8.
   const int64_t V = std::min<int64_t>(8, 16 / static_cast<int64_t>(std::max<size_t>(widest, 1)));
   const int64_t NV = V > 1 ? N / V : 0;  // whole vectors; the N % V tail is scalar
+  // A Concat whose every input's row is a multiple of V is read as one vector
+  // per item (the V elements lie in one input); else element by element.
+  std::vector<bool> packed(gathers.size(), false);
+  for (size_t c = 0; c < gathers.size(); ++c) {
+    packed[c] = V > 1;
+    for (auto r : gathers[c].rows) packed[c] = packed[c] && r % V == 0;
+  }
   std::string name = L.kernel_name(root.op_type);
   std::string params;
   for (size_t k = 0; k < ext.size(); ++k)
     params += fmt::format("const {}* __restrict__ in{}, ", *storage_type(m.value(ext[k]).dtype), k);
   params += fmt::format("{}* __restrict__ out0", *storage_type(rd));
-  // The chain for element i: `vector` true reads full inputs from the loaded packs p<k>.v[e].
+  // The chain for element i: `vector` true reads full inputs from the loaded packs p<k>.v[e]
+  // and packed Concats from g<c>.v[e].
   auto chain = [&](bool vector) {
     std::string body;
     for (size_t k = 0; k < ext.size(); ++k) {
+      if (!direct[k]) continue;
       const ir::Value& v = m.value(ext[k]);
       if (vector && full[k]) {
         body += fmt::format("    const {} v{} = {};\n", *compute(v.dtype), ext[k], load_float(v.dtype, fmt::format("p{}.v[e]", k)));
@@ -215,7 +302,22 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
       body += fmt::format("    const {} v{} = {};\n", *compute(v.dtype), ext[k],
                           load_float(v.dtype, fmt::format("in{}[j{}]", k, k)));
     }
+    size_t c = 0;
     for (auto* n : members) {
+      if (is_gather(n)) {
+        DType gd = m.value(n->outputs[0]).dtype;
+        std::string v = fmt::format("v{}", n->outputs[0]);
+        if (vector && packed[c]) {
+          body += fmt::format("    const {} {} = {};  // Concat\n", *compute(gd), v, load_float(gd, fmt::format("g{}.v[e]", c)));
+        } else {
+          body += fmt::format("    {} {};  // Concat\n    {}\n", *compute(gd), v,
+                              gather_select(gathers[c], "i", [&](size_t k, const std::string& at) {
+                                return fmt::format("{} = {};", v, load_float(gd, fmt::format("in{}[{}]", k, at)));
+                              }));
+        }
+        ++c;
+        continue;
+      }
       std::vector<std::string> a(n->inputs.size());
       for (size_t i : data_inputs(*n)) a[i] = fmt::format("v{}", n->inputs[i]);
       DType in = m.value(n->inputs[data_inputs(*n)[0]]).dtype;
@@ -253,6 +355,16 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
       ptrs.emplace_back(fmt::format("in{}", k), bytes);
       loads += fmt::format("    union {{ {0} u; {1} v[{2}]; }} p{3}; p{3}.u = *reinterpret_cast<const {0}*>(in{3} + i0);\n",
                            vector_type(bytes), *storage_type(m.value(ext[k]).dtype), V, k);
+    }
+    for (size_t c = 0; c < gathers.size(); ++c) {
+      if (!packed[c]) continue;
+      DType gd = m.value(gathers[c].node->outputs[0]).dtype;
+      size_t bytes = dtype_size(gd) * static_cast<size_t>(V);
+      for (size_t k : gathers[c].ext) ptrs.emplace_back(fmt::format("in{}", k), bytes);
+      loads += fmt::format("    union {{ {0} u; {1} v[{2}]; }} g{3};\n    {4}\n", vector_type(bytes), *storage_type(gd), V, c,
+                           gather_select(gathers[c], "i0", [&](size_t k, const std::string& at) {
+                             return fmt::format("g{}.u = *reinterpret_cast<const {}*>(in{} + {});", c, vector_type(bytes), k, at);
+                           }));
     }
     size_t obytes = dtype_size(rd) * static_cast<size_t>(V);
     ptrs.emplace_back("out0", obytes);

@@ -155,6 +155,14 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
     for (auto v : nodes[i].inputs) {
       if (v == ir::kNoValue) continue;
       int p = uses.producer[v];
+      // A Concat read only here, at the output's shape, joins the group as
+      // its gather (gen_elementwise): the concatenation is never stored.
+      if (p >= 0 && p != i && root[p] < 0 && !done[p] && !uses.is_output[v] && uses.readers[v].size() == 1 &&
+          ir::to_sizes(*m.value(v).shape) == out && is_gatherable_concat(L, nodes[p])) {
+        root[p] = i;
+        members[i].push_back(p);
+        continue;
+      }
       if (p < 0 || root[p] != p || p == i) continue;
       if (uses.is_output[v] || uses.readers[v].size() != 1) continue;
       if (ir::to_sizes(*m.value(v).shape) != out) continue;
