@@ -56,11 +56,21 @@ json cuda_kernels(const std::string& path, const artifact::CompiledProgram& cp) 
 }
 
 /// cuda: cuBLASLt / cuDNN decisions stored in the artifact vs left to the
-/// load (cross-compiled), and the cuDNN graph-API convolutions.
+/// load (cross-compiled), the cuDNN graph-API convolutions, and which
+/// depthwise convolutions run on kiln's kernel and which on cuDNN.
 json library_algorithms(const ir::Model& m) {
-  int stored = 0, at_load = 0, graph_convs = 0, fused = 0, serialized = 0;
+  int stored = 0, at_load = 0, graph_convs = 0, fused = 0, serialized = 0, dw_kiln = 0, dw_cudnn = 0;
   for (auto& n : m.main.nodes) {
-    if (n.domain != "kiln.cuda" || (n.op_type != "Gemm" && n.op_type != "Conv")) continue;
+    if (n.domain != "kiln.cuda") continue;
+    // lower_depthwise_convs' kernels: "k12_dwconv", from a Conv.
+    if (n.op_type == "Kernel" && n.s("source_op", "") == "Conv" && n.s("fn", "").ends_with("_dwconv")) ++dw_kiln;
+    // cuDNN's depthwise convolutions: group == input channels == output channels.
+    if (n.op_type == "Conv" && n.has("x_dims") && n.has("y_dims")) {
+      const auto x = n.ints("x_dims"), y = n.ints("y_dims");  // NCHW-ordered in every layout
+      const int64_t g = n.i("group", 1);
+      dw_cudnn += x.size() >= 2 && y.size() >= 2 && g > 1 && g == x[1] && g == y[1];
+    }
+    if (n.op_type != "Gemm" && n.op_type != "Conv") continue;
     const bool graph = n.op_type == "Conv" && n.s("api", "") == "graph";
     bool deferred = n.op_type == "Gemm" ? n.i("algo_at_load", 0) == 1
                     : graph             ? n.i("engine", -1) < 0 && n.s("plan_json", "").empty()
@@ -73,7 +83,8 @@ json library_algorithms(const ir::Model& m) {
     }
   }
   return {{"stored", stored}, {"chosen_at_load", at_load}, {"cudnn_graph_convolutions", graph_convs},
-          {"fused_epilogues", fused}, {"serialized_plans", serialized}};
+          {"fused_epilogues", fused}, {"serialized_plans", serialized},
+          {"depthwise_convolutions", {{"kiln_kernel", dw_kiln}, {"cudnn", dw_cudnn}}}};
 }
 
 /// Shape buckets: the declared dims and one entry per program ("bucket": every

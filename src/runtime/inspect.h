@@ -64,7 +64,9 @@ nlohmann::ordered_json reference_json(const std::vector<ReferenceNode>& nodes);
 /// "programs" (each with its "segments")}, "reference_nodes", "segments"
 /// (segments_json: host fallback of a cuda program), "conditional_nodes"
 /// (conditionals_json), "library_algorithms" (cuda: cuBLASLt /
-/// cuDNN decisions stored vs chosen at load), "kernels" (cuda: cubins checked
+/// cuDNN decisions stored vs chosen at load, and "depthwise_convolutions":
+/// {"kiln_kernel", "cudnn"}, how many run on kiln's generated kernel and how
+/// many on cuDNN), "kernels" (cuda: cubins checked
 /// against every Kernel node's digest; null elsewhere or without CUDA),
 /// "metadata"}. Reads the whole file and validates every checksum. Throws
 /// Error: io, corrupt_artifact (a damaged section or cubin).

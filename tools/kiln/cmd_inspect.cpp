@@ -152,6 +152,9 @@ void print_artifact(const json& j) {
     std::printf("cuDNN graph-API convolutions: %d, %d with a fused epilogue, %d runtime-compiled with a serialized "
                 "plan\n",
                 graph_convs, lib["fused_epilogues"].get<int>(), lib["serialized_plans"].get<int>());
+  if (const json& dw = lib["depthwise_convolutions"]; dw.is_object() && (dw["kiln_kernel"] != 0 || dw["cudnn"] != 0))
+    std::printf("depthwise convolutions: %d on kiln's generated kernel (Kernel nodes '*_dwconv'), %d on cuDNN\n",
+                dw["kiln_kernel"].get<int>(), dw["cudnn"].get<int>());
   const json& buckets = j["buckets"];
   if (buckets["dims"].empty()) {
     std::printf("buckets: none (one program)\n");

@@ -13,9 +13,8 @@ bool has_dims(const ir::Value& v, const std::vector<int64_t>& dims, DType dt) {
   return v.dtype == dt && v.shape && ir::is_static(*v.shape) && ir::to_sizes(*v.shape) == dims;
 }
 
-/// A constant of `dt` with one value per output channel, broadcasting
-/// against y (`ydims`, channel axis `axis`) like an ONNX Conv's B: every
-/// dim 1 except the channel's, right-aligned.
+}  // namespace
+
 bool is_channel_bias(const ir::Value& v, const std::vector<int64_t>& ydims, size_t axis, DType dt) {
   if (!v.constant || v.dtype != dt || !v.shape || !ir::is_static(*v.shape)) return false;
   auto b = ir::to_sizes(*v.shape);
@@ -29,18 +28,14 @@ bool is_channel_bias(const ir::Value& v, const std::vector<int64_t>& ydims, size
   return channel || ydims[axis] == 1;
 }
 
-/// Estimated time (ms) of the element-wise kernel a fused epilogue saves:
-/// it reads y (and z) and writes y, at ~2.5 TB/s (what the H200's
-/// generated element-wise kernels reach on ResNet-50's activations), plus
-/// ~3 us of launch and tail inside a CUDA graph.
+// 2.5 TB/s: what the H200's generated element-wise kernels reach on
+// ResNet-50's activations; 3 us: launch and tail inside a CUDA graph.
 double epilogue_kernel_ms(const ConvSpec& s, const ConvEpilogue& ep) {
   double bytes = static_cast<double>(dtype_size(s.dtype));
   for (auto d : s.y) bytes *= static_cast<double>(d);
   bytes *= 2 + (ep.residual ? 1 : 0);
   return 0.003 + bytes / 2.5e9;
 }
-
-}  // namespace
 
 std::optional<ConvLowered> lower_conv_fused(Lowering& L, int i, const std::vector<ir::Node>& nodes, const Uses& uses,
                                             const LowerOptions& opt, const std::vector<bool>& done) {

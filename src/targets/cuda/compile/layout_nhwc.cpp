@@ -46,7 +46,8 @@ std::vector<int64_t> dims4(const ir::Model& m, ir::ValueId v) {
   return ir::to_sizes(*val.shape);
 }
 
-/// Constant `t` (any element type) permuted like ONNX Transpose(perm).
+}  // namespace
+
 Tensor permute_constant(const Tensor& t, const std::vector<int64_t>& perm) {
   const auto& in = t.shape();
   std::vector<int64_t> out = permuted(in, perm);
@@ -68,6 +69,8 @@ Tensor permute_constant(const Tensor& t, const std::vector<int64_t>& perm) {
   }
   return r;
 }
+
+namespace {
 
 /// Element-wise operators that may join a region: their data inputs are all
 /// of their inputs (Expand's shape, Dropout's ratio and CastLike's target

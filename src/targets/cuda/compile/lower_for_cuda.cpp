@@ -132,6 +132,14 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
     ++st.gemms;
   }
 
+  // 1a. Depthwise convolutions on kiln's kernel, with their bias and Relu /
+  // Clip, where it is chosen over cuDNN (before 1b would give them to cuDNN).
+  for (auto& c : lower_depthwise_convs(L, nodes, uses, opt, done)) {
+    place(std::move(c.node), c.absorbed);
+    ++st.kernels;
+    ++st.dwconvs;
+  }
+
   // 1b. Convolutions whose bias, residual Add and Relu a cuDNN graph-API
   // engine fuses (with a device only: whether cuDNN has one is known there).
   for (int i = 0; i < count; ++i) {
@@ -329,9 +337,9 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
                "algorithms by the cuBLASLt / cuDNN heuristics at load",
                opt.arch, st.gemms, st.convs);
   log().info("cuda lowering for {}: {} kernels, {} cuBLASLt matmuls, {} cuDNN convolutions ({} biases split off, {} "
-             "with fused epilogues), {} copies, {} fused attentions, {} conditional nodes, {} nodes fused, {} nodes NHWC; "
-             "cubin {} bytes, PTX {} bytes ({:.0f} ms)",
-             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.conv_epilogues, st.copies, st.attentions,
+             "with fused epilogues), {} depthwise convolutions on kiln's kernel, {} copies, {} fused attentions, {} "
+             "conditional nodes, {} nodes fused, {} nodes NHWC; cubin {} bytes, PTX {} bytes ({:.0f} ms)",
+             opt.arch, st.kernels, st.gemms, st.convs, conv_bias, st.conv_epilogues, st.dwconvs, st.copies, st.attentions,
              st.conditionals, st.fused, nhwc,
              st.cubin_bytes, st.ptx_bytes, sw.ms());
   return st;

@@ -60,6 +60,7 @@ struct LowerStats {
   int host_segments = 0; ///< host segments of the program (ir::Segment)
   int conditionals = 0;  ///< kiln.cuda.If nodes (conditional nodes of the CUDA graph)
   int conv_epilogues = 0; ///< convolutions with cuDNN-fused epilogues
+  int dwconvs = 0;       ///< depthwise convolutions on kiln's generated kernel (lower_depthwise_convs)
   size_t cubin_bytes = 0;
   size_t ptx_bytes = 0;
   TuningStats tuning;    ///< matmul / convolution algorithm decisions
@@ -374,5 +375,92 @@ struct ConvLowered {
 /// unfused path lowers the nodes. `done` nodes are left alone.
 std::optional<ConvLowered> lower_conv_fused(Lowering& L, int i, const std::vector<ir::Node>& nodes, const Uses& uses,
                                             const LowerOptions& opt, const std::vector<bool>& done);
+
+/// Whether constant `v` holds one value per output channel of a
+/// convolution's output y (`ydims`, channel axis `axis`), of dtype `dt`,
+/// broadcasting against y like an ONNX Conv's B: every dim 1 except the
+/// channel's, right-aligned (fuse_conv.cpp).
+bool is_channel_bias(const ir::Value& v, const std::vector<int64_t>& ydims, size_t axis, DType dt);
+
+/// Estimated time (ms) of the element-wise kernel that an epilogue fused
+/// into convolution `s` saves: it reads y (and z with ep.residual) and
+/// writes y at ~2.5 TB/s, plus ~3 us of launch and tail (fuse_conv.cpp).
+double epilogue_kernel_ms(const ConvSpec& s, const ConvEpilogue& ep);
+
+/// Constant `t` (any element type) permuted like ONNX Transpose(perm)
+/// (layout_nhwc.cpp).
+Tensor permute_constant(const Tensor& t, const std::vector<int64_t>& perm);
+
+/// A depthwise 2-D convolution (group == C_in == C_out: channel multiplier
+/// 1; dilation 1; symmetric pads) with the epilogue fused into it, as
+/// gen_dwconv.cpp's kernel computes it, in float:
+/// y = act(conv(x, w) + bias). NHWC: x [N, H, W, C], y [N, OH, OW, C], w
+/// [R, S, C]; NCHW: x [N, C, H, W], y [N, C, OH, OW], w [C, 1, R, S]; bias [C].
+/// x, w, bias and y share `dtype` (float32, float16 or bfloat16).
+struct DwConvSpec {
+  DType dtype = DType::f32;
+  bool nhwc = false;
+  int64_t n = 1, c = 1, h = 1, w = 1, oh = 1, ow = 1, r = 1, s = 1;
+  int64_t stride_h = 1, stride_w = 1, pad_h = 0, pad_w = 0;
+  bool bias = false;                 ///< a bias input follows w
+  bool relu = false;                 ///< Relu after the bias
+  std::optional<float> lo, hi;       ///< Clip's bounds after the bias (absent: none)
+  int64_t pixels = 1;                ///< NHWC: outputs per thread along W (1, 2 or 4); NCHW: 1
+
+  /// Channels per thread where every pointer is aligned for it (NHWC: 4, 2
+  /// or 1 as C allows; NCHW: 1). Misaligned pointers take a one-channel path.
+  int64_t vec() const;
+  /// Work items of the vectorized loop (one thread's share each).
+  int64_t items() const;
+  /// Everything the kernel's code depends on, `pixels` included.
+  std::string key() const;
+};
+
+/// Block size of the depthwise kernel (threads; __launch_bounds__).
+inline constexpr int64_t kDwConvBlock = 256;
+
+/// The CUDA C++ of `s`'s kernel, `extern "C" __global__` named `fn`, taking
+/// (x, w, [bias], y); a grid-stride loop, so any grid computes the same result.
+std::string dwconv_source(const DwConvSpec& s, const std::string& fn);
+
+/// Whether KILN_CUDA_DWCONV lets the lowering use the kernel: "0" never
+/// (a measurement aid, like KILN_CUDA_CONV_GRAPH), "1" for every depthwise
+/// convolution it takes (tests), anything else or unset: decided
+/// (lower_depthwise_convs).
+enum class DwConvMode { off, always, decide };
+DwConvMode dwconv_mode();
+
+/// One launch of a generated kernel to time: its function, grid and block
+/// (x only) and the bytes of each pointer parameter, in order.
+struct TimedLaunch {
+  std::string fn;
+  int64_t grid = 1, block = 1;
+  std::vector<size_t> param_bytes;
+};
+
+/// Compiles `source` (the kernels only: the prelude is added) with NVRTC for
+/// opt.arch and times each launch on opt.device on zeroed buffers (10
+/// launches per timing, 5 timings, exhaustive 10; the median): ms per
+/// launch, in the order given. Throws Error when NVRTC or a driver call fails.
+std::vector<float> time_kernel_launches(const std::string& source, const std::vector<TimedLaunch>& launches,
+                                        const LowerOptions& opt);
+
+/// Lowers every depthwise Conv of the main graph (`nodes`, before lowering;
+/// ONNX domain, 2-D, group == C == K, dilation 1, symmetric pads, strides 1
+/// or 2, kernel at most 15x15, bias split off, NHWC or NCHW, one float
+/// dtype, not `done`) to a kiln.cuda.Kernel running dwconv_source, absorbing
+/// a following Add of a per-channel constant (the bias) and then a Relu or a
+/// Clip with constant bounds (each read only by the next, not a graph
+/// output), when kiln's kernel is chosen over cuDNN:
+///  - KILN_CUDA_DWCONV=0: never; =1: always;
+///  - with a device and fast / exhaustive tuning: the kernel with the rule's
+///    outputs per thread and with 4 is timed, and the faster is kept when it beats
+///    cuDNN's best time for the convolution (graph and legacy API), plus the
+///    estimated element-wise kernel a fused Clip saves (cuDNN fuses no Clip);
+///  - otherwise (cross-compiling, heuristic tuning): 16-bit at batch >= 8.
+/// Decisions are memoized per problem, device and tuning mode (counted in
+/// L.tuning). Returns the lowered nodes, each with the ONNX nodes it absorbed.
+std::vector<ConvLowered> lower_depthwise_convs(Lowering& L, const std::vector<ir::Node>& nodes, const Uses& uses,
+                                               const LowerOptions& opt, const std::vector<bool>& done);
 
 }  // namespace kiln::targets::cuda
