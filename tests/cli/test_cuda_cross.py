@@ -35,8 +35,10 @@ def test_cross_compile_for_sm90_writes_a_complete_artifact(kiln, demo_onnx, tmp_
     # demo.onnx: two convolutions and one Gemm, none decided without the GPU;
     # cross-compiled convolutions keep cuDNN's legacy API (the graph API's
     # engines are chosen on a GPU).
+    # No depthwise convolution among them (kiln's kernel or cuDNN's).
     assert ins.json()["library_algorithms"] == {"stored": 0, "chosen_at_load": 3, "cudnn_graph_convolutions": 0,
-                                                "fused_epilogues": 0, "serialized_plans": 0}
+                                                "fused_epilogues": 0, "serialized_plans": 0,
+                                                "depthwise_convolutions": {"kiln_kernel": 0, "cudnn": 0}}
     # The program's kernels decoded and matched against its nodes' cubin digest.
     k = ins.json()["kernels"]
     assert k["programs"] == 1 and k["cubins"] == 1 and k["arch"] == "sm_90" and k["cubin_bytes"] > 0, k
