@@ -135,6 +135,10 @@ artifact::CompiledProgram check_compiles(const ModelBuilder& b, const Kind& k, c
     bool noted = false;
     for (auto& n : r.notes) noted |= n.find("control flow") != std::string::npos;
     EXPECT_TRUE(noted) << what << ": the 16-bit share note does not say why the node is float32";
+    // The precision check runs main graphs only: skipped, saying so.
+    auto check = nlohmann::json::parse(cp.metadata_json).at("precision_check");
+    EXPECT_EQ(check.value("state", ""), "skipped") << check.dump();
+    EXPECT_NE(check.value("reason", "").find("If, Loop and Scan run in float32"), std::string::npos) << check.dump();
   }
   return cp;
 }
