@@ -247,6 +247,12 @@ TEST(CudaPrecision, ArtifactsRecordPrecisionAndNodeDtypes) {
     auto cp = artifact::read_file(art);
     int gemms = 0, convs = 0;
     for (auto& n : cp.model.main.nodes) {
+      // A depthwise convolution may run on kiln's generated kernel (timed
+      // against cuDNN): a Kernel whose function is a dwconv, no dtype attribute.
+      if (n.domain == "kiln.cuda" && n.op_type == "Kernel" && n.s("fn", "").find("dwconv") != std::string::npos) {
+        ++convs;
+        continue;
+      }
       if (n.domain != "kiln.cuda" || (n.op_type != "Gemm" && n.op_type != "Conv")) continue;
       (n.op_type == "Gemm" ? gemms : convs)++;
       EXPECT_EQ(n.s("dtype", "?"), dtype) << n.label();

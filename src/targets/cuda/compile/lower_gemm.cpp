@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <map>
 
@@ -66,6 +67,13 @@ Tensor broadcast_batches(const Tensor& t, const std::vector<int64_t>& have, cons
   }
   return out;
 }
+/// Measurement aids (docs/cuda.md, as KILN_CUDA_CONV_GRAPH): `NAME=0` turns
+/// the rewrite off.
+bool env_on(const char* name) {
+  const char* e = std::getenv(name);
+  return !(e && std::string(e) == "0");
+}
+
 /// A constant B ([k, n], not transposed, one batch) whose rows are not
 /// 16-byte aligned (n * element size % 16 != 0: a vocabulary of 50257) is
 /// stored transposed ([n, k], trans_b) when its columns are (k * element
@@ -341,7 +349,7 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
   // in float32 straight from its float32 accumulator. That saves a kernel
   // and a 16-bit copy of the result (GPT-2 at batch 32: 412 MB of logits),
   // and skips a rounding. Without bias and C: their type would follow D's.
-  if (is_half(dt) && !s.has_bias && !s.has_c)
+  if (is_half(dt) && !s.has_bias && !s.has_c && env_on("KILN_CUDA_GEMM_OUT_CAST"))
     if (int j = single_reader(y); j >= 0) {
       const ir::Node& cast = m.main.nodes[j];
       if (cast.domain.empty() && cast.op_type == "Cast" && cast.i("to", 0) == 1 /* FLOAT */ &&
@@ -351,7 +359,7 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
         out.absorbed.push_back(j);
       }
     }
-  transpose_misaligned_b(L, g, s);
+  if (env_on("KILN_CUDA_GEMM_TRANSPOSE_B")) transpose_misaligned_b(L, g, s);
   if (s.has_bias) g.inputs.push_back(bias);
   if (s.has_c) g.inputs.push_back(c);
   g.outputs = {y};
