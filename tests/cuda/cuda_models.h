@@ -269,10 +269,9 @@ ModelBuilder conv_if_model();
 ModelBuilder conv_loop_model(int64_t trips = 3);
 
 /// An LM head (opset 17): x float32 [3,5,16] -> logits = MatMul(x, W[16,9])
-/// [3,5,9]. n = 9 rows of B are not 16-byte aligned in 16 bits (and k = 16
-/// columns are): the cuda target stores W transposed; in a 16-bit program
-/// the Cast of the logits back to float32 is fused into the matmul
-/// (out_dtype float32).
+/// [3,5,9] (n = 9: rows not 16-byte aligned, like GPT-2's vocabulary). In a
+/// 16-bit program the Cast of the logits back to float32 is fused into the
+/// matmul (out_dtype float32).
 ModelBuilder lm_head_model();
 
 }  // namespace kiln::testing

@@ -67,42 +67,15 @@ Tensor broadcast_batches(const Tensor& t, const std::vector<int64_t>& have, cons
   }
   return out;
 }
-/// Measurement aids (docs/cuda.md, as KILN_CUDA_CONV_GRAPH): `NAME=0` turns
-/// the rewrite off.
+/// Measurement aid (as KILN_CUDA_CONV_GRAPH): `NAME=0` turns the rewrite off.
+/// (Storing a misaligned constant B transposed, [n, k] with trans_b, was
+/// tried for GPT-2's LM head (n 50257) and measured slower on the H200:
+/// 3.11 ms against 2.55 ms for m 4096, k 768, fp16; so B keeps its layout.)
 bool env_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::string(e) == "0");
 }
 
-/// A constant B ([k, n], not transposed, one batch) whose rows are not
-/// 16-byte aligned (n * element size % 16 != 0: a vocabulary of 50257) is
-/// stored transposed ([n, k], trans_b) when its columns are (k * element
-/// size % 16 == 0). cuBLASLt's fast kernels need 16-byte aligned leading
-/// dimensions; on the H200 GPT-2's LM head at batch 32 (m 4096, n 50257,
-/// k 768, fp16) took 2.5 ms with B as [k, n]. This is the layout
-/// torch.nn.Linear's weight has.
-void transpose_misaligned_b(Lowering& L, ir::Node& g, GemmSpec& s) {
-  ir::Model& m = L.model;
-  const ir::Value& bv = m.value(g.inputs[1]);
-  const size_t es = dtype_size(s.dtype);
-  if (s.trans_b || s.batch != 1 || !bv.constant || bv.constant->shape().size() != 2 ||
-      bv.constant->shape() != std::vector<int64_t>{s.k, s.n} || (static_cast<size_t>(s.n) * es) % 16 == 0 ||
-      (static_cast<size_t>(s.k) * es) % 16 != 0)
-    return;
-  const Tensor& t = *bv.constant;
-  Tensor tt(t.dtype(), {s.n, s.k});
-  const auto* src = static_cast<const uint8_t*>(t.raw());
-  auto* dst = static_cast<uint8_t*>(tt.raw());
-  for (int64_t r = 0; r < s.k; ++r)
-    for (int64_t c = 0; c < s.n; ++c)
-      std::memcpy(dst + static_cast<size_t>(c * s.k + r) * es, src + static_cast<size_t>(r * s.n + c) * es, es);
-  ir::Value nv = bv;
-  nv.name += "_transposed";
-  nv.constant = std::move(tt);
-  nv.shape = ir::Shape{ir::Dim{s.n, ""}, ir::Dim{s.k, ""}};
-  g.inputs[1] = m.add_value(std::move(nv));
-  s.trans_b = true;
-}
 }  // namespace
 
 int expand_matmul_batches(ir::Model& m) {
@@ -359,7 +332,6 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
         out.absorbed.push_back(j);
       }
     }
-  if (env_on("KILN_CUDA_GEMM_TRANSPOSE_B")) transpose_misaligned_b(L, g, s);
   if (s.has_bias) g.inputs.push_back(bias);
   if (s.has_c) g.inputs.push_back(c);
   g.outputs = {y};
