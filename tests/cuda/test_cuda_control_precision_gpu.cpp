@@ -27,6 +27,7 @@
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
+#include "gpu_compare.h"
 #include "kiln/compile.h"
 #include "kiln/errors.h"
 #include "kiln/session.h"
@@ -77,28 +78,6 @@ Tensor input(float sign, float phase) {
   return t;
 }
 
-/// Largest |got - want| / (tol * scale + tol * |want|) (> 1: out of
-/// tolerance); a failure for the first few bad elements.
-double expect_within(const Tensor& got, const Tensor& want, const std::string& what, double tol) {
-  EXPECT_EQ(got.shape(), want.shape()) << what;
-  EXPECT_EQ(got.dtype(), DType::f32) << what;
-  if (got.shape() != want.shape() || got.dtype() != DType::f32) return INFINITY;
-  double scale = 1;
-  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(double(want.data<float>()[i])));
-  double worst = 0;
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    const double g = got.data<float>()[i], w = want.data<float>()[i];
-    double ratio = std::fabs(g - w) / (tol * scale + tol * std::fabs(w));
-    if (!(ratio <= 1)) {
-      if (bad++ < 5) ADD_FAILURE() << what << "[" << i << "]: cuda " << g << ", ref " << w << " (scale " << scale << ")";
-      ratio = std::isnan(ratio) ? INFINITY : ratio;
-    }
-    worst = std::max(worst, ratio);
-  }
-  return worst;
-}
-
 /// Compiles `b` as kind `k` for this GPU, checks it holds one kiln.cuda
 /// `op` and no host segment, and runs each input set on it (graph twice,
 /// then profiled) and on the ref target, comparing every output.
@@ -122,10 +101,10 @@ void check_against_ref(const kiln::testing::ModelBuilder& b, const Kind& k, cons
       RunProfile prof;
       const auto got = pass < 2 ? gpu.run(inputs[i]) : gpu.run(inputs[i], &prof);
       for (auto& [name, t] : want)
-        worst = std::max(worst, expect_within(got.at(name), t,
+        worst = std::max(worst, kiln::testing::expect_within(got.at(name), t,
                                               what + " input " + std::to_string(i) + " " + name +
                                                   (pass < 2 ? " (graph)" : " (profiled)"),
-                                              k.tol));
+                                              kiln::testing::Tol{k.tol, k.tol}));
     }
   }
   std::printf("%s: worst error %.2f of the tolerance %.0e over %zu input(s)\n", what.c_str(), worst, k.tol,
@@ -258,7 +237,7 @@ TEST(CudaControlPrecisionProgram, SileroVadIfRunsOnTheDevice) {
             EXPECT_LE(d, 1e-3 * m) << what;
             rel = std::max(rel, m > 0 ? d / m : d);
           } else {
-            worst = std::max(worst, expect_within(got.at(name), w, what, k->tol));
+            worst = std::max(worst, kiln::testing::expect_within(got.at(name), w, what, kiln::testing::Tol{k->tol, k->tol}));
           }
         }
         state = want.at("stateN");

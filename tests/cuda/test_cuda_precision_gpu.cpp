@@ -27,6 +27,7 @@
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
+#include "gpu_compare.h"
 #include "nhwc_models.h"
 #include "kiln/compile.h"
 #include "kiln/errors.h"
@@ -37,9 +38,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-struct Tol {
-  double rtol, atol;
-};
 constexpr Tol kFp16{2e-2, 2e-2};
 constexpr Tol kBf16{1e-1, 1e-1};
 constexpr Tol kTf32{1e-2, 1e-2};
@@ -57,28 +55,6 @@ SessionOptions make_options(Target t, Precision p = Precision::fp32, bool tf32 =
   o.allow_tf32 = tf32;
   o.use_cache = false;
   return o;
-}
-
-/// Largest |got - want| / (atol * scale + rtol * |want|) over the elements
-/// (> 1: out of tolerance); adds a failure for the first few bad elements.
-double expect_within(const Tensor& got, const Tensor& want, const std::string& what, Tol tol) {
-  EXPECT_EQ(got.shape(), want.shape()) << what;
-  EXPECT_EQ(got.dtype(), DType::f32) << what << ": the model's outputs stay float32";
-  if (got.shape() != want.shape() || got.dtype() != DType::f32) return INFINITY;
-  double scale = 1;
-  for (int64_t i = 0; i < want.numel(); ++i) scale = std::max(scale, std::fabs(double(want.data<float>()[i])));
-  double worst = 0;
-  int bad = 0;
-  for (int64_t i = 0; i < want.numel(); ++i) {
-    double g = got.data<float>()[i], w = want.data<float>()[i];
-    double ratio = std::fabs(g - w) / (tol.atol * scale + tol.rtol * std::fabs(w));
-    if (!(ratio <= 1)) {
-      if (bad++ < 5) ADD_FAILURE() << what << "[" << i << "]: cuda " << g << ", ref " << w << " (scale " << scale << ")";
-      ratio = std::isnan(ratio) ? INFINITY : ratio;
-    }
-    worst = std::max(worst, ratio);
-  }
-  return worst;
 }
 
 /// One model with its inputs (and fixed shapes, if any).
