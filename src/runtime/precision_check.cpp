@@ -10,13 +10,16 @@
 #include <limits>
 #include <random>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "runtime/precision_check_run.h"
+#include "runtime/precision_selection.h"
 #include "runtime/program.h"
 #include "runtime/sample_inputs.h"
 #include "support/error.h"
 #include "support/log.h"
 #ifdef KILN_WITH_CUDA
+#include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/precision.h"
 #endif
 
@@ -167,6 +170,37 @@ std::map<std::string, Tensor> sample_inputs(const ir::Model& m, const std::map<s
 #ifdef KILN_WITH_CUDA
 using targets::cuda::precision_node_key;
 
+/// What node `n` reads: its inputs and, for an If / Loop / Scan, the values
+/// its bodies read (the outer ones among them are its float inputs too;
+/// values made in a body are never compared, so they count for nothing).
+std::vector<ir::ValueId> float_reads(const ir::Node& n) {
+  std::vector<ir::ValueId> out;
+  for (auto v : n.inputs)
+    if (v != ir::kNoValue) out.push_back(v);
+  if (targets::cuda::is_control_flow(n))
+    targets::cuda::for_each_body_read(n, [&](const ir::ValueId& v) { out.push_back(v); });
+  return out;
+}
+
+/// Per main-graph node of `m`, whether it feeds one of `targets` (value
+/// ids), through its outputs or what the bodies it feeds read.
+std::vector<bool> feeding(const ir::Model& m, const std::vector<ir::ValueId>& targets) {
+  std::vector<int> producer(m.values.size(), -1);
+  for (size_t i = 0; i < m.main.nodes.size(); ++i)
+    for (auto v : m.main.nodes[i].outputs)
+      if (v != ir::kNoValue) producer[v] = static_cast<int>(i);
+  std::vector<bool> feeds(m.main.nodes.size(), false);
+  std::vector<ir::ValueId> todo = targets;
+  while (!todo.empty()) {
+    const ir::ValueId v = todo.back();
+    todo.pop_back();
+    if (v == ir::kNoValue || producer[v] < 0 || feeds[static_cast<size_t>(producer[v])]) continue;
+    feeds[static_cast<size_t>(producer[v])] = true;
+    for (auto u : float_reads(m.main.nodes[static_cast<size_t>(producer[v])])) todo.push_back(u);
+  }
+  return feeds;
+}
+
 /// One round: the 16-bit program with `keep` in float32, emulated; the
 /// error of every value it shares with `ref` (by name).
 std::unordered_map<std::string, ValueError> emulated_errors(const ir::Model& m, DType to,
@@ -175,7 +209,8 @@ std::unordered_map<std::string, ValueError> emulated_errors(const ir::Model& m, 
                                                             const std::unordered_map<std::string, Tensor>& ref,
                                                             int threads,
                                                             std::unordered_map<std::string, DType>& dtypes,
-                                                            targets::cuda::ConvertedConstants& constants) {
+                                                            targets::cuda::ConvertedConstants& constants,
+                                                            const std::unordered_set<std::string>& excluded) {
   ir::Model conv = m;
   targets::cuda::convert_precision(conv, to, keep, &constants);  // the weights converted once for all rounds
   dtypes.clear();
@@ -185,7 +220,8 @@ std::unordered_map<std::string, ValueError> emulated_errors(const ir::Model& m, 
   std::unordered_map<std::string, ValueError> errors;
   run_for_check(conv, inputs, round, threads, [&](ir::ValueId id, const Tensor& t) {
     auto it = ref.find(conv.value(id).name);
-    if (it != ref.end() && comparable(t, it->second)) errors[it->first] = value_error(t, it->second);
+    if (it != ref.end() && comparable(t, it->second) && !excluded.count(it->first))
+      errors[it->first] = value_error(t, it->second);
   });
   return errors;
 }
@@ -202,14 +238,19 @@ std::unordered_map<std::string, ValueError> emulated_errors(const ir::Model& m, 
 /// the emulation on mobilenet_v2 (152 nodes, output error 1.98e-2): the 8
 /// earliest -> 1.31e-2, 24 -> 6.9e-3; ranking by the error each node adds, or
 /// latest first, needed 109 and 150 nodes.
+/// `feeds` (empty: every node): per main-graph node, whether it feeds the
+/// check's outputs (with a selection, nodes that only feed selection-
+/// dependent values are no candidates).
 std::vector<PrecisionCheckNode> accumulating(const ir::Model& m,
                                              const std::unordered_map<std::string, ValueError>& errors,
                                              const std::unordered_map<std::string, DType>& dtypes,
                                              const std::set<std::string>& keep, const Bound& b, int round,
-                                             int accumulation_round, double out_error) {
+                                             int accumulation_round, double out_error, const std::vector<bool>& feeds) {
   std::vector<const ir::Node*> cands;
-  for (const ir::Node& n : m.main.nodes) {
+  for (size_t i = 0; i < m.main.nodes.size(); ++i) {
+    const ir::Node& n = m.main.nodes[i];
     if (n.domain.empty() && kMoves.count(n.op_type)) continue;  // moves bits, rounds nothing
+    if (!feeds.empty() && !feeds[i]) continue;  // after a selection only: its rounding reaches no compared output
     if (keep.count(precision_node_key(m, n))) continue;
     bool sixteen = false;
     for (auto v : n.outputs)
@@ -271,8 +312,8 @@ std::vector<PrecisionCheckNode> amplifying(const ir::Model& m, const std::unorde
           err = std::max(err, e->error);
         }
     double in_err = b.unit;
-    for (auto v : n.inputs)
-      if (v != ir::kNoValue && m.value(v).dtype == DType::f32)
+    for (auto v : float_reads(n))
+      if (m.value(v).dtype == DType::f32)
         if (const ValueError* e = error_of(v)) in_err = std::max(in_err, e->error);
     if (!any || !(err > b.rtol)) continue;
     const std::string key = precision_node_key(m, n);
@@ -299,7 +340,10 @@ std::vector<PrecisionCheckNode> amplifying(const ir::Model& m, const std::unorde
             ? std::string("its 16-bit result is not finite where the float32 one is")
             : fmt::format("amplifies the 16-bit rounding of its inputs: error {} of its scale from {} ({:.0f}x)",
                           sci(err), sci(in_err), err / in_err);
-    add(n, reason, err, in_err);
+    // An If / Loop / Scan runs float32 already (its bodies as written):
+    // what it amplifies is the rounding of the values it reads.
+    const bool control = targets::cuda::is_control_flow(n);
+    if (!control) add(n, reason, err, in_err);
     // The nearest 16-bit computing producers of its float inputs.
     std::set<int> seen;
     std::function<void(ir::ValueId)> back = [&](ir::ValueId v) {
@@ -310,14 +354,16 @@ std::vector<PrecisionCheckNode> amplifying(const ir::Model& m, const std::unorde
       auto dt = dtypes.find(m.value(v).name);
       const bool f32_already = keep.count(precision_node_key(m, pn)) || (dt != dtypes.end() && dt->second == DType::f32);
       if (f32_already || (pn.domain.empty() && kMoves.count(pn.op_type))) {
-        for (auto u : pn.inputs) back(u);
+        for (auto u : float_reads(pn)) back(u);
         return;
       }
       const ValueError* pe = error_of(v);
-      add(pn, fmt::format("feeds '{}' ({}), which amplifies its 16-bit rounding", key, n.op_type),
+      add(pn,
+          control ? fmt::format("feeds '{}' ({}), whose float32 bodies amplify its 16-bit rounding", key, n.op_type)
+                  : fmt::format("feeds '{}' ({}), which amplifies its 16-bit rounding", key, n.op_type),
           pe ? pe->error : 0, b.unit);
     };
-    for (auto v : n.inputs) back(v);
+    for (auto v : float_reads(n)) back(v);
   }
   return out;
 }
@@ -336,16 +382,26 @@ std::string PrecisionCheckResult::note() const {
   if (state == "skipped") return fmt::format("precision check ({}) skipped: {}", precision, reason);
   if (kept.empty())
     return fmt::format("precision check ({}): no node amplifies 16-bit rounding ({} nodes, outputs within {} of "
-                       "their scale on {} inputs)",
-                       precision, nodes, sci(output_error_after), inputs);
+                       "their scale on {} inputs){}",
+                       precision, nodes, sci(output_error_after), inputs, selection_note());
   std::string list;
   for (size_t i = 0; i < kept.size() && i < 8; ++i)
     list += fmt::format("{}{} ({})", i ? ", " : "", kept[i].node, kept[i].op);
   if (kept.size() > 8) list += fmt::format(", ... ({} more)", kept.size() - 8);
-  return fmt::format("precision check ({}): kept {} of {} nodes in float32: {}; first: {} {}; output error {} -> {} "
+  return fmt::format("precision check ({}): kept {} of {} nodes in float32: {}; first: {} {}; output error {} -> {}{} "
                      "(`kiln inspect` lists each and why)",
                      precision, kept.size(), nodes, list, kept[0].node, kept[0].reason, sci(output_error_before),
-                     sci(output_error_after));
+                     sci(output_error_after), selection_note());
+}
+
+std::string PrecisionCheckResult::selection_note() const {
+  if (boundaries.empty()) return "";
+  std::string list;
+  for (size_t i = 0; i < boundaries.size() && i < 4; ++i)
+    list += fmt::format("{}{} ({})", i ? ", " : "", boundaries[i].node, boundaries[i].op);
+  if (boundaries.size() > 4) list += fmt::format(", ... ({} more)", boundaries.size() - 4);
+  return fmt::format("; {} selection-dependent values not compared, bounded by {} selecting node(s): {}",
+                     selection_dependent, boundaries.size(), list);
 }
 
 nlohmann::json PrecisionCheckResult::to_json() const {
@@ -359,6 +415,16 @@ nlohmann::json PrecisionCheckResult::to_json() const {
     j.update({{"method", method}, {"inputs", inputs}, {"bound", bound}, {"growth", growth}, {"nodes", nodes},
               {"rounds", rounds}, {"output_error_before", number(output_error_before)},
               {"output_error_after", number(output_error_after)}, {"kept", k}, {"ms", ms}});
+    // Optional fields (absent in older artifacts, and for models without
+    // control flow or selection, whose JSON stays what it was).
+    if (control_flow) j["control_flow"] = control_flow;
+    if (!boundaries.empty()) {
+      nlohmann::json bs = nlohmann::json::array();
+      for (auto& sb : boundaries)
+        bs.push_back({{"node", sb.node}, {"op", sb.op}, {"values", sb.values}, {"error", number(sb.error)}});
+      j["selection_dependent"] = selection_dependent;
+      j["boundaries"] = bs;
+    }
   }
   return j;
 }
@@ -383,33 +449,47 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
   r.reason = "this kiln was built without the cuda target";
   return r;
 #else
-  for (auto& n : m.main.nodes)
-    for (auto& [k, a] : n.attrs)
-      if (std::holds_alternative<std::shared_ptr<ir::Graph>>(a)) {
-        r.state = "skipped";
-        // The cuda precision pass keeps control flow and its bodies float32
-        // (precision.h), so what the check would weigh are the other nodes;
-        // its executor runs main graphs only.
-        r.reason = fmt::format("{} has a subgraph (the check runs main graphs only; If, Loop and Scan run in float32 "
-                               "with their bodies, the other nodes follow the precision policy)",
-                               n.label());
-        return r;
-      }
+  for (auto& n : m.main.nodes) r.control_flow += targets::cuda::is_control_flow(n) ? 1 : 0;
   try {
     const auto inputs = sample_inputs(m, given, r.inputs);
     std::unordered_map<std::string, Tensor> ref;
     run_for_check(m, inputs, {}, threads, [&](ir::ValueId id, const Tensor& t) { ref[m.value(id).name] = t; });
+    // Discrete selection (precision_selection.h): selection-dependent
+    // values are not compared; the check's outputs are the model outputs
+    // that are not, and the float values deciding each selection.
+    const SelectionAnalysis sel = analyse_selection(m);
+    std::unordered_set<std::string> excluded;
+    std::vector<ir::ValueId> check_outputs;
+    for (size_t v = 0; v < sel.dependent.size(); ++v)
+      if (sel.dependent[v]) excluded.insert(m.values[v].name);
+    for (auto v : m.main.outputs)
+      if (!sel.dependent[v]) check_outputs.push_back(v);
+    for (auto& sb : sel.boundaries) {
+      PrecisionCheckBoundary pb{sb.node, sb.op, {}, 0};
+      for (auto v : sb.values) {
+        pb.values.push_back(m.value(v).name);
+        check_outputs.push_back(v);
+      }
+      r.boundaries.push_back(std::move(pb));
+    }
+    r.selection_dependent = sel.dependent_floats;
+    const std::vector<bool> feeds = sel.any() ? feeding(m, check_outputs) : std::vector<bool>{};
     std::set<std::string> keep;
     std::unordered_map<std::string, DType> dtypes;
     targets::cuda::ConvertedConstants constants;
     int accumulation_rounds = 0;
     double previous = 0;
     for (int round = 1; round <= kMaxRounds; ++round) {
-      const auto errors = emulated_errors(m, to, keep, inputs, ref, threads, dtypes, constants);
+      const auto errors = emulated_errors(m, to, keep, inputs, ref, threads, dtypes, constants, excluded);
       r.rounds = round;
       double out = 0;
-      for (auto v : m.main.outputs)
+      for (auto v : check_outputs)
         if (auto it = errors.find(m.value(v).name); it != errors.end()) out = std::max(out, it->second.error);
+      for (auto& pb : r.boundaries) {
+        pb.error = 0;
+        for (auto& name : pb.values)
+          if (auto it = errors.find(name); it != errors.end()) pb.error = std::max(pb.error, it->second.error);
+      }
       if (round == 1) r.output_error_before = out;
       r.output_error_after = out;
       log().debug("precision check round {}: output error {} with {} nodes kept", round, sci(out), keep.size());
@@ -425,7 +505,7 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
       if (out > target && (more.empty() || stalled)) {
         std::set<std::string> flagged;
         for (auto& k : more) flagged.insert(k.node);
-        for (auto& k : accumulating(m, errors, dtypes, keep, b, round, ++accumulation_rounds, out))
+        for (auto& k : accumulating(m, errors, dtypes, keep, b, round, ++accumulation_rounds, out, feeds))
           if (flagged.insert(k.node).second) more.push_back(std::move(k));
       }
       previous = out;
@@ -438,6 +518,8 @@ PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::ma
     r.state = "skipped";
     r.reason = fmt::format("the ref kernels cannot run it: {}", e.what());
     r.kept.clear();
+    r.boundaries.clear();
+    r.selection_dependent = 0;
   }
   r.ms = sw.ms();
   log().info("{} ({:.0f} ms)", r.note(), r.ms);

@@ -25,6 +25,20 @@
 // nodes already float32): their rounding is what it amplifies. The check
 // then runs again with those nodes in float32, up to kMaxRounds times, until
 // no node amplifies.
+//
+// If / Loop / Scan run with their bodies as written (float32, as on cuda;
+// precision_check_run.h); their outputs are compared, their bodies' values
+// are not, and a control-flow node whose outputs amplify what it reads (its
+// inputs and the outer values its bodies read) keeps the 16-bit nodes
+// feeding it in float32 (it is float32 already).
+//
+// Discrete selection (precision_selection.h: TopK / ArgMax / NMS / NonZero
+// indices, a Gather by them, an If on a comparison of float data) is a
+// boundary, not an amplifier: selection-dependent values are not compared,
+// and the output error that drives the accumulation rule is taken over the
+// model outputs that are not selection-dependent and the float values
+// deciding each selection (PrecisionCheckResult::boundaries). A model
+// without selecting nodes is checked exactly as before.
 #pragma once
 #include <map>
 #include <set>
@@ -48,6 +62,16 @@ struct PrecisionCheckNode {
   int round = 0;           ///< 1-based round of the check that kept it
 };
 
+/// A selecting node that bounds the check (precision_selection.h): what
+/// follows its choice is not compared; the float values deciding it are
+/// among the check's outputs.
+struct PrecisionCheckBoundary {
+  std::string node;                 ///< precision_node_key of the selecting node
+  std::string op;                   ///< its ONNX op_type
+  std::vector<std::string> values;  ///< the float values deciding its choice (names; may be empty)
+  double error = 0;                 ///< their max relative error in the check's last round
+};
+
 /// What the precision check did; stored in the artifact's metadata JSON
 /// ("precision_check") and shown by `kiln inspect`.
 struct PrecisionCheckResult {
@@ -63,11 +87,16 @@ struct PrecisionCheckResult {
   double output_error_before = 0;  ///< max relative error over the model's outputs, nothing kept
   double output_error_after = 0;   ///< the same with the kept nodes in float32
   std::vector<PrecisionCheckNode> kept;
+  int control_flow = 0;         ///< If / Loop / Scan nodes run with their (float32) bodies
+  int selection_dependent = 0;  ///< float values not compared: they depend on a selection (see boundaries)
+  std::vector<PrecisionCheckBoundary> boundaries;  ///< the selecting nodes, graph order (empty: none)
   double ms = 0;
   /// The precision_node_key of every kept node.
   std::set<std::string> keep_set() const;
   /// One line for notes: what was kept and why, or that nothing was.
   std::string note() const;
+  /// "; N selection-dependent values not compared, bounded by ...", or "" without boundaries.
+  std::string selection_note() const;
   nlohmann::json to_json() const;
 };
 
@@ -79,8 +108,10 @@ struct PrecisionCheckResult {
 /// Random inputs: floats uniform in [0, 1), integers in [0, 9] and below the
 /// axis size of any Gather they index (token ids), all ones for an integer
 /// input whose name contains "mask"; seed 0.
-/// Never throws for a model the ref kernels cannot run (subgraphs, an
-/// operator without a reference kernel, an input it cannot make): the
+/// If / Loop / Scan run with their bodies as written (float32, as on cuda);
+/// their outputs are compared, their bodies' values are not.
+/// Never throws for a model the ref kernels cannot run (an operator without
+/// a reference kernel, in a body too, an input it cannot make): the
 /// result is "skipped" with the reason; throws Error(internal) for `to`
 /// another dtype. `threads` > 0 limits the ref runs' threads.
 PrecisionCheckResult check_precision(const ir::Model& m, DType to, const std::map<std::string, Tensor>& given,

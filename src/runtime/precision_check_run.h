@@ -1,6 +1,7 @@
 // The executor of the precision check (precision_check.h): one run of a
 // main graph on the ref kernels, node by node, with the 16-bit values of the
-// emulated program rounded in place where their node writes them.
+// emulated program rounded in place where their node writes them (If / Loop /
+// Scan bodies included, run as written: they are float32 on cuda).
 //
 // It is the ref target's execution (targets::bind_kernel "ref", the same
 // kernels and OpenMP thread count as a ref Program), with their matrix
@@ -28,15 +29,19 @@ namespace kiln {
 /// copy keeps the buffer alive) but must not write to it.
 using CheckObserver = std::function<void(ir::ValueId value, const Tensor& t)>;
 
-/// Runs `m`'s main graph (static shapes, no subgraphs) on `inputs` (by
-/// name, every main-graph input; dtypes and shapes as the model's: not
-/// checked). `round`: per value id (may be shorter than m.values, or empty),
+/// Runs `m`'s main graph (static shapes) on `inputs` (by name, every
+/// main-graph input; dtypes and shapes as the model's: not checked). If /
+/// Loop / Scan run on the ref target's control-flow kernels
+/// (ops/control_flow.cpp), their bodies node by node on the ref kernels as
+/// written (float32 on cuda: never rounded, never observed); the
+/// control-flow node's outputs are observed like any other node's.
+/// `round`: per value id (may be shorter than m.values, or empty),
 /// DType::f16 / DType::bf16 to round that value's float32 elements to that
 /// type's nearest value (round_to_half / round_to_bf16) right after its node
 /// writes it, DType::undefined to leave it. `threads` > 0 sets the OpenMP
 /// threads of the run (restored after). Throws the kernels' errors naming
 /// the node, Error(unsupported) for an operator without a reference kernel
-/// or a node with a subgraph.
+/// (in a body too).
 void run_for_check(const ir::Model& m, const std::map<std::string, Tensor>& inputs, const std::vector<DType>& round,
                    int threads, const CheckObserver& observe);
 

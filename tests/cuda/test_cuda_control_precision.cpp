@@ -6,7 +6,8 @@
 // no host segment; its bodies are strict float32 NCHW (every float value a
 // body reads or writes is float32, no TF32 or channels-last library call in
 // them, outer values read as NCHW float32); the precision share lists the
-// node as float32 with its reason; Silero VAD (op18, an If on the sample
+// node as float32 with its reason; the precision check runs it (the If on
+// the data bounding the check); Silero VAD (op18, an If on the sample
 // rate around its whole body, value specialization off) compiles the same
 // way in fp16 when .models/silero_vad.onnx is there.
 // Running them on a GPU: test_cuda_control_precision_gpu.cpp.
@@ -14,6 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
 #include <filesystem>
 #include <set>
 
@@ -135,10 +137,23 @@ artifact::CompiledProgram check_compiles(const ModelBuilder& b, const Kind& k, c
     bool noted = false;
     for (auto& n : r.notes) noted |= n.find("control flow") != std::string::npos;
     EXPECT_TRUE(noted) << what << ": the 16-bit share note does not say why the node is float32";
-    // The precision check runs main graphs only: skipped, saying so.
+    // The precision check runs the node with its float32 bodies; an If on
+    // the data (conv_if_model's ReduceSum(c) > 0) bounds it: the sum
+    // deciding the branch is compared, what follows the If is not.
     auto check = nlohmann::json::parse(cp.metadata_json).at("precision_check");
-    EXPECT_EQ(check.value("state", ""), "skipped") << check.dump();
-    EXPECT_NE(check.value("reason", "").find("If, Loop and Scan run in float32"), std::string::npos) << check.dump();
+    EXPECT_EQ(check.value("state", ""), "checked") << check.dump();
+    EXPECT_EQ(check.value("control_flow", 0), 1) << check.dump();
+    if (std::string(op) == "If") {
+      const nlohmann::json b = check.value("boundaries", nlohmann::json::array());
+      EXPECT_EQ(b.size(), 1u) << check.dump();
+      if (b.size() == 1) {
+        EXPECT_EQ(b[0].value("node", ""), name) << check.dump();
+        EXPECT_EQ(b[0].at("values"), nlohmann::json::array({"s"})) << check.dump();
+      }
+    } else {
+      EXPECT_FALSE(check.contains("boundaries")) << check.dump();
+    }
+    EXPECT_LT(check.value("output_error_after", 1.0), k.precision == Precision::fp16 ? 1e-2 : 4e-2) << check.dump();
   }
   return cp;
 }
@@ -252,6 +267,16 @@ TEST(CudaControlPrecision, SileroVadFp16CompilesWithItsIfOnTheDevice) {
   EXPECT_EQ(cs[0]->op_type, "If");
   expect_float32_bodies(cp.model, *cs[0], {}, "silero");
   EXPECT_FALSE(share_entry(cp, cs[0]->name).is_null()) << cp.metadata_json;
+  // The precision check runs it; the If is on the integer sample rate (the
+  // same branch in both runs): no selection bounds the check.
+  auto check = nlohmann::json::parse(cp.metadata_json).at("precision_check");
+  EXPECT_EQ(check.value("state", ""), "checked") << check.dump();
+  EXPECT_EQ(check.value("control_flow", 0), 1) << check.dump();
+  EXPECT_FALSE(check.contains("boundaries")) << check.dump();
+  std::printf("silero op18 fp16 precision check: %zu of %d nodes kept, output error %s -> %s, %.0f ms\n",
+              check.value("kept", nlohmann::json::array()).size(), check.value("nodes", 0),
+              check["output_error_before"].dump().c_str(), check["output_error_after"].dump().c_str(),
+              check.value("ms", 0.0));
   // Each branch holds the model's convolutions and its LSTM's matmuls
   // (the exporter wrote the LSTM as Gemm, Sigmoid and Tanh nodes).
   for (const char* b : {"then_branch", "else_branch"}) {

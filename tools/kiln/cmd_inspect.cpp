@@ -72,6 +72,21 @@ void print_precision_check(const json& c) {
   for (auto& k : kept)
     std::printf("  %s (%s): %s\n", k.value("node", "").c_str(), k.value("op", "").c_str(),
                 k.value("reason", "").c_str());
+  // Optional (artifacts of models with If / Loop / Scan or a selection;
+  // absent in older artifacts).
+  if (c.contains("control_flow"))
+    std::printf("  %s If / Loop / Scan node(s) run with their float32 bodies\n", json_text(c["control_flow"]).c_str());
+  if (c.contains("boundaries")) {
+    std::printf("  %s selection-dependent values not compared; the check is bounded by the values deciding each "
+                "selection:\n",
+                json_text(c["selection_dependent"]).c_str());
+    for (auto& b : c["boundaries"]) {
+      std::string values;
+      for (auto& v : b["values"]) values += (values.empty() ? "" : ", ") + v.get<std::string>();
+      std::printf("  selection: %s (%s) decided by %s (error %s)\n", b.value("node", "").c_str(),
+                  b.value("op", "").c_str(), values.empty() ? "constants" : values.c_str(), num(b["error"]).c_str());
+    }
+  }
 }
 
 /// The 16-bit share of a 16-bit cuda artifact (inspect_artifact's

@@ -1,0 +1,343 @@
+// The precision check of models with control flow and discrete selection
+// (label `unit`, no GPU): If / Loop / Scan run in the check's executor with
+// their float32 bodies; values whose content depends on an index or a
+// branch chosen from float data are not compared, and the float values
+// deciding the choice bound the check instead (runtime/precision_selection.h).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "cuda_models.h"
+#include "runtime/precision_check.h"
+#include "runtime/precision_check_run.h"
+#include "runtime/precision_selection.h"
+#include "runtime/program.h"
+#include "targets/cuda/compile/precision.h"
+
+namespace kiln::testing {
+namespace {
+
+using targets::cuda::convert_precision;
+using targets::cuda::emulate_16bit;
+
+std::vector<std::string> kept_names(const PrecisionCheckResult& r) {
+  std::vector<std::string> v;
+  for (auto& k : r.kept) v.push_back(k.node);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+const PrecisionCheckNode* kept_node(const PrecisionCheckResult& r, const std::string& name) {
+  for (auto& k : r.kept)
+    if (k.node == name) return &k;
+  return nullptr;
+}
+
+/// Graph attribute `attr` of node `n`, holding `body`'s graph.
+void set_graph(onnx::NodeProto& n, const std::string& attr, ModelBuilder& body) {
+  auto* a = n.add_attribute();
+  a->set_name(attr);
+  a->set_type(onnx::AttributeProto::GRAPH);
+  *a->mutable_g() = body.graph();
+  a->mutable_g()->set_name(n.name() + "_" + attr);
+}
+
+/// sigmoid_head_model's first half on x float32 [1,4,8,8]: a, b = 1x1 Conv
+/// 'conv_a' / 'conv_b' + 100 (b's weights a's plus up to 0.05), near 100
+/// where fp16's spacing is 1/16, differing by ~0.1.
+void two_maps(ModelBuilder& b) {
+  b.input("x", 1, {1, 4, 8, 8});
+  std::vector<float> wa(32), wb(32), wc(32);
+  for (int i = 0; i < 32; ++i) {
+    wa[i] = std::sin(0.7f * i + 0.3f);
+    wb[i] = wa[i] + 0.05f * std::cos(1.3f * i);
+    wc[i] = 0.5f * std::sin(0.45f * i + 1.0f);
+  }
+  b.initializer("Wa", {8, 4, 1, 1}, wa);
+  b.initializer("Wb", {8, 4, 1, 1}, wb);
+  b.initializer("bias", {8}, std::vector<float>(8, 100.f));
+  b.initializer("k", {}, {50.f});
+  b.initializer("Wc", {4, 8, 1, 1}, wc);
+  for (const char* y : {"a", "b"}) {
+    auto& c = b.node("Conv", {"x", y == std::string("a") ? "Wa" : "Wb", "bias"}, {y}, std::string("conv_") + y);
+    ModelBuilder::attr_ints(c, "kernel_shape", {1, 1});
+  }
+}
+
+/// out = 1x1 Conv 'conv_out'(v, Wc) [1,4,8,8], the model's output.
+void conv_out(ModelBuilder& b, const std::string& v) {
+  auto& c = b.node("Conv", {v, "Wc"}, {"out"}, "conv_out");
+  ModelBuilder::attr_ints(c, "kernel_shape", {1, 1});
+  b.output("out", 1, {1, 4, 8, 8});
+}
+
+/// The sigmoid head (y = Sigmoid(50 (a - b)): 'sub', 'scale', 'sigmoid'),
+/// then an If on the data: cond = ReduceSum(y) 'ysum' > 128 'positive';
+/// then y * 2, else Tanh(y) -> branch; out = conv_out(branch).
+ModelBuilder data_if_head_model() {
+  ModelBuilder b(17);
+  two_maps(b);
+  b.node("Sub", {"a", "b"}, {"d"}, "sub");
+  b.node("Mul", {"d", "k"}, {"s"}, "scale");
+  b.node("Sigmoid", {"s"}, {"y"}, "sigmoid");
+  auto& sum = b.node("ReduceSum", {"y"}, {"ysum"}, "ysum");
+  ModelBuilder::attr_int(sum, "keepdims", 0);
+  b.initializer("half", {}, {128.f});
+  b.initializer("two", {}, {2.f});
+  b.node("Greater", {"ysum", "half"}, {"cond"}, "positive");
+  ModelBuilder then_b(17), else_b(17);
+  then_b.node("Mul", {"y", "two"}, {"then_out"}, "then_mul");
+  then_b.output("then_out", 1, {1, 8, 8, 8});
+  else_b.node("Tanh", {"y"}, {"else_out"}, "else_tanh");
+  else_b.output("else_out", 1, {1, 8, 8, 8});
+  auto& n = b.node("If", {"cond"}, {"branch"}, "if");
+  set_graph(n, "then_branch", then_b);
+  set_graph(n, "else_branch", else_b);
+  conv_out(b, "branch");
+  return b;
+}
+
+/// The head's subtraction inside the branches of an If on an integer input
+/// (flag int64 []: the same branch in both runs, no selection): then
+/// Sigmoid(50 (a - b)), else Sigmoid(50 (b - a)) -> branch; out =
+/// conv_out(branch). The If amplifies the rounding of the a and b it reads.
+ModelBuilder flag_if_head_model() {
+  ModelBuilder b(17);
+  two_maps(b);
+  b.input("flag", 7, {});
+  b.initializer_i64("one", {}, {1});
+  b.node("Equal", {"flag", "one"}, {"cond"}, "is_one");
+  ModelBuilder then_b(17), else_b(17);
+  for (auto [g, x, y, out] : {std::tuple{&then_b, "a", "b", "then_out"}, {&else_b, "b", "a", "else_out"}}) {
+    const std::string p = out;
+    g->node("Sub", {x, y}, {p + "_d"}, p + "_sub");
+    g->node("Mul", {p + "_d", "k"}, {p + "_s"}, p + "_scale");
+    g->node("Sigmoid", {p + "_s"}, {out}, p + "_sigmoid");
+    g->output(out, 1, {1, 8, 8, 8});
+  }
+  auto& n = b.node("If", {"cond"}, {"branch"}, "if");
+  set_graph(n, "then_branch", then_b);
+  set_graph(n, "else_branch", else_b);
+  conv_out(b, "branch");
+  return b;
+}
+
+/// The sigmoid head -> out, beside a selection on nearly tied scores:
+/// scores = Flatten(GlobalAveragePool(1x1 Conv 'conv_s'(x, Ws [64,4,1,1])))
+/// [1,64], Ws's rows equal up to 1e-5 (the 64 scores tie within fp16's
+/// rounding); (top, idx) = TopK 'topk'(scores, 4); feats = GatherElements
+/// 'pick'(fe, idx, axis 1) [1,4], fe = Flatten(GlobalAveragePool(1x1 Conv
+/// 'conv_f'(x, Wf [64,4,1,1]))) with rows far apart. Outputs out, top, feats.
+ModelBuilder topk_tie_model() {
+  ModelBuilder b(17);
+  two_maps(b);
+  b.node("Sub", {"a", "b"}, {"d"}, "sub");
+  b.node("Mul", {"d", "k"}, {"s"}, "scale");
+  b.node("Sigmoid", {"s"}, {"y"}, "sigmoid");
+  conv_out(b, "y");
+  std::vector<float> ws(64 * 4), wf(64 * 4);
+  for (int c = 0; c < 64; ++c)
+    for (int i = 0; i < 4; ++i) {
+      ws[c * 4 + i] = 0.3f + 0.1f * i + 1e-5f * std::sin(1.7f * c + 0.9f * i);
+      wf[c * 4 + i] = std::sin(0.61f * c + 1.1f * i);
+    }
+  b.initializer("Ws", {64, 4, 1, 1}, ws);
+  b.initializer("Wf", {64, 4, 1, 1}, wf);
+  b.initializer_i64("K", {1}, {4});
+  for (auto [w, c, g, f] : {std::tuple{"Ws", "cs", "gs", "scores"}, {"Wf", "cf", "gf", "fe"}}) {
+    auto& conv = b.node("Conv", {"x", w}, {c}, std::string("conv_") + (w[1] == 's' ? "s" : "f"));
+    ModelBuilder::attr_ints(conv, "kernel_shape", {1, 1});
+    b.node("GlobalAveragePool", {c}, {g}, std::string("gap_") + c);
+    b.node("Flatten", {g}, {f}, std::string("flat_") + c);
+  }
+  auto& topk = b.node("TopK", {"scores", "K"}, {"top", "idx"}, "topk");
+  ModelBuilder::attr_int(topk, "axis", 1);
+  auto& pick = b.node("GatherElements", {"fe", "idx"}, {"feats"}, "pick");
+  ModelBuilder::attr_int(pick, "axis", 1);
+  b.output("top", 1, {1, 4});
+  b.output("feats", 1, {1, 4});
+  return b;
+}
+
+Tensor ramp(const std::vector<int64_t>& shape) {
+  Tensor t(DType::f32, shape);
+  for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = 0.5f + 0.5f * std::sin(0.37f * i);
+  return t;
+}
+
+/// The values of `m` (float32, or its 16-bit program emulated when
+/// `emulate`) on `in`, by name, through the check's executor.
+std::map<std::string, Tensor> run_values(ir::Model m, const std::map<std::string, Tensor>& in, bool emulate) {
+  std::vector<DType> round;
+  if (emulate) {
+    convert_precision(m, DType::f16);
+    emulate_16bit(m, &round);
+  }
+  std::map<std::string, Tensor> out;
+  run_for_check(m, in, round, 1, [&](ir::ValueId id, const Tensor& t) { out[m.value(id).name] = t.clone(); });
+  return out;
+}
+
+double rel_error(const Tensor& got, const Tensor& ref) {
+  double d = 0, s = 0;
+  for (int64_t i = 0; i < ref.numel(); ++i) {
+    d = std::max(d, std::fabs(double(got.data<float>()[i]) - ref.data<float>()[i]));
+    s = std::max(s, std::fabs(double(ref.data<float>()[i])));
+  }
+  return s > 0 ? d / s : d;
+}
+
+// (a) An If on the data runs through the check: the head's subtraction
+// amplifies (kept with the convolutions feeding it, as without the If);
+// the If's output and what follows are selection-dependent, and the sum
+// deciding the branch is what the check holds within its bound.
+TEST(PrecisionCheckControl, DataIfIsCheckedAndBoundsTheCheck) {
+  ir::Model m = imported_model(data_if_head_model());
+  PrecisionCheckResult r = check_precision(m, DType::f16, {});
+  ASSERT_EQ(r.state, "checked") << r.reason;
+  EXPECT_EQ(kept_names(r), (std::vector<std::string>{"conv_a", "conv_b", "sub"})) << r.note();
+  const PrecisionCheckNode* sub = kept_node(r, "sub");
+  ASSERT_NE(sub, nullptr);
+  EXPECT_NE(sub->reason.find("amplifies the 16-bit rounding"), std::string::npos) << sub->reason;
+  EXPECT_EQ(r.control_flow, 1);
+  ASSERT_EQ(r.boundaries.size(), 1u) << r.note();
+  EXPECT_EQ(r.boundaries[0].node, "if");
+  EXPECT_EQ(r.boundaries[0].op, "If");
+  EXPECT_EQ(r.boundaries[0].values, std::vector<std::string>{"ysum"});
+  EXPECT_LT(r.boundaries[0].error, 1e-2) << r.note();
+  EXPECT_EQ(r.selection_dependent, 2) << r.note();  // branch, out
+  EXPECT_LT(r.output_error_after, 1e-2) << r.note();
+  EXPECT_NE(r.note().find("bounded by 1 selecting node(s): if (If)"), std::string::npos) << r.note();
+  const auto j = r.to_json();
+  EXPECT_EQ(j.at("control_flow"), 1);
+  EXPECT_EQ(j.at("selection_dependent"), 2);
+  ASSERT_EQ(j.at("boundaries").size(), 1u);
+  EXPECT_EQ(j["boundaries"][0].at("node"), "if");
+  EXPECT_EQ(j["boundaries"][0].at("values"), nlohmann::json::array({"ysum"}));
+}
+
+// An If on an integer input chooses the same branch in both runs: no
+// selection; its output is compared, and its float32 bodies amplifying the
+// rounding of a and b keep the convolutions making them in float32.
+TEST(PrecisionCheckControl, IfBodiesAmplifyingKeepWhatTheyRead) {
+  ir::Model m = imported_model(flag_if_head_model());
+  for (int64_t flag : {1, 0}) {
+    Tensor f(DType::i64, {});
+    f.data<int64_t>()[0] = flag;
+    PrecisionCheckResult r = check_precision(m, DType::f16, {{"flag", f}});
+    ASSERT_EQ(r.state, "checked") << r.reason;
+    EXPECT_EQ(kept_names(r), (std::vector<std::string>{"conv_a", "conv_b"})) << flag << ": " << r.note();
+    for (auto& k : r.kept)
+      EXPECT_NE(k.reason.find("feeds 'if' (If), whose float32 bodies amplify"), std::string::npos) << k.reason;
+    EXPECT_TRUE(r.boundaries.empty()) << r.note();
+    EXPECT_EQ(r.selection_dependent, 0);
+    EXPECT_GT(r.output_error_before, 5e-2) << r.note();
+    EXPECT_LT(r.output_error_after, 1e-2) << r.note();
+    EXPECT_FALSE(r.to_json().contains("boundaries"));
+  }
+}
+
+// (b) TopK on scores tied within fp16's rounding. Emulated, the picked
+// indices flip and the gathered features are off by their whole scale (what
+// the check blamed before); the check compares the scores instead, keeps
+// exactly what the head's subtraction needs, and names TopK as the boundary.
+TEST(PrecisionCheckControl, SelectionOnNearTiesIsABoundaryNotAnAmplifier) {
+  ir::Model m = imported_model(topk_tie_model());
+  const std::map<std::string, Tensor> in = {{"x", ramp({1, 4, 8, 8})}};
+  const auto ref = run_values(m, in, false), emu = run_values(m, in, true);
+  EXPECT_GT(rel_error(emu.at("feats"), ref.at("feats")), 0.1) << "no flipped selection: the test shows nothing";
+  EXPECT_LT(rel_error(emu.at("scores"), ref.at("scores")), 2e-3);
+  EXPECT_LT(rel_error(emu.at("top"), ref.at("top")), 2e-3);  // sorted values: continuous in the scores
+  PrecisionCheckResult r = check_precision(m, DType::f16, in);
+  ASSERT_EQ(r.state, "checked") << r.reason;
+  EXPECT_EQ(kept_names(r), (std::vector<std::string>{"conv_a", "conv_b", "sub"})) << r.note();
+  ASSERT_EQ(r.boundaries.size(), 1u) << r.note();
+  EXPECT_EQ(r.boundaries[0].node, "topk");
+  EXPECT_EQ(r.boundaries[0].op, "TopK");
+  EXPECT_EQ(r.boundaries[0].values, std::vector<std::string>{"scores"});
+  EXPECT_LT(r.boundaries[0].error, 2e-3);
+  EXPECT_EQ(r.selection_dependent, 1) << r.note();  // feats
+  EXPECT_EQ(r.control_flow, 0);
+  EXPECT_LT(r.output_error_after, 1e-2) << r.note();
+  // The same on random inputs.
+  PrecisionCheckResult rr = check_precision(m, DType::f16, {});
+  EXPECT_EQ(kept_names(rr), kept_names(r)) << rr.note();
+}
+
+// The analysis on its own: what is selection-dependent, what is not.
+TEST(PrecisionCheckControl, SelectionAnalysisMarksWhatFollowsTheChoice) {
+  ir::Model m = imported_model(topk_tie_model());
+  SelectionAnalysis s = analyse_selection(m);
+  auto dep = [&](const std::string& name) {
+    for (size_t v = 0; v < m.values.size(); ++v)
+      if (m.values[v].name == name) return static_cast<bool>(s.dependent[v]);
+    ADD_FAILURE() << "no value " << name;
+    return false;
+  };
+  EXPECT_TRUE(dep("idx"));
+  EXPECT_TRUE(dep("feats"));
+  EXPECT_FALSE(dep("top"));
+  EXPECT_FALSE(dep("scores"));
+  EXPECT_FALSE(dep("fe"));
+  EXPECT_FALSE(dep("out"));
+  // Element-wise use of a comparison is no selection; an integer If is none.
+  for (auto builder : {sigmoid_head_model(50.f), conv_bn_model(), attention_model(), flag_if_head_model(),
+                       conv_loop_model(3), loop_static_model(4, 4, 32)}) {
+    ir::Model o = imported_model(builder);
+    SelectionAnalysis so = analyse_selection(o);
+    EXPECT_FALSE(so.any());
+    EXPECT_EQ(std::count(so.dependent.begin(), so.dependent.end(), true), 0);
+  }
+}
+
+// (c) Loops and Scans run in the check; a Loop whose trip count is decided by
+// the data bounds the check with the float value it compares.
+TEST(PrecisionCheckControl, LoopAndScanModelsAreChecked) {
+  for (auto [name, builder] : std::vector<std::pair<std::string, ModelBuilder>>{
+           {"conv_loop", conv_loop_model(3)},
+           {"loop_static", loop_static_model(4, 4, 32)},
+           {"scan", scan_cumsum_model(6, 8, false, 0, true)}}) {
+    ir::Model m = imported_model(builder);
+    PrecisionCheckResult r = check_precision(m, DType::f16, {});
+    ASSERT_EQ(r.state, "checked") << name << ": " << r.reason;
+    EXPECT_EQ(r.control_flow, 1) << name;
+    EXPECT_TRUE(r.boundaries.empty()) << name << ": " << r.note();
+    EXPECT_TRUE(r.kept.empty()) << name << ": " << r.note();
+    EXPECT_LT(r.output_error_after, 1e-2) << name << ": " << r.note();
+    EXPECT_EQ(r.to_json().at("control_flow"), 1) << name;
+  }
+  ir::Model m = imported_model(loop_while_model(16));
+  PrecisionCheckResult r = check_precision(m, DType::f16, {});
+  ASSERT_EQ(r.state, "checked") << r.reason;
+  ASSERT_EQ(r.boundaries.size(), 1u) << r.note();
+  EXPECT_EQ(r.boundaries[0].node, "loop");
+  EXPECT_EQ(r.boundaries[0].op, "Loop");
+  std::vector<std::string> values = r.boundaries[0].values;
+  std::sort(values.begin(), values.end());
+  EXPECT_EQ(values, (std::vector<std::string>{"s", "x"})) << r.note();
+  EXPECT_EQ(r.selection_dependent, 2) << r.note();  // x_final, count
+  EXPECT_TRUE(r.kept.empty()) << r.note();
+}
+
+// (d) Models without control flow or selection: the result and its JSON as
+// before (the kept sets of test_precision_check.cpp; no new JSON field).
+TEST(PrecisionCheckControl, ModelsWithoutSelectionCheckAsBefore) {
+  for (auto [name, builder, kept] : std::vector<std::tuple<std::string, ModelBuilder, size_t>>{
+           {"sigmoid_head", sigmoid_head_model(50.f), 3}, {"conv_bn", conv_bn_model(), 0},
+           {"attention", attention_model(), 0}, {"matmul", matmul_model(), 0}}) {
+    ir::Model m = imported_model(builder);
+    PrecisionCheckResult r = check_precision(m, DType::f16, {});
+    ASSERT_EQ(r.state, "checked") << name << ": " << r.reason;
+    EXPECT_EQ(r.kept.size(), kept) << name << ": " << r.note();
+    EXPECT_TRUE(r.boundaries.empty()) << name;
+    EXPECT_EQ(r.control_flow, 0) << name;
+    const auto j = r.to_json();
+    for (const char* k : {"control_flow", "selection_dependent", "boundaries"})
+      EXPECT_FALSE(j.contains(k)) << name << ": " << k;
+    EXPECT_EQ(r.note().find("selection"), std::string::npos) << r.note();
+  }
+}
+
+}  // namespace
+}  // namespace kiln::testing
