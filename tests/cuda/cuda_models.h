@@ -268,6 +268,29 @@ ModelBuilder conv_if_model();
 /// rows [trips, 1].
 ModelBuilder conv_loop_model(int64_t trips = 3);
 
+/// The precision check's sigmoid head (sigmoid_head_model: a, b = 1x1 Conv
+/// 'conv_a' / 'conv_b'(x [1,4,8,8]) + 100, y = Sigmoid 'sigmoid'(50 (a - b))
+/// via 'sub', 'scale') before an If on the data: cond = ReduceSum(y) 'ysum'
+/// > 256 'positive' (ysum is about 248 for the ramp 0.5 + 0.5 sin(0.37 i),
+/// 264 for its negation, 249-254 for uniform [0, 1) samples); then y * 2,
+/// else Tanh(y) -> branch [1,8,8,8]; out = 1x1 Conv 'conv_out'(branch, Wc
+/// [4,8,1,1]) [1,4,8,8].
+ModelBuilder data_if_head_model();
+
+/// The head's subtraction inside the branches of an If 'if' on an integer
+/// input (flag int64 []; cond = flag == 1): then Sigmoid(50 (a - b)), else
+/// Sigmoid(50 (b - a)), both reading the outer a and b -> branch; out =
+/// 'conv_out'(branch) [1,4,8,8].
+ModelBuilder flag_if_head_model();
+
+/// The sigmoid head -> out, beside a selection on nearly tied scores:
+/// scores = Flatten(GlobalAveragePool(1x1 Conv 'conv_s'(x, Ws [64,4,1,1])))
+/// [1,64], Ws's rows equal up to 1e-5 (the 64 scores tie within fp16's
+/// rounding); (top, idx) = TopK 'topk'(scores, 4); feats = GatherElements
+/// 'pick'(fe, idx, axis 1) [1,4], fe = Flatten(GlobalAveragePool(1x1 Conv
+/// 'conv_f'(x, Wf [64,4,1,1]))) with rows far apart. Outputs out, top, feats.
+ModelBuilder topk_tie_model();
+
 /// An LM head (opset 17): x float32 [3,5,16] -> logits = MatMul(x, W[16,9])
 /// [3,5,9] (n = 9: rows not 16-byte aligned, like GPT-2's vocabulary). In a
 /// 16-bit program the Cast of the logits back to float32 is fused into the

@@ -8,7 +8,8 @@
 // (uncaptured), from an artifact; the same models strict float32 (a cuDNN
 // convolution inside a body), the matmul If / Loop models of the fp32
 // tests in every kind, and Silero VAD op18 with its If on the device
-// (silero_op18() says where it is looked for). Compile side:
+// (silero_op18() says where it is looked for); the precision check's
+// sigmoid head before an If on the data, checked. Compile side:
 // test_cuda_control_precision.cpp.
 //
 // Tolerances (test_cuda_precision_gpu.cpp and docs/cuda.md, "Tolerances"):
@@ -24,6 +25,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "artifact/artifact.h"
 #include "cuda_models.h"
@@ -167,6 +172,34 @@ TEST(CudaControlPrecisionProgram, LoopBetweenConvolutionsMatchesRef) {
   std::vector<std::map<std::string, Tensor>> in;
   for (float sign : {1.f, -1.f}) in.push_back({{"x", input(sign, 1.1f)}});
   for (const Kind& k : kKinds) check_against_ref(kiln::testing::conv_loop_model(3), k, "Loop", in);
+}
+
+// The precision check's sigmoid head before an If on the data, fp16: the
+// check keeps the head's subtraction and the convolutions feeding it in
+// float32 (the If bounds it: the sum deciding the branch is compared), so
+// the GPU takes ref's branch for both inputs (ysum 248 < 256 for the ramp,
+// 264 for its negation: the else and the then branch) and its output
+// matches ref within the fp16 tolerance. Without the check (off) the head's
+// output is 0.44 of its scale off (test_cuda_precision_gpu.cpp's head).
+TEST(CudaControlPrecisionProgram, CheckedHeadBeforeADataIfMatchesRefInFp16) {
+  kiln::testing::TempDir dir;
+  kiln::testing::data_if_head_model().save(dir / "m.onnx");
+  const Kind& k = kKinds[0];
+  compile(dir / "m.onnx", dir / "m.kiln", options(Target::cuda(), &k));
+  auto cp = artifact::read_file(dir / "m.kiln");
+  const auto check = nlohmann::json::parse(cp.metadata_json).at("precision_check");
+  ASSERT_EQ(check.value("state", ""), "checked") << check.dump();
+  std::vector<std::string> kept;
+  for (auto& n : check.at("kept")) kept.push_back(n.at("node").get<std::string>());
+  std::sort(kept.begin(), kept.end());
+  EXPECT_EQ(kept, (std::vector<std::string>{"conv_a", "conv_b", "sub"})) << check.dump();
+  ASSERT_EQ(check.value("boundaries", nlohmann::json::array()).size(), 1u) << check.dump();
+  Tensor ramp(DType::f32, {1, 4, 8, 8}), neg(DType::f32, {1, 4, 8, 8});
+  for (int64_t i = 0; i < ramp.numel(); ++i) {
+    ramp.data<float>()[i] = 0.5f + 0.5f * std::sin(0.37f * static_cast<float>(i));
+    neg.data<float>()[i] = -ramp.data<float>()[i];
+  }
+  check_against_ref(kiln::testing::data_if_head_model(), k, "If", {{{"x", ramp}}, {{"x", neg}}});
 }
 
 /// Silero VAD (op18) at batch 1, 576 samples of `phase`'s wave, sample
