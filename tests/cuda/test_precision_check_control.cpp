@@ -7,13 +7,16 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <tuple>
 
 #include "cuda_models.h"
 #include "runtime/precision_check.h"
 #include "runtime/precision_check_run.h"
 #include "runtime/precision_selection.h"
+#include "ops/gemm_kernel.h"
 #include "runtime/program.h"
+#include "targets/kernels.h"
 #include "targets/cuda/compile/precision.h"
 
 namespace kiln::testing {
@@ -61,6 +64,41 @@ double rel_error(const Tensor& got, const Tensor& ref) {
     s = std::max(s, std::fabs(double(ref.data<float>()[i])));
   }
   return s > 0 ? d / s : d;
+}
+
+// The check's executor runs If / Loop / Scan as a ref Program does, bit for
+// bit (both multiplying through oneDNN's sgemm), both branches of an If.
+TEST(PrecisionCheckControl, ExecutorRunsBodiesAsTheRefProgram) {
+  Tensor neg = ramp({1, 4, 8, 8});
+  for (int64_t i = 0; i < neg.numel(); ++i) neg.data<float>()[i] = -neg.data<float>()[i];
+  Tensor trips(DType::i64, {});
+  trips.data<int64_t>()[0] = 7;
+  for (auto [name, builder, in] : std::vector<std::tuple<std::string, ModelBuilder, std::map<std::string, Tensor>>>{
+           {"conv_if +", conv_if_model(), {{"x", ramp({1, 4, 8, 8})}}},
+           {"conv_if -", conv_if_model(), {{"x", neg}}},
+           {"data_if_head +", data_if_head_model(), {{"x", ramp({1, 4, 8, 8})}}},
+           {"data_if_head -", data_if_head_model(), {{"x", neg}}},
+           {"conv_loop", conv_loop_model(3), {{"x", ramp({1, 4, 8, 8})}}},
+           {"loop_while", loop_while_model(16), {{"x", ramp({16})}, {"max_trips", trips}}},
+           {"scan", scan_cumsum_model(6, 8), {{"init", ramp({8})}, {"x", ramp({6, 8})}}}}) {
+    ir::Model m = imported_model(builder);
+    std::map<std::string, Tensor> want;
+    {
+      const ops::SgemmOverride gemm(targets::library_sgemm);
+      artifact::CompiledProgram cp;
+      cp.model = m;
+      cp.compat.target = "ref";
+      want = Program(std::move(cp)).run(in, 1);
+    }
+    const auto got = run_values(m, in, false);
+    ASSERT_FALSE(want.empty()) << name;
+    for (auto& [out, t] : want) {
+      ASSERT_TRUE(got.count(out)) << name << ": " << out;
+      const Tensor& g = got.at(out);
+      ASSERT_EQ(g.shape(), t.shape()) << name << ": " << out;
+      EXPECT_EQ(std::memcmp(g.raw(), t.raw(), t.nbytes()), 0) << name << ": " << out;
+    }
+  }
 }
 
 // (a) An If on the data runs through the check: the head's subtraction
