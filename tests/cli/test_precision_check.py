@@ -117,3 +117,47 @@ def test_a_bad_precision_check_value_is_exit_2_naming_the_option(kiln, demo_onnx
     extra = ["-o", str(tmp_path / "x.kiln")] if command == "compile" else []
     res = kiln(command, demo_onnx, *extra, "--precision-check", "sometimes")
     assert_error(res, 2, "--precision-check", "sometimes")
+
+
+def topk_ties_model(path):
+    """x float32[1,64] -> scores = MatMul(x, Ws) [1,128] whose columns are
+    equal up to 1e-6 (tied within fp16's rounding); (top, idx) = TopK 'topk'
+    (scores, 4); feats = GatherElements 'pick'(MatMul(x, Wf), idx) [1,4] with
+    Wf's columns far apart. Outputs top, feats."""
+    from onnx import TensorProto, helper, numpy_helper, save_model
+
+    rng = np.random.default_rng(3)
+    col = rng.uniform(0, 1, (64, 1)).astype(np.float32)
+    ws = (col + 1e-6 * rng.standard_normal((64, 128))).astype(np.float32)
+    wf = rng.uniform(-1, 1, (64, 128)).astype(np.float32)
+    inits = [numpy_helper.from_array(ws, "Ws"), numpy_helper.from_array(wf, "Wf"),
+             numpy_helper.from_array(np.array([4], np.int64), "K")]
+    nodes = [helper.make_node("MatMul", ["x", "Ws"], ["scores"], name="score"),
+             helper.make_node("MatMul", ["x", "Wf"], ["fe"], name="feature"),
+             helper.make_node("TopK", ["scores", "K"], ["top", "idx"], name="topk", axis=1),
+             helper.make_node("GatherElements", ["fe", "idx"], ["feats"], name="pick", axis=1)]
+    graph = helper.make_graph(nodes, "topk_ties", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 64])],
+                              [helper.make_tensor_value_info("top", TensorProto.FLOAT, [1, 4]),
+                               helper.make_tensor_value_info("feats", TensorProto.FLOAT, [1, 4])], inits)
+    save_model(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_selection_on_ties_bounds_the_check_instead_of_amplifying(kiln, tmp_path):
+    # The gathered features differ wholesale where fp16 flips a near tie;
+    # the check compares the scores deciding the TopK instead, keeps nothing,
+    # and says which node bounded it (JSON and inspect's text).
+    model, out = tmp_path / "ties.onnx", tmp_path / "ties.kiln"
+    topk_ties_model(model)
+    res = cross(kiln, model, out)
+    assert res.rc == 0, res.describe()
+    assert "1 selection-dependent values not compared, bounded by 1 selecting node(s): topk (TopK)" in res.stderr, \
+        res.describe()
+    check = kiln("inspect", out, "--json").json()["precision_check"]
+    assert check["state"] == "checked" and check["kept"] == [], check
+    assert check["selection_dependent"] == 1, check
+    assert [(b["node"], b["op"], b["values"]) for b in check["boundaries"]] == [("topk", "TopK", ["scores"])], check
+    assert check["boundaries"][0]["error"] < 1e-2 and check["output_error_after"] < 1e-2, check
+    assert "control_flow" not in check, check
+    text = kiln("inspect", out)
+    assert text.rc == 0, text.describe()
+    assert "selection: topk (TopK) decided by scores (error " in text.stdout, text.stdout
