@@ -252,6 +252,30 @@ TEST(CudaControlPrecision, BodyReadOfAValueAnotherKernelReadsKeepsItsProducer) {
   }
 }
 
+// The GPU test's compile (CheckedHeadBeforeADataIfMatchesRefInFp16), cross:
+// the check keeps the head's subtraction and its convolutions, the If on the
+// data bounds it, and the If is a conditional node without a host segment.
+TEST(CudaControlPrecision, CheckedHeadBeforeADataIfCompiles) {
+  TempDir dir;
+  data_if_head_model().save(dir / "m.onnx");
+  compile(dir / "m.onnx", dir / "m.kiln", cross(kKinds[0]));
+  auto cp = artifact::read_file(dir / "m.kiln");
+  EXPECT_TRUE(cp.model.segments.empty());
+  ASSERT_EQ(conditionals(cp.model).size(), 1u);
+  auto check = nlohmann::json::parse(cp.metadata_json).at("precision_check");
+  ASSERT_EQ(check.value("state", ""), "checked") << check.dump();
+  std::set<std::string> kept;
+  for (auto& k : check.at("kept")) kept.insert(k.at("node").get<std::string>());
+  // The pipeline splits each Conv's bias into an Add before the check.
+  EXPECT_EQ(kept, (std::set<std::string>{"conv_a", "conv_a_bias", "conv_b", "conv_b_bias", "sub"})) << check.dump();
+  ASSERT_EQ(check.value("boundaries", nlohmann::json::array()).size(), 1u) << check.dump();
+  EXPECT_EQ(check["boundaries"][0].value("node", ""), "if");
+  for (const char* name : {"conv_a", "conv_a_bias", "conv_b", "conv_b_bias", "sub"}) {
+    auto f = share_entry(cp, name);
+    EXPECT_FALSE(f.is_null()) << name << " is not float32: " << cp.metadata_json;
+  }
+}
+
 TEST(CudaControlPrecision, SileroVadFp16CompilesWithItsIfOnTheDevice) {
   const std::filesystem::path model = std::filesystem::path(KILN_SOURCE_DIR) / ".models" / "silero_vad.onnx";
   if (!std::filesystem::exists(model))

@@ -130,6 +130,18 @@ TEST(PrecisionCheckControl, DataIfIsCheckedAndBoundsTheCheck) {
   EXPECT_EQ(j["boundaries"][0].at("values"), nlohmann::json::array({"ysum"}));
 }
 
+// The GPU test's premise (test_cuda_control_precision_gpu.cpp): the ramp
+// and its negation take the two branches, far from the threshold.
+TEST(PrecisionCheckControl, DataIfHeadRampsTakeBothBranches) {
+  ir::Model m = imported_model(data_if_head_model());
+  Tensor neg = ramp({1, 4, 8, 8});
+  for (int64_t i = 0; i < neg.numel(); ++i) neg.data<float>()[i] = -neg.data<float>()[i];
+  const float up = run_values(m, {{"x", ramp({1, 4, 8, 8})}}, false).at("ysum").data<float>()[0];
+  const float down = run_values(m, {{"x", neg}}, false).at("ysum").data<float>()[0];
+  EXPECT_LT(up, 250.f);  // 247.7: else (Tanh)
+  EXPECT_GT(down, 262.f);  // 264.3: then (* 2)
+}
+
 // An If on an integer input chooses the same branch in both runs: no
 // selection; its output is compared, and its float32 bodies amplifying the
 // rounding of a and b keep the convolutions making them in float32.
