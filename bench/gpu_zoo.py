@@ -397,11 +397,13 @@ def measure(a, rec: Recorder, module, onnx_path: Path, batch: int, st: dict, dev
     import numpy as np
     import torch
 
-    import kiln
-
     dry = a.dry_run
     row = {"kind": "row", "batch": batch, "torch_mode": "eager (dry run)" if dry else a.torch_mode,
-           "compiles_running": compiles_running, "kiln_version": kiln.__version__}
+           "compiles_running": compiles_running}
+    if not a.no_kiln:
+        import kiln
+
+        row["kiln_version"] = kiln.__version__
     for k in ("torch_compile_s", "torch_error"):
         if k in st:
             row[k] = st[k]
@@ -694,7 +696,7 @@ def report(paths: list, prefix: Path) -> str:
                  f"(goal of issue #20: <= 0.70, no row > 1.00; rows above 1.00: "
                  f"{sum(1 for x in all_r if x > 1.0)})")
     for mt in metas:
-        lines += ["", f"Command{' (max-autotune, torch side only)' if mt.get('no_kiln') else ''}: "
+        lines += ["", f"Command{f' ({mt.get("torch_mode", "?")}, torch side only)' if mt.get('no_kiln') else ''}: "
                       f"`{mt.get('command', '')}`; wall {mt.get('wall_s', 0):.0f} s."]
     text = "\n".join(lines) + "\n"
     prefix = Path(prefix)
