@@ -696,8 +696,8 @@ def report(paths: list, prefix: Path) -> str:
                  f"(goal of issue #20: <= 0.70, no row > 1.00; rows above 1.00: "
                  f"{sum(1 for x in all_r if x > 1.0)})")
     for mt in metas:
-        lines += ["", f"Command{f' ({mt.get("torch_mode", "?")}, torch side only)' if mt.get('no_kiln') else ''}: "
-                      f"`{mt.get('command', '')}`; wall {mt.get('wall_s', 0):.0f} s."]
+        side = f" ({mt.get('torch_mode', '?')}, torch side only)" if mt.get("no_kiln") else ""
+        lines += ["", f"Command{side}: `{mt.get('command', '')}`; wall {mt.get('wall_s', 0):.0f} s."]
     text = "\n".join(lines) + "\n"
     prefix = Path(prefix)
     prefix.with_suffix(".md").write_text(text)
