@@ -13,6 +13,7 @@
 #include "support/log.h"
 #include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/patch_conv.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/conditional.h"
@@ -275,6 +276,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // float32, so s and t are not rounded to 16 bits) and before to_nhwc (whose
   // region the Mul and Add join).
   batch_norm_to_affine(m);
+  patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
