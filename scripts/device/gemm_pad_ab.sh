@@ -18,7 +18,7 @@ for p in fp16 fp32; do
   for m in lm_head_n50257: lm_head_n50257:0 lm_head_n50264:; do
     f=${m%%:*}; pad=${m##*:}
     echo "### $f --precision $p KILN_CUDA_GEMM_PAD_N=${pad:-(default)}"
-    KILN_CUDA_GEMM_PAD_N=$pad timeout 150 "$K" perf /tmp/lmh/$f.onnx --target cuda --precision $p --tuning fast \
+    KILN_LOG=info KILN_CUDA_GEMM_PAD_N=$pad timeout 150 "$K" perf /tmp/lmh/$f.onnx --target cuda --precision $p --tuning fast \
       --runs 50 --profile 2>&1 | grep -E -i "latency|device|profile|Gemm|Kernel|Slice|Cast|padded" | head -24
   done
 done

@@ -388,9 +388,10 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
         DType gd = m.value(n->outputs[0]).dtype;
         std::string v = fmt::format("v{}", n->outputs[0]);
         if (vector && packed[c]) {
-          body += fmt::format("    const {} {} = {};  // Concat\n", *compute(gd), v, load_float(gd, fmt::format("g{}.v[e]", c)));
+          body += fmt::format("    const {} {} = {};  // {}\n", *compute(gd), v, load_float(gd, fmt::format("g{}.v[e]", c)),
+                              n->op_type);
         } else {
-          body += fmt::format("    {} {};  // Concat\n    {}\n", *compute(gd), v,
+          body += fmt::format("    {} {};  // {}\n    {}\n", *compute(gd), v, n->op_type,
                               gather_select(gathers[c], "i", [&](size_t k, const std::string& at) {
                                 return fmt::format("{} = {};", v, load_float(gd, fmt::format("in{}[{}]", k, at)));
                               }));
