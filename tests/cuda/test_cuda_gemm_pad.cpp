@@ -170,7 +170,9 @@ TEST(CudaGemmPad, MatMulWithBiasAndReluPadsNInEveryPrecision) {
     const std::string src = kernel_source(cp, fn);
     if (dt == DType::f32) {
       EXPECT_NE(fn.find("_slice"), std::string::npos) << what << ": " << fn;
-      EXPECT_NE(src.find(fmt::format("* {}LL", n_pad)), std::string::npos) << src;
+      EXPECT_NE(src.find("const float* __restrict__ in0, float* __restrict__ out0"), std::string::npos) << src;
+      EXPECT_NE(src.find(fmt::format("(unsigned long long)o * {} + 0 + r", n_pad)), std::string::npos) << src;
+      EXPECT_NE(src.find("kl_stv(reinterpret_cast<uint4*>(out0 + i0)"), std::string::npos) << what << ": vector stores\n" << src;
       EXPECT_EQ(count_kernels(cp), 1) << what;
     } else {
       EXPECT_NE(fn.find("_cast"), std::string::npos) << what << ": the Slice joined the Cast's kernel: " << fn;
@@ -310,7 +312,7 @@ TEST(CudaGemmPad, CrossCompiledArtifactHoldsThePaddedGemm) {
 
 // Slices read only by an element-wise node join its kernel: no Slice kernel
 // and no sliced copy, except for d in float32 (no element-wise reader; in
-// fp16 its cast back to float32 is one). a's window (rows of 40, offset 8,
+// fp16 its cast back to float32 is one), which is a gather kernel alone. a's window (rows of 40, offset 8,
 // 32 wide) is read as vectors, c's (35 wide) element by element.
 TEST(CudaSliceGather, SlicesJoinTheirElementwiseReader) {
   for (DType dt : {DType::f32, DType::f16}) {
@@ -327,6 +329,8 @@ TEST(CudaSliceGather, SlicesJoinTheirElementwiseReader) {
     ASSERT_TRUE(fn_of.count("a") && fn_of.count("b") && fn_of.count("c") && fn_of.count("d")) << what;
     if (dt == DType::f32) {
       EXPECT_NE(fn_of["d"].find("_slice"), std::string::npos) << what;
+      // d alone: the gather kernel too (its window, 2 of 6 rows of 200, is read as vectors).
+      EXPECT_NE(kernel_source(cp, fn_of["d"]).find("(unsigned long long)o * 1200 + 0 + r"), std::string::npos) << what;
     }
     EXPECT_NE(kernel_source(cp, fn_of["b"]).find("(unsigned long long)o * 200 + 40 + r"), std::string::npos) << what;
     const std::string a = kernel_source(cp, fn_of["a"]), c = kernel_source(cp, fn_of["c"]);

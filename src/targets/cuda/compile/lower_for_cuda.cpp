@@ -209,6 +209,15 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
       ++st.kernels;
       continue;
     }
+    // A Slice cutting one window per row with no element-wise reader to join
+    // (pad_matmul_n's compaction in float32 programs): gen_elementwise's
+    // gather, with 32-bit row arithmetic and vector stores, rather than
+    // gen_data's per-dim coordinates.
+    if (is_gatherable_slice(L, n)) {
+      lowered.push_back(gen_elementwise(L, {&n}));
+      ++st.kernels;
+      continue;
+    }
     std::vector<ir::Node> out;
     std::string why;
     const bool lowered_here = try_lower(L, why, [&] {
