@@ -192,7 +192,8 @@ struct SliceWindow {
 };
 
 /// The window of Slice `n` (constant int starts / ends / axes, steps 1, at
-/// most one axis cut, static shapes of one rank), or nullopt.
+/// most one axis cut, static shapes of one rank, a non-empty output), or
+/// nullopt.
 std::optional<SliceWindow> slice_window(const ir::Model& m, const ir::Node& n) {
   if (n.inputs.size() < 3 || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue) return std::nullopt;
   for (size_t i = 1; i < n.inputs.size() && i < 5; ++i) {
@@ -208,6 +209,7 @@ std::optional<SliceWindow> slice_window(const ir::Model& m, const ir::Node& n) {
       x.shape->empty())
     return std::nullopt;
   auto in = ir::to_sizes(*x.shape), out = ir::to_sizes(*y.shape);
+  if (numel(out) == 0) return std::nullopt;  // nothing to gather (and no row to divide by)
   auto ints = [&](size_t i) {
     std::vector<int64_t> v;
     if (i >= n.inputs.size() || n.inputs[i] == ir::kNoValue) return v;
