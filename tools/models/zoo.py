@@ -542,12 +542,52 @@ def verify_failure(m: ZooModel, path: Path, run_cmd: list, limit: float, log_dir
         res["verify"] = {"error": kiln_error_line(err, out) if code is not None else "timeout"}
 
 
+def option_value(args: list[str], flag: str) -> str | None:
+    """The last value given to `flag` in a kiln command line (`--flag V` or `--flag=V`)."""
+    value = None
+    for i, a in enumerate(args):
+        if a == flag and i + 1 < len(args):
+            value = args[i + 1]
+        elif a.startswith(flag + "="):
+            value = a[len(flag) + 1:]
+    return value
+
+
+def checks_precision(kiln_args: list[str]) -> bool:
+    """Whether kiln options compile a 16-bit cuda program with its precision check on
+    (docs/cuda.md, "Precision check"): the only compiles that read --check-input."""
+    return ((option_value(kiln_args, "--target") or "cpu").startswith("cuda")
+            and option_value(kiln_args, "--precision") in ("fp16", "bf16")
+            and (option_value(kiln_args, "--precision-check") or "on") == "on")
+
+
+def check_input_args(m: ZooModel, feeds: dict, files: dict, kiln_args: list[str]) -> tuple[list[str], str | None]:
+    """(kiln options, what the precision check samples) for one check run. A 16-bit cuda run
+    of a model whose zoo input is representative data (m.check_sample: an OCR page) gives
+    that input to the check (`--check-input NAME=FILE` per float input, `files[NAME]`: the
+    file given to --input), so the 16-bit program is checked on the data it is compared on rather than on
+    kiln's uniform noise, on which a text recognizer's logits are small and flat. Others keep
+    kiln's random samples. The description is None where no check runs (fp32, cpu, check off)."""
+    import numpy as np
+
+    if not checks_precision(kiln_args):
+        return [], None
+    if not m.check_sample:
+        return [], "random (kiln's)"
+    args = []
+    for name, arr in feeds.items():
+        if np.issubdtype(arr.dtype, np.floating):
+            args += ["--check-input", f"{name}={files[name]}"]
+    return args, "the zoo's input (--check-input)" if args else "random (kiln's)"
+
+
 def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, keep: bool,
               log_dir: Path, with_shapes: bool = False) -> dict:
     import numpy as np
 
     res = {"model": m.name, "family": m.family, "result": "FAIL", "max_abs_err": None, "kiln_run_ms": None,
-           "kiln_compile_ms": None, "ort_ms": None, "ref_ops": None, "reason": "", "problems": []}
+           "kiln_compile_ms": None, "ort_ms": None, "ref_ops": None, "reason": "", "problems": [],
+           "check_inputs": None, "check_kept": None}
     path = directory / f"{m.name}.onnx"
     if not path.exists():
         # A model for the GPU machine is skipped here; any other missing model is a failure.
@@ -569,15 +609,18 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
         in_dir, out_dir = tmp / "in", tmp / "out"
         in_dir.mkdir()
         cmd = [str(kiln), "run", str(path)]
+        files = {}
         for i, (name, arr) in enumerate(feeds.items()):
-            f = in_dir / f"in{i}.npy"
+            f = files[name] = in_dir / f"in{i}.npy"
             np.save(f, arr)
             cmd += ["--input", f"{name}={f}"]
             if with_shapes:  # diagnostic only: the zoo's acceptance run has no shape flags
                 cmd += ["--shape", f"{name}={'x'.join(str(d) for d in arr.shape)}"]
         cmd += ["--output-dir", str(out_dir), "--cache-dir", str(tmp / "cache"), "--json"]
         # KILN_ZOO_KILN_ARGS="--target cuda" (a GPU machine's run; scripts/device/zoo_cuda.sh) adds kiln options.
-        cmd += shlex.split(os.environ.get("KILN_ZOO_KILN_ARGS", ""))
+        kiln_args = shlex.split(os.environ.get("KILN_ZOO_KILN_ARGS", ""))
+        extra, res["check_inputs"] = check_input_args(m, feeds, files, kiln_args)
+        cmd += kiln_args + extra
         limit = timeout or m.timeout_s
         code, out, err, secs = run_kiln(cmd, limit)
         (log_dir / f"{m.name}{'.with-shapes' if with_shapes else ''}.log").write_text(f"$ {' '.join(cmd)}\n# exit {code} after {secs:.1f} s\n"
@@ -597,6 +640,7 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
             res["reason"] = f"kiln run printed no JSON object: {out[:200]!r}"
             return res
         res["kiln_run_ms"] = obj.get("run_ms")
+        res["check_kept"] = precision_check_kept(obj.get("notes"), err)
         res["kiln_compile_ms"] = obj.get("compile_ms")
         if isinstance(obj.get("reference_nodes"), list):
             res["ref_ops"] = summarize_reference_nodes(obj["reference_nodes"])
@@ -632,6 +676,22 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
             shutil.rmtree(tmp, ignore_errors=True)
 
 
+def precision_check_kept(notes, stderr: str) -> str | None:
+    """'kept 265 of 265 nodes' / 'kept 0 of 265 nodes' from kiln's precision check note (the
+    --json notes, or stderr where a run's specializing compile printed it); None without one."""
+    import re
+
+    for text in list(notes or []) + stderr.splitlines():
+        hit = re.search(r"precision check \((?:fp16|bf16)\): kept (\d+) of (\d+) nodes", str(text))
+        if hit:
+            return f"kept {hit.group(1)} of {hit.group(2)} nodes"
+        hit = re.search(r"precision check \((?:fp16|bf16)\): no node amplifies 16-bit rounding \((\d+) nodes",
+                        str(text))
+        if hit:
+            return f"kept 0 of {hit.group(1)} nodes"
+    return None
+
+
 def fmt_ms(v) -> str:
     return f"{v:.1f}" if isinstance(v, (int, float)) else "-"
 
@@ -658,13 +718,25 @@ def ref_ops_text(r: dict) -> str:
     return "; ".join(parts)
 
 
+def check_text(r: dict) -> str:
+    """'the zoo's input (--check-input): kept 3 of 265 nodes'; '-' where no precision check ran."""
+    if not r.get("check_inputs"):
+        return "-"
+    return r["check_inputs"] + (f": {r['check_kept']}" if r.get("check_kept") else "")
+
+
 def table(results: list[dict]) -> str:
-    rows = ["| model | family | result | max abs err | kiln 1st run ms | ORT ms | on reference kernels | reason |",
-            "| --- | --- | --- | --- | ---: | ---: | --- | --- |"]
+    """The check's Markdown table; a 16-bit cuda run (any model with check_inputs) gets a
+    column saying what its precision check sampled and how many nodes it kept in fp32."""
+    checked = any(r.get("check_inputs") for r in results)
+    rows = ["| model | family | result | max abs err | kiln 1st run ms | ORT ms | on reference kernels | "
+            + ("precision check inputs | " if checked else "") + "reason |",
+            "| --- | --- | --- | --- | ---: | ---: | --- | " + ("--- | " if checked else "") + "--- |"]
     for r in results:
         reason = r["reason"].replace("|", "\\|").replace("\n", " ")
         rows.append(f"| {r['model']} | {r['family']} | {r['result']} | {fmt_err(r['max_abs_err'])} | "
-                    f"{fmt_ms(r['kiln_run_ms'])} | {fmt_ms(r['ort_ms'])} | {ref_ops_text(r)} | {reason} |")
+                    f"{fmt_ms(r['kiln_run_ms'])} | {fmt_ms(r['ort_ms'])} | {ref_ops_text(r)} | "
+                    + (f"{check_text(r)} | " if checked else "") + f"{reason} |")
     return "\n".join(rows)
 
 
@@ -692,6 +764,7 @@ def cmd_check(args) -> int:
         print(f"zoo: {m.name}: {r['result']} in {r['wall_s']:.1f} s, max abs err {fmt_err(r['max_abs_err'])}, "
               f"kiln first run {fmt_ms(r['kiln_run_ms'])} ms, ORT {fmt_ms(r['ort_ms'])} ms"
               + (f", on reference kernels: {ref_ops_text(r)}" if r.get("ref_ops") is not None else "")
+              + (f", precision check inputs: {check_text(r)}" if r.get("check_inputs") else "")
               + (f"; {r['reason']}" if r["reason"] else ""), flush=True)
         for p in r["problems"][1:6]:
             print(f"zoo:   - {p}", flush=True)
@@ -719,7 +792,12 @@ def cmd_check(args) -> int:
                 f"{onnxruntime.__version__}; tolerance {tolerance_text()} (sets of rows for "
                 f"NMS outputs); kiln options `{os.environ.get('KILN_ZOO_KILN_ARGS', '')}`; `kiln run` with `--input` only (no shape flags). kiln 1st run: `run_ms` of "
                 f"that one `kiln run` (a cold first run); ORT: a warm run in this process. On reference "
-                f"kernels: kiln's `reference_nodes`, operator x count (reason).\n\n{summary}.\n\n")
+                f"kernels: kiln's `reference_nodes`, operator x count (reason)."
+                + (" Precision check inputs (16-bit cuda runs): the zoo's input (`--check-input`, the "
+                   "file given to `--input`) where the zoo's input is representative data (an OCR page), "
+                   "else kiln's random samples; with the nodes the check kept in float32."
+                   if any(r.get("check_inputs") for r in results) else "")
+                + f"\n\n{summary}.\n\n")
         write_atomically(args.report, (head + text + "\n").encode())
     if args.json:
         write_atomically(args.json, (json.dumps(results, indent=1) + "\n").encode())
