@@ -27,7 +27,10 @@ check runs, for each model: seeded inputs (zoo_models), ONNX Runtime (the
 pinned version of requirements.txt) for the reference, then
   kiln run MODEL.onnx --input NAME=FILE.npy ... --output-dir OUT --cache-dir TMP --json
 with no shape flags, and compares (zoo_compare: |kiln - ort| <= 1e-4 + 1e-3 |ort|,
-index/NMS outputs as sets of rows; an empty output fails). It prints a table:
+index/NMS outputs as sets of rows; an empty output fails). A 16-bit cuda run
+(KILN_ZOO_KILN_ARGS) of a model whose input is representative data
+(ZooModel.check_sample) also gives that input to kiln's precision check
+(--check-input; check_input_args). It prints a table:
 model, result, max abs error, kiln / ORT run time, operators left on kiln's
 reference kernels, reason. Exit 0 when every model checked passed, 1 otherwise.
 """
