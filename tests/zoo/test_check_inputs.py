@@ -29,10 +29,14 @@ from zoo_models import ZooModel, image_inputs, text_image_inputs  # noqa: E402
 
 FAKE_KILN = textwrap.dedent("""\
     #!{python}
-    # Stands in for `kiln run MODEL --input N=F ... --output-dir D ... --json`: y = 2 x.
+    # Stands in for `kiln run MODEL --input N=F ... --output-dir D ... --json`: y = 2 x; and for
+    # `kiln inspect ART --json` (FAKE_KILN_INSPECT: its precision_check).
     import json, os, sys
     import numpy as np
     argv = sys.argv[1:]
+    if argv[0] == "inspect":
+        print(json.dumps({{"precision_check": json.loads(os.environ["FAKE_KILN_INSPECT"])}}))
+        sys.exit(0)
     pairs = lambda flag: dict(argv[i + 1].split("=", 1) for i, a in enumerate(argv) if a == flag)
     inputs, checks = pairs("--input"), pairs("--check-input")
     same = {{n: bool(np.array_equal(np.load(f), np.load(inputs[n]))) for n, f in checks.items()}}
@@ -44,8 +48,12 @@ FAKE_KILN = textwrap.dedent("""\
         log.write(json.dumps({{"argv": argv, "check_same_as_input": same}}) + "\\n")
     notes = ["precision check (fp16): kept 1 of 1 nodes in float32: twice (Add); first: twice 16-bit rounding "
              "accumulates over the graph; output error 2.0e-02 -> 0.0e+00 (`kiln inspect` lists each and why)"]
+    art = os.path.join(out_dir, "entry.kiln")
+    open(art, "w").close()
+    if os.environ.get("FAKE_KILN_INSPECT"):
+        notes = []  # a program specialized at run time: the note went to the log
     print(json.dumps({{"run_ms": 1.0, "compile_ms": 2.0, "notes": notes, "reference_nodes": [],
-                      "outputs": [{{"name": "y", "file": y}}]}}))
+                      "artifact": art, "outputs": [{{"name": "y", "file": y}}]}}))
 """)
 
 
@@ -95,6 +103,16 @@ def test_a_sixteen_bit_cuda_run_gives_the_zoo_input_to_the_check(setup, monkeypa
     table = zoo.table([res])
     assert "| precision check inputs |" in table.splitlines()[0], table
     assert "| the zoo's input (--check-input): kept 1 of 1 nodes |" in table.splitlines()[2], table
+
+
+def test_without_a_note_the_kept_count_comes_from_the_artifact(setup, monkeypatch):
+    monkeypatch.setenv("FAKE_KILN_INSPECT", json.dumps({"state": "checked", "nodes": 388, "kept": [
+        {"node": f"n{i}", "op": "Conv", "reason": "16-bit rounding accumulates over the graph"} for i in range(346)]}))
+    res, run = check(setup, monkeypatch, True, "--target cuda --precision fp16")
+    assert res["result"] == "PASS" and res["check_kept"] == "kept 346 of 388 nodes", res
+    monkeypatch.setenv("FAKE_KILN_INSPECT", json.dumps({"state": "skipped", "reason": "a subgraph"}))
+    res, run = check(setup, monkeypatch, True, "--target cuda --precision fp16")
+    assert res["check_kept"] is None and zoo.check_text(res) == "the zoo's input (--check-input)", res
 
 
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])

@@ -644,6 +644,9 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
             return res
         res["kiln_run_ms"] = obj.get("run_ms")
         res["check_kept"] = precision_check_kept(obj.get("notes"), err)
+        if res["check_inputs"] and res["check_kept"] is None:
+            # A program specialized at run time logs its check's note instead of printing it.
+            res["check_kept"] = inspected_check_kept(kiln, obj.get("artifact"))
         res["kiln_compile_ms"] = obj.get("compile_ms")
         if isinstance(obj.get("reference_nodes"), list):
             res["ref_ops"] = summarize_reference_nodes(obj["reference_nodes"])
@@ -693,6 +696,21 @@ def precision_check_kept(notes, stderr: str) -> str | None:
         if hit:
             return f"kept 0 of {hit.group(1)} nodes"
     return None
+
+
+def inspected_check_kept(kiln: Path, artifact: str | None) -> str | None:
+    """'kept N of M nodes' from `kiln inspect ARTIFACT --json`'s precision_check (the entry's first
+    program: the run's, in the check's fresh cache); None when it holds no checked result."""
+    if not artifact or not Path(artifact).exists():
+        return None
+    try:
+        res = subprocess.run([str(kiln), "inspect", artifact, "--json"], capture_output=True, text=True, timeout=300)
+        check = json.loads(res.stdout).get("precision_check") if res.returncode == 0 else None
+    except (OSError, ValueError, subprocess.TimeoutExpired):
+        return None
+    if not isinstance(check, dict) or check.get("state") != "checked":
+        return None
+    return f"kept {len(check.get('kept') or [])} of {check.get('nodes')} nodes"
 
 
 def fmt_ms(v) -> str:
