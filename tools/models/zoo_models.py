@@ -62,7 +62,7 @@ class ZooModel:
     check_sample: the inputs are representative data of the model's domain (an
     OCR model's synthetic text page), not noise: a 16-bit cuda check passes them
     to kiln's precision check (`kiln run --check-input`), which otherwise
-    samples its own random inputs (zoo.check_input_args).
+    samples its own random inputs (zoo_precision.check_input_args).
     """
 
     name: str
