@@ -119,6 +119,52 @@ def test_a_bad_precision_check_value_is_exit_2_naming_the_option(kiln, demo_onnx
     assert_error(res, 2, "--precision-check", "sometimes")
 
 
+@pytest.mark.parametrize("command", ["compile", "run", "verify", "perf"])
+def test_check_input_is_parsed_alike_by_every_compiling_command(kiln, demo_onnx, tmp_path, command):
+    # run / perf / verify take --check-input as compile does (the zoo's 16-bit cuda runs give the
+    # OCR models' page to the check through `kiln run`): the same errors, exit 2 naming the flag.
+    extra = ["-o", str(tmp_path / "x.kiln")] if command == "compile" else []
+    assert_error(kiln(command, demo_onnx, *extra, "--check-input", "image"), 2, "--check-input 'image'",
+                 "NAME=FILE.npy")
+    img = tmp_path / "img.npy"
+    np.save(img, np.zeros((1, 3, 64, 64), np.float32))
+    assert_error(kiln(command, demo_onnx, *extra, "--check-input", f"image={img}", "--check-input",
+                      f"image={img}"), 2, "--check-input", "'image' is given twice")
+    assert_error(kiln(command, demo_onnx, *extra, "--check-input", f"image={img}", "--precision-check", "off"), 2,
+                 "precision_check_inputs")
+
+
+def test_run_refuses_check_input_with_an_artifact(kiln, demo_onnx, tmp_path):
+    art = tmp_path / "demo.kiln"
+    assert kiln("compile", demo_onnx, "-o", art).rc == 0
+    img = tmp_path / "img.npy"
+    np.save(img, np.zeros((1, 3, 64, 64), np.float32))
+    assert_error(kiln("run", art, "--input", f"image={img}", "--check-input", f"image={img}"), 2,
+                 "--check-input applies when compiling", str(art))
+
+
+def test_perf_compiles_with_its_check_inputs(kiln, sigmoid_cancellation, tmp_path):
+    # `kiln perf` compiles in its own process before timing: its --check-input reaches the check
+    # (zeros: a == b exactly, nothing amplifies), where the default random samples keep 5 nodes.
+    # Without a GPU the timing child fails (exit 3, the sm_90 artifact cannot load here); the
+    # artifact --keep wrote is what is inspected.
+    model, _ = sigmoid_cancellation
+    zeros = tmp_path / "zeros.npy"
+    np.save(zeros, np.zeros((1, 4, 8, 8), np.float32))
+    args = ["--target", "cuda", "--arch", "sm_90", "--tuning", "heuristic", "--precision", "fp16", "--runs", "1"]
+    kept = {}
+    for name, extra in (("given", ["--check-input", f"x={zeros}"]), ("random", [])):
+        out = tmp_path / f"{name}.kiln"
+        res = kiln("perf", model, *args, *extra, "--keep", out)
+        if res.rc == 5 and "without CUDA" in res.stderr:
+            pytest.skip("SKIPPED: this kiln was built without CUDA support (no toolkit at build time)")
+        assert res.rc in (0, 3), res.describe()
+        check = kiln("inspect", out, "--json").json()["precision_check"]
+        kept[name] = (check["inputs"], {k["node"] for k in check["kept"]})
+    assert kept["given"] == ("given for x", set()), kept
+    assert kept["random"] == ("random (seed 0)", KEPT), kept
+
+
 def topk_ties_model(path):
     """x float32[1,64] -> scores = MatMul(x, Ws) [1,128] whose columns are
     equal up to 1e-6 (tied within fp16's rounding); (top, idx) = TopK 'topk'

@@ -80,4 +80,23 @@ ModelBuilder convnext_block_model() {
   return b;
 }
 
+ModelBuilder patch_embed_model(int64_t n) {
+  ModelBuilder b(17);
+  b.input("x", 1, {n, 3, 16, 16});
+  b.initializer("Wp", {16, 3, 4, 4}, cosine_values(16 * 48, 0.2f, 0.3f));
+  b.initializer("Bp", {16}, cosine_values(16, 0.3f, 1.7f));
+  b.initializer("Wv", {8, 3, 8, 8}, cosine_values(8 * 192, 0.1f, 0.9f));
+  b.initializer_i64("tok_shape", {3}, {n, 8, 4});
+  auto& c1 = b.node("Conv", {"x", "Wp", "Bp"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "kernel_shape", {4, 4});
+  ModelBuilder::attr_ints(c1, "strides", {4, 4});
+  b.node("Relu", {"c1"}, {"y"});
+  auto& c2 = b.node("Conv", {"x", "Wv"}, {"c2"});
+  ModelBuilder::attr_ints(c2, "strides", {8, 8});
+  b.node("Reshape", {"c2", "tok_shape"}, {"flat"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"flat"}, {"tokens"}), "perm", {0, 2, 1});
+  b.output("y", 1, {n, 16, 4, 4}).output("tokens", 1, {n, 4, 8});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -24,4 +24,10 @@ ModelBuilder dense_block_model(int64_t n);
 /// entry and y's exit remain.
 ModelBuilder convnext_block_model();
 
+/// A patch embedding (patch_conv.cpp): x [n, 3, 16, 16] -> Conv 4x4 / 4 to 16
+/// channels with a bias -> Relu -> y [n, 16, 4, 4], and a ViT-style
+/// Conv 8x8 / 8 without a bias to 8 channels -> Reshape [n, 8, 4] ->
+/// Transpose(0, 2, 1) -> tokens [n, 4, 8]; cosine weights.
+ModelBuilder patch_embed_model(int64_t n);
+
 }  // namespace kiln::testing

@@ -45,13 +45,16 @@ struct PrecisionArgs {
   std::string precision = "fp32";  ///< --precision fp32|fp16|bf16
   bool tf32 = false;               ///< --tf32
   std::string check = "on";        ///< --precision-check on|off
+  std::vector<std::string> check_inputs;  ///< --check-input NAME=FILE.npy (repeatable)
 };
-/// Adds --precision, --tf32 and --precision-check to `sub` (docs/cli.md).
+/// Adds --precision, --tf32, --precision-check and --check-input to `sub` (docs/cli.md).
 void add_precision_flags(CLI::App* sub, PrecisionArgs& a);
-/// Writes the flags into opt.precision / opt.allow_tf32 / precision_check.
+/// Writes the flags into opt.precision / opt.allow_tf32 / precision_check /
+/// precision_check_inputs (each --check-input file read as .npy).
 /// Throws Error(invalid_option) naming "precision" for an unknown precision,
-/// "--precision-check" for a value other than on / off (the target checks
-/// come with SessionOptions::validate).
+/// "--precision-check" for a value other than on / off, "--check-input" for a
+/// spec that is not NAME=FILE.npy or names an input twice (a file that cannot be
+/// read is read_npy's error; the target checks come with SessionOptions::validate).
 void apply_precision(const PrecisionArgs& a, SessionOptions& opt);
 
 /// Shape / value specialization switches (SessionOptions::specialize_shapes,

@@ -8,7 +8,6 @@
 #include "cli.h"
 #include "kiln/compile.h"
 #include "support/error.h"
-#include "support/npy.h"
 
 namespace kiln::cli {
 
@@ -19,7 +18,7 @@ void add_compile(CLI::App& app, Common& common) {
     CodegenArgs codegen;
     PrecisionArgs precision;
     SpecializeArgs specialize;
-    std::vector<std::string> values, check_inputs;
+    std::vector<std::string> values;
   };
   auto args = std::make_shared<Args>();
   auto* sub = app.add_subcommand("compile", "Compile an ONNX model into a .kiln artifact (no cache involved).");
@@ -50,11 +49,6 @@ void add_compile(CLI::App& app, Common& common) {
                   "guarded by its value (a run with a value the artifact lacks is exit 6 naming it)")
       ->expected(1)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
-  sub->add_option("--check-input", args->check_inputs,
-                  "NAME=FILE.npy: a sample input of the precision check of fp16 / bf16 cuda compiles (repeatable; "
-                  "inputs not given are random); part of the cache key")
-      ->expected(1)
-      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
   add_specialize_flags(sub, args->specialize, /*shapes=*/false);
   add_codegen_options(sub, args->codegen);
   sub->add_flag("--json", common.json, "Print one JSON object with the facts on stdout");
@@ -82,15 +76,6 @@ void add_compile(CLI::App& app, Common& common) {
       } catch (const std::logic_error&) {
         fail(ErrorCode::invalid_option, "--value '{}': '{}' is not an integer", spec, text);
       }
-    }
-    for (auto& spec : args->check_inputs) {
-      auto eq = spec.find('=');
-      if (eq == std::string::npos || eq == 0)
-        fail(ErrorCode::invalid_option, "--check-input '{}': expected NAME=FILE.npy", spec);
-      const std::string name = spec.substr(0, eq);
-      if (opt.precision_check_inputs.count(name))
-        fail(ErrorCode::invalid_option, "--check-input: input '{}' is given twice", name);
-      opt.precision_check_inputs[name] = read_npy(spec.substr(eq + 1));
     }
     opt.validate();  // a bad option is reported before "compiling ..." is printed
     if (!common.json) std::fprintf(stderr, "kiln: compiling '%s' for %s...\n", args->model.c_str(), opt.target.name().c_str());

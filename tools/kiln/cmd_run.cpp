@@ -110,6 +110,8 @@ void run_command(const Args& a, bool as_json) {
     fail(ErrorCode::invalid_option, "--arch applies when compiling; '{}' is already compiled", a.model);
   if (artifact_file && !a.codegen.fallback.empty())
     fail(ErrorCode::invalid_option, "--fallback applies when compiling; '{}' is already compiled", a.model);
+  if (artifact_file && !a.precision.check_inputs.empty())
+    fail(ErrorCode::invalid_option, "--check-input applies when compiling; '{}' is already compiled", a.model);
   if (a.on_mismatch == "recompile" && artifact_file)
     fail(ErrorCode::invalid_option,
          "--on-mismatch recompile: '{}' is an explicit artifact, which is never recompiled (its model is not known); "

@@ -196,9 +196,10 @@ void verify_main(const VerifyArgs& a, bool as_json) {
   json inputs_info;
   std::vector<std::string> notes;
   const auto inputs = gather_inputs(a, opt, inputs_info, notes);
-  // A 16-bit program's precision check samples the inputs verified.
+  // A 16-bit program's precision check samples the inputs verified, unless
+  // --check-input gave its own (a run's compile with them is what is verified).
   if (opt.target.kind == Target::Kind::cuda && opt.precision != Precision::fp32 &&
-      opt.precision_check == PrecisionCheck::on)
+      opt.precision_check == PrecisionCheck::on && opt.precision_check_inputs.empty())
     opt.precision_check_inputs = inputs;
   verify::Report r = verify::verify_model(a.model, opt, inputs, tol, a.threads);
   notes.insert(notes.end(), r.notes.begin(), r.notes.end());

@@ -12,6 +12,7 @@
 #include "cli.h"
 #include "support/error.h"
 #include "support/half.h"
+#include "support/npy.h"
 
 namespace kiln::cli {
 
@@ -26,6 +27,11 @@ void add_precision_flags(CLI::App* sub, PrecisionArgs& a) {
                   "time (ref kernels, 16-bit rounding emulated: the same with or without a GPU) and keeps in fp32 the "
                   "nodes whose 16-bit error grows past the bound (`kiln inspect` lists them and why); off skips it")
       ->capture_default_str();
+  sub->add_option("--check-input", a.check_inputs,
+                  "NAME=FILE.npy: a sample input of the precision check of fp16 / bf16 cuda compiles (repeatable; "
+                  "inputs not given are random); part of the cache key")
+      ->expected(1)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeAll);
 }
 
 void apply_precision(const PrecisionArgs& a, SessionOptions& opt) {
@@ -34,6 +40,15 @@ void apply_precision(const PrecisionArgs& a, SessionOptions& opt) {
   if (a.check != "on" && a.check != "off")
     fail(ErrorCode::invalid_option, "--precision-check: unknown value '{}' (expected on or off)", a.check);
   opt.precision_check = parse_precision_check(a.check);
+  for (auto& spec : a.check_inputs) {
+    auto eq = spec.find('=');
+    if (eq == std::string::npos || eq == 0)
+      fail(ErrorCode::invalid_option, "--check-input '{}': expected NAME=FILE.npy", spec);
+    const std::string name = spec.substr(0, eq);
+    if (opt.precision_check_inputs.count(name))
+      fail(ErrorCode::invalid_option, "--check-input: input '{}' is given twice", name);
+    opt.precision_check_inputs[name] = read_npy(spec.substr(eq + 1));
+  }
 }
 
 void parse_shapes(const std::vector<std::string>& specs, SessionOptions& opt) {

@@ -27,7 +27,10 @@ check runs, for each model: seeded inputs (zoo_models), ONNX Runtime (the
 pinned version of requirements.txt) for the reference, then
   kiln run MODEL.onnx --input NAME=FILE.npy ... --output-dir OUT --cache-dir TMP --json
 with no shape flags, and compares (zoo_compare: |kiln - ort| <= 1e-4 + 1e-3 |ort|,
-index/NMS outputs as sets of rows; an empty output fails). It prints a table:
+index/NMS outputs as sets of rows; an empty output fails). A 16-bit cuda run
+(KILN_ZOO_KILN_ARGS) of a model whose input is representative data
+(ZooModel.check_sample) also gives that input to kiln's precision check
+(--check-input; check_input_args). It prints a table:
 model, result, max abs error, kiln / ORT run time, operators left on kiln's
 reference kernels, reason. Exit 0 when every model checked passed, 1 otherwise.
 """
@@ -59,6 +62,7 @@ sys.path.insert(0, str(HERE))
 
 import zoo_models  # noqa: E402
 from zoo_models import FAMILIES, RECIPE_VERSION, ZooModel, models, seed_of  # noqa: E402
+from zoo_precision import check_input_args, check_text, inspected_check_kept, precision_check_kept  # noqa: E402
 
 DEFAULT_DIR = REPO / ".models" / "zoo"
 DEFAULT_KILN = REPO / "build" / "tools" / "kiln" / "kiln"
@@ -547,7 +551,8 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
     import numpy as np
 
     res = {"model": m.name, "family": m.family, "result": "FAIL", "max_abs_err": None, "kiln_run_ms": None,
-           "kiln_compile_ms": None, "ort_ms": None, "ref_ops": None, "reason": "", "problems": []}
+           "kiln_compile_ms": None, "ort_ms": None, "ref_ops": None, "reason": "", "problems": [],
+           "check_inputs": None, "check_kept": None}
     path = directory / f"{m.name}.onnx"
     if not path.exists():
         # A model for the GPU machine is skipped here; any other missing model is a failure.
@@ -569,15 +574,18 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
         in_dir, out_dir = tmp / "in", tmp / "out"
         in_dir.mkdir()
         cmd = [str(kiln), "run", str(path)]
+        files = {}
         for i, (name, arr) in enumerate(feeds.items()):
-            f = in_dir / f"in{i}.npy"
+            f = files[name] = in_dir / f"in{i}.npy"
             np.save(f, arr)
             cmd += ["--input", f"{name}={f}"]
             if with_shapes:  # diagnostic only: the zoo's acceptance run has no shape flags
                 cmd += ["--shape", f"{name}={'x'.join(str(d) for d in arr.shape)}"]
         cmd += ["--output-dir", str(out_dir), "--cache-dir", str(tmp / "cache"), "--json"]
         # KILN_ZOO_KILN_ARGS="--target cuda" (a GPU machine's run; scripts/device/zoo_cuda.sh) adds kiln options.
-        cmd += shlex.split(os.environ.get("KILN_ZOO_KILN_ARGS", ""))
+        kiln_args = shlex.split(os.environ.get("KILN_ZOO_KILN_ARGS", ""))
+        extra, res["check_inputs"] = check_input_args(m, feeds, files, kiln_args)
+        cmd += kiln_args + extra
         limit = timeout or m.timeout_s
         code, out, err, secs = run_kiln(cmd, limit)
         (log_dir / f"{m.name}{'.with-shapes' if with_shapes else ''}.log").write_text(f"$ {' '.join(cmd)}\n# exit {code} after {secs:.1f} s\n"
@@ -597,6 +605,10 @@ def check_one(m: ZooModel, directory: Path, kiln: Path, timeout: float | None, k
             res["reason"] = f"kiln run printed no JSON object: {out[:200]!r}"
             return res
         res["kiln_run_ms"] = obj.get("run_ms")
+        res["check_kept"] = precision_check_kept(obj.get("notes"), err)
+        if res["check_inputs"] and res["check_kept"] is None:
+            # A program specialized at run time logs its check's note instead of printing it.
+            res["check_kept"] = inspected_check_kept(kiln, obj.get("artifact"))
         res["kiln_compile_ms"] = obj.get("compile_ms")
         if isinstance(obj.get("reference_nodes"), list):
             res["ref_ops"] = summarize_reference_nodes(obj["reference_nodes"])
@@ -659,12 +671,17 @@ def ref_ops_text(r: dict) -> str:
 
 
 def table(results: list[dict]) -> str:
-    rows = ["| model | family | result | max abs err | kiln 1st run ms | ORT ms | on reference kernels | reason |",
-            "| --- | --- | --- | --- | ---: | ---: | --- | --- |"]
+    """The check's Markdown table; a 16-bit cuda run (any model with check_inputs) gets a
+    column saying what its precision check sampled and how many nodes it kept in fp32."""
+    checked = any(r.get("check_inputs") for r in results)
+    rows = ["| model | family | result | max abs err | kiln 1st run ms | ORT ms | on reference kernels | "
+            + ("precision check inputs | " if checked else "") + "reason |",
+            "| --- | --- | --- | --- | ---: | ---: | --- | " + ("--- | " if checked else "") + "--- |"]
     for r in results:
         reason = r["reason"].replace("|", "\\|").replace("\n", " ")
         rows.append(f"| {r['model']} | {r['family']} | {r['result']} | {fmt_err(r['max_abs_err'])} | "
-                    f"{fmt_ms(r['kiln_run_ms'])} | {fmt_ms(r['ort_ms'])} | {ref_ops_text(r)} | {reason} |")
+                    f"{fmt_ms(r['kiln_run_ms'])} | {fmt_ms(r['ort_ms'])} | {ref_ops_text(r)} | "
+                    + (f"{check_text(r)} | " if checked else "") + f"{reason} |")
     return "\n".join(rows)
 
 
@@ -692,6 +709,7 @@ def cmd_check(args) -> int:
         print(f"zoo: {m.name}: {r['result']} in {r['wall_s']:.1f} s, max abs err {fmt_err(r['max_abs_err'])}, "
               f"kiln first run {fmt_ms(r['kiln_run_ms'])} ms, ORT {fmt_ms(r['ort_ms'])} ms"
               + (f", on reference kernels: {ref_ops_text(r)}" if r.get("ref_ops") is not None else "")
+              + (f", precision check inputs: {check_text(r)}" if r.get("check_inputs") else "")
               + (f"; {r['reason']}" if r["reason"] else ""), flush=True)
         for p in r["problems"][1:6]:
             print(f"zoo:   - {p}", flush=True)
@@ -719,7 +737,12 @@ def cmd_check(args) -> int:
                 f"{onnxruntime.__version__}; tolerance {tolerance_text()} (sets of rows for "
                 f"NMS outputs); kiln options `{os.environ.get('KILN_ZOO_KILN_ARGS', '')}`; `kiln run` with `--input` only (no shape flags). kiln 1st run: `run_ms` of "
                 f"that one `kiln run` (a cold first run); ORT: a warm run in this process. On reference "
-                f"kernels: kiln's `reference_nodes`, operator x count (reason).\n\n{summary}.\n\n")
+                f"kernels: kiln's `reference_nodes`, operator x count (reason)."
+                + (" Precision check inputs (16-bit cuda runs): the zoo's input (`--check-input`, the "
+                   "file given to `--input`) where the zoo's input is representative data (an OCR page), "
+                   "else kiln's random samples; with the nodes the check kept in float32."
+                   if any(r.get("check_inputs") for r in results) else "")
+                + f"\n\n{summary}.\n\n")
         write_atomically(args.report, (head + text + "\n").encode())
     if args.json:
         write_atomically(args.json, (json.dumps(results, indent=1) + "\n").encode())

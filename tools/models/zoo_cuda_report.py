@@ -5,7 +5,8 @@ Usage: zoo_cuda_report.py OUT_DIR/zoo_fp32_g0.json OUT_DIR/zoo_fp16_g0.json ... 
 
 Each file is a `zoo.py check --json` list for one precision (the precision is
 read from the file name, zoo_<precision>_g<N>.json). Per model and precision:
-PASS/FAIL, the max abs error, kiln's median latency (`kiln perf`, batch as the
+PASS/FAIL, the max abs error (with, where a 16-bit run's precision check sampled the zoo's
+input, that and the nodes it kept in fp32), kiln's median latency (`kiln perf`, batch as the
 zoo's inputs), the host segments' share of it (issue 17's bound: 10%) and the
 nodes on reference kernels. Models in no file are listed as not reached.
 """
@@ -38,13 +39,22 @@ def load(paths: list[Path]) -> dict:
     return out
 
 
+def check_note(r: dict) -> str:
+    """' [check: the zoo's input (--check-input): kept 3 of 265 nodes]' where the precision check
+    sampled the zoo's input (zoo.py check_input_args); '' for kiln's random samples or no check."""
+    inputs = str(r.get("check_inputs") or "")
+    if not inputs.startswith("the zoo's input"):
+        return ""
+    return f" [check: {inputs}" + (f", {r['check_kept']}" if r.get("check_kept") else "") + "]"
+
+
 def cell(r: dict | None) -> str:
     if r is None:
         return "not reached"
     if r.get("result") != "PASS":
-        return f"{r.get('result')}: {str(r.get('reason', ''))[:160]}"
+        return f"{r.get('result')}: {str(r.get('reason', ''))[:160]}{check_note(r)}"
     err = r.get("max_abs_err")
-    return f"PASS ({err:.1e})" if isinstance(err, (int, float)) else "PASS"
+    return (f"PASS ({err:.1e})" if isinstance(err, (int, float)) else "PASS") + check_note(r)
 
 
 def share(r: dict | None) -> str:

@@ -59,6 +59,10 @@ class ZooModel:
     NMS outputs): compared as sets of rows, each group matched jointly.
     export_on: "here" (this machine's torch) or "gpu" (needs the GPU machine's
     newer torch: fails to export on torch 1.13; see `note`).
+    check_sample: the inputs are representative data of the model's domain (an
+    OCR model's synthetic text page), not noise: a 16-bit cuda check passes them
+    to kiln's precision check (`kiln run --check-input`), which otherwise
+    samples its own random inputs (zoo_precision.check_input_args).
     """
 
     name: str
@@ -73,6 +77,7 @@ class ZooModel:
     note: str = ""
     libs: tuple[str, ...] = ()
     timeout_s: float = 1200.0
+    check_sample: bool = False
     recipe: str = ""  # the builder's parameters, part of the manifest key (a change exports again)
     # The torch module `build` exports (eval mode, float32, CPU, the same seeded weights), for benchmarks
     # that run the model in PyTorch too (bench/gpu_zoo.py); None where the recipe has no single module.
@@ -769,9 +774,10 @@ def decoder(name: str, model_cls: str, config_cls: str, overrides: dict, positio
 
 
 def wheel(name: str, dist: str, version: str, member: str, sha256: str, inputs, note: str = "",
-          timeout_s: float = 1200.0) -> ZooModel:
+          timeout_s: float = 1200.0, check_sample: bool = False) -> ZooModel:
     return ZooModel(name=name, family="wheel", source=f"{dist}=={version}: {member}", inputs=inputs,
-                    wheel=(dist, version, member), sha256=sha256, note=note, timeout_s=timeout_s)
+                    wheel=(dist, version, member), sha256=sha256, note=note, timeout_s=timeout_s,
+                    check_sample=check_sample)
 
 
 # ---------------------------------------------------------------------------
@@ -872,18 +878,19 @@ def _zoo() -> list[ZooModel]:
         wheel("nudenet_320n", "nudenet", "3.4.2", "nudenet/320n.onnx",
               "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f", image_inputs([1, 3, 320, 320])),
         # RapidOCR's preprocessing: ImageNet mean/std for the detector, (x - 0.5) / 0.5 for the others.
+        # Their input is a text page (check_sample: the precision check of a 16-bit run samples it too).
         wheel("rapidocr_det_v4", "rapidocr-onnxruntime", "1.4.4",
               "rapidocr_onnxruntime/models/ch_PP-OCRv4_det_infer.onnx",
               "d2a7720d45a54257208b1e13e36a8479894cb74155a5efe29462512d42f49da9",
-              text_image_inputs([1, 3, 320, 320], (0.485, 0.456, 0.406), (0.229, 0.224, 0.225))),
+              text_image_inputs([1, 3, 320, 320], (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)), check_sample=True),
         wheel("rapidocr_rec_v4", "rapidocr-onnxruntime", "1.4.4",
               "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
               "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
-              text_image_inputs([1, 3, 48, 320])),
+              text_image_inputs([1, 3, 48, 320]), check_sample=True),
         wheel("rapidocr_cls_v2", "rapidocr-onnxruntime", "1.4.4",
               "rapidocr_onnxruntime/models/ch_ppocr_mobile_v2.0_cls_infer.onnx",
               "e47acedf663230f8863ff1ab0e64dd2d82b838fceb5957146dab185a89d6215c",
-              text_image_inputs([2, 3, 48, 192])),
+              text_image_inputs([2, 3, 48, 192]), check_sample=True),
         wheel("ddddocr_common", "ddddocr", "1.6.1", "ddddocr/common.onnx",
               "33b5cd351ee94e73a6bf8fa18c415ed8b819b3ffd342e267c30d8ad8334e34e8", image_inputs([1, 1, 64, 256])),
         wheel("ddddocr_common_old", "ddddocr", "1.6.1", "ddddocr/common_old.onnx",

@@ -127,13 +127,20 @@ bool is_elementwise(const Lowering& L, const ir::Node& n);
 /// producer of one of its inputs): static shapes, every input of the
 /// output's dtype and rank, a float storage dtype (gen_elementwise.cpp).
 bool is_gatherable_concat(const Lowering& L, const ir::Node& n);
+/// True when Slice `n` can be a member of an element-wise chain (as the
+/// producer of one of its inputs): constant starts / ends / axes, steps of
+/// 1, one axis cut, static shapes, a float storage dtype: each output row
+/// (the dims from the cut axis on) is one contiguous window of an input row
+/// (gen_elementwise.cpp). pad_matmul_n's compaction + Cast is one.
+bool is_gatherable_slice(const Lowering& L, const ir::Node& n);
 /// One kernel computing a fused chain of element-wise nodes: `members` in
 /// topological order, the last one the root whose output is written; every
 /// other member's output is read only by later members (and has the root's
 /// shape). Inputs not produced inside the chain are loaded with broadcasting.
 /// A member may be a Concat (is_gatherable_concat): its value at each
 /// element is read from the input that holds it, so the concatenation is
-/// never stored (DenseNet's Concat -> BatchNormalization -> Relu).
+/// never stored (DenseNet's Concat -> BatchNormalization -> Relu). A member
+/// may be a Slice (is_gatherable_slice) likewise: the slice is never stored.
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members);
 
 /// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,

@@ -184,18 +184,89 @@ bool is_gatherable_concat(const Lowering& L, const ir::Node& n) {
 
 namespace {
 
-/// A Concat member of a chain: the output seen as [outer, row] (row = its
-/// length on the axis times the dims after it), each input as [outer, rows[j]].
+/// A Slice that cuts one contiguous window out of every row: input seen as
+/// [outer, in_row], output as [outer, row], output element r of a row is
+/// input element off + r of it (in_row / row: the dims from the cut axis on).
+struct SliceWindow {
+  int64_t in_row = 0, row = 0, off = 0;
+};
+
+/// The window of Slice `n` (constant int starts / ends / axes, steps 1, at
+/// most one axis cut, static shapes of one rank, a non-empty output), or
+/// nullopt.
+std::optional<SliceWindow> slice_window(const ir::Model& m, const ir::Node& n) {
+  if (n.inputs.size() < 3 || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue) return std::nullopt;
+  for (size_t i = 1; i < n.inputs.size() && i < 5; ++i) {
+    if (n.inputs[i] == ir::kNoValue) {
+      if (i < 3) return std::nullopt;
+      continue;
+    }
+    const ir::Value& c = m.value(n.inputs[i]);
+    if (!c.constant || (c.constant->dtype() != DType::i64 && c.constant->dtype() != DType::i32)) return std::nullopt;
+  }
+  const ir::Value &x = m.value(n.inputs[0]), &y = m.value(n.outputs[0]);
+  if (!x.shape || !y.shape || !ir::is_static(*x.shape) || !ir::is_static(*y.shape) || x.shape->size() != y.shape->size() ||
+      x.shape->empty())
+    return std::nullopt;
+  auto in = ir::to_sizes(*x.shape), out = ir::to_sizes(*y.shape);
+  if (numel(out) == 0) return std::nullopt;  // nothing to gather (and no row to divide by)
+  auto ints = [&](size_t i) {
+    std::vector<int64_t> v;
+    if (i >= n.inputs.size() || n.inputs[i] == ir::kNoValue) return v;
+    const Tensor& t = *m.value(n.inputs[i]).constant;
+    for (int64_t k = 0; k < t.numel(); ++k) v.push_back(t.dtype() == DType::i64 ? t.data<int64_t>()[k] : t.data<int32_t>()[k]);
+    return v;
+  };
+  const auto starts = ints(1), axes = ints(3), steps = ints(4);
+  const int64_t r = static_cast<int64_t>(in.size());
+  std::vector<int64_t> start(in.size(), 0);
+  for (size_t k = 0; k < starts.size(); ++k) {
+    int64_t a = axes.empty() ? static_cast<int64_t>(k) : (k < axes.size() ? axes[k] : r);
+    if (a < 0) a += r;
+    if (a < 0 || a >= r || (!steps.empty() && (k >= steps.size() || steps[k] != 1))) return std::nullopt;
+    int64_t s = starts[k] < 0 ? starts[k] + in[a] : starts[k];
+    start[a] = std::clamp<int64_t>(s, 0, in[a]);
+  }
+  int64_t cut = -1;
+  for (int64_t d = 0; d < r; ++d) {
+    if (start[d] + out[d] > in[d]) return std::nullopt;
+    if (start[d] == 0 && out[d] == in[d]) continue;
+    if (cut >= 0) return std::nullopt;  // a second axis cut: not one window per row
+    cut = d;
+  }
+  SliceWindow w;
+  if (cut < 0) cut = 0;
+  int64_t inner = 1;
+  for (int64_t d = cut + 1; d < r; ++d) inner *= in[d];
+  w.in_row = in[cut] * inner;
+  w.row = out[cut] * inner;
+  w.off = start[cut] * inner;
+  return w;
+}
+
+/// A Concat or Slice member of a chain: the output seen as [outer, row]
+/// (Concat: row = its length on the axis times the dims after it), each
+/// Concat input as [outer, rows[j]]; the Slice's one input as [outer,
+/// in_row], read from `off` on (SliceWindow).
 struct Gather {
   const ir::Node* node = nullptr;
   std::vector<size_t> ext;    ///< index into the kernel's external inputs, per non-empty input
   std::vector<int64_t> rows;  ///< each input's share of a row
   int64_t row = 0;
+  std::optional<SliceWindow> slice;  ///< set for a Slice
 };
 
 Gather gather_of(Lowering& L, const ir::Node& n, const std::vector<ir::ValueId>& ext) {
   Gather g;
   g.node = &n;
+  if (n.op_type == "Slice") {
+    g.slice = slice_window(L.model, n);
+    if (!g.slice) refuse(n, "a Slice in an element-wise chain must cut one window per row");
+    g.ext.push_back(static_cast<size_t>(std::find(ext.begin(), ext.end(), n.inputs[0]) - ext.begin()));
+    g.rows = {g.slice->row};
+    g.row = g.slice->row;
+    return g;
+  }
   auto out = L.dims(n, n.outputs[0]);
   int64_t axis = norm_axis(n, n.i("axis"), static_cast<int64_t>(out.size()));
   int64_t inner = 1;
@@ -214,6 +285,8 @@ Gather gather_of(Lowering& L, const ir::Node& n, const std::vector<ir::ValueId>&
 std::string gather_select(const Gather& g, const std::string& idx,
                           const std::function<std::string(size_t, const std::string&)>& load) {
   std::string s = fmt::format("{{ const I o = {0} / {1}u, r = {0} % {1}u;", idx, g.row);
+  if (g.slice)
+    return s + fmt::format(" {} }}", load(g.ext[0], fmt::format("(unsigned long long)o * {} + {} + r", g.slice->in_row, g.slice->off)));
   int64_t off = 0;
   for (size_t j = 0; j < g.rows.size(); ++j) {
     std::string at = fmt::format("(unsigned long long)o * {} + (r - {}u)", g.rows[j], off);
@@ -226,6 +299,13 @@ std::string gather_select(const Gather& g, const std::string& idx,
 
 }  // namespace
 
+bool is_gatherable_slice(const Lowering& L, const ir::Node& n) {
+  if (!n.domain.empty() || n.op_type != "Slice" || n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue) return false;
+  if (n.inputs.empty() || n.inputs[0] == ir::kNoValue) return false;
+  const DType t = L.model.value(n.outputs[0]).dtype;
+  return is_float_storage(t) && L.model.value(n.inputs[0]).dtype == t && slice_window(L.model, n).has_value();
+}
+
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members) {
   const ir::Node& root = *members.back();
   const ir::Model& m = L.model;
@@ -233,7 +313,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   const int64_t N = numel(out);
   std::set<ir::ValueId> inside;
   for (auto* n : members) inside.insert(n->outputs[0]);
-  auto is_gather = [](const ir::Node* n) { return n->op_type == "Concat"; };
+  auto is_gather = [](const ir::Node* n) { return n->op_type == "Concat" || n->op_type == "Slice"; };
   // External inputs, in first-use order; `direct`: read at the element's own
   // (broadcast) index by an element-wise member, not only through a Concat.
   std::vector<ir::ValueId> ext;
@@ -241,7 +321,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   for (auto* n : members) {
     std::vector<size_t> ins = is_gather(n) ? std::vector<size_t>{} : data_inputs(*n);
     if (is_gather(n))
-      for (size_t i = 0; i < n->inputs.size(); ++i)
+      for (size_t i = 0; i < (n->op_type == "Slice" ? 1 : n->inputs.size()); ++i)
         if (n->inputs[i] != ir::kNoValue) ins.push_back(i);
     for (size_t i : ins) {
       ir::ValueId v = n->inputs[i];
@@ -276,11 +356,13 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   const int64_t V = std::min<int64_t>(8, 16 / static_cast<int64_t>(std::max<size_t>(widest, 1)));
   const int64_t NV = V > 1 ? N / V : 0;  // whole vectors; the N % V tail is scalar
   // A Concat whose every input's row is a multiple of V is read as one vector
-  // per item (the V elements lie in one input); else element by element.
+  // per item (the V elements lie in one input); else element by element. A
+  // Slice likewise when its input's row and offset are multiples of V too.
   std::vector<bool> packed(gathers.size(), false);
   for (size_t c = 0; c < gathers.size(); ++c) {
     packed[c] = V > 1;
     for (auto r : gathers[c].rows) packed[c] = packed[c] && r % V == 0;
+    if (const auto& w = gathers[c].slice) packed[c] = packed[c] && w->in_row % V == 0 && w->off % V == 0;
   }
   std::string name = L.kernel_name(root.op_type);
   std::string params;
@@ -308,9 +390,10 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
         DType gd = m.value(n->outputs[0]).dtype;
         std::string v = fmt::format("v{}", n->outputs[0]);
         if (vector && packed[c]) {
-          body += fmt::format("    const {} {} = {};  // Concat\n", *compute(gd), v, load_float(gd, fmt::format("g{}.v[e]", c)));
+          body += fmt::format("    const {} {} = {};  // {}\n", *compute(gd), v, load_float(gd, fmt::format("g{}.v[e]", c)),
+                              n->op_type);
         } else {
-          body += fmt::format("    {} {};  // Concat\n    {}\n", *compute(gd), v,
+          body += fmt::format("    {} {};  // {}\n    {}\n", *compute(gd), v, n->op_type,
                               gather_select(gathers[c], "i", [&](size_t k, const std::string& at) {
                                 return fmt::format("{} = {};", v, load_float(gd, fmt::format("in{}[{}]", k, at)));
                               }));

@@ -13,6 +13,7 @@
 #include "support/log.h"
 #include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/patch_conv.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/conditional.h"
@@ -164,9 +165,12 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
       if (v == ir::kNoValue) continue;
       int p = uses.producer[v];
       // A Concat read only here, at the output's shape, joins the group as
-      // its gather (gen_elementwise): the concatenation is never stored.
+      // its gather (gen_elementwise): the concatenation is never stored. So
+      // does a Slice cutting one window per row (pad_matmul_n's compaction
+      // with the Cast after it: one kernel).
       if (p >= 0 && p != i && root[p] < 0 && !done[p] && !uses.is_output[v] && uses.readers[v].size() == 1 &&
-          ir::to_sizes(*m.value(v).shape) == out && is_gatherable_concat(L, nodes[p])) {
+          ir::to_sizes(*m.value(v).shape) == out &&
+          (is_gatherable_concat(L, nodes[p]) || is_gatherable_slice(L, nodes[p]))) {
         root[p] = i;
         members[i].push_back(p);
         continue;
@@ -203,6 +207,15 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
       for (int q : mem) ptrs.push_back(&nodes[q]);
       lowered.push_back(gen_elementwise(L, ptrs));
       st.fused += static_cast<int>(mem.size()) - 1;
+      ++st.kernels;
+      continue;
+    }
+    // A Slice cutting one window per row with no element-wise reader to join
+    // (pad_matmul_n's compaction in float32 programs): gen_elementwise's
+    // gather, with 32-bit row arithmetic and vector stores, rather than
+    // gen_data's per-dim coordinates.
+    if (is_gatherable_slice(L, n)) {
+      lowered.push_back(gen_elementwise(L, {&n}));
       ++st.kernels;
       continue;
     }
@@ -275,9 +288,11 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // float32, so s and t are not rounded to 16 bits) and before to_nhwc (whose
   // region the Mul and Add join).
   batch_norm_to_affine(m);
+  patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
+  if (int p = pad_matmul_n(m)) log().info("cuda: {} matmul(s) with rows not 16-byte aligned computed with a padded n", p);
   std::map<int, std::string> host;  // node index -> why it runs on the host
   const std::vector<ir::Node> nodes = lower_graph_nodes(L, opt, st, host);
   if (!opt.fallback && !host.empty()) refuse_host_nodes(nodes, host);

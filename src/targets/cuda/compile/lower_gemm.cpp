@@ -70,7 +70,8 @@ Tensor broadcast_batches(const Tensor& t, const std::vector<int64_t>& have, cons
 /// Measurement aid (as KILN_CUDA_CONV_GRAPH): `NAME=0` turns the rewrite off.
 /// (Storing a misaligned constant B transposed, [n, k] with trans_b, was
 /// tried for GPT-2's LM head (n 50257) and measured slower on the H200:
-/// 3.11 ms against 2.55 ms for m 4096, k 768, fp16; so B keeps its layout.)
+/// 3.11 ms against 2.55 ms for m 4096, k 768, fp16; so B keeps its layout,
+/// and pad_matmul_n pads n to aligned rows instead.)
 bool env_on(const char* name) {
   const char* e = std::getenv(name);
   return !(e && std::string(e) == "0");

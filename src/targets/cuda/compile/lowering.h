@@ -229,6 +229,42 @@ GemmLowered lower_gemm(Lowering& L, int i, const Uses& uses, const LowerOptions&
 /// broadcasting (onnx/docs/Broadcasting.md).
 int expand_matmul_batches(ir::Model& m);
 
+/// pad_matmul_n's size rule: a matmul is padded when it does at least this
+/// many multiply-adds (m * n * k; below it the compaction kernel's launch,
+/// 2-3 us in a CUDA graph, is a large part of what padding could save) ...
+inline constexpr int64_t kPadNMinMacs = int64_t{1} << 24;
+/// ... and its k is at least this (below it the matmul is bound by writing
+/// D, whose traffic the compaction pass doubles) ...
+inline constexpr int64_t kPadNMinK = 64;
+/// ... and padding adds at most n / kPadNMaxWaste columns (a narrow n pads
+/// to much more work).
+inline constexpr int64_t kPadNMaxWaste = 8;
+
+/// Pads the n of matmuls whose rows are not 16-byte aligned (issue #20):
+/// a MatMul (B of one matrix, [k, n] or with batch dims of size 1: a B
+/// shared by A's batches) or a Gemm whose B is a constant, whose n times
+/// the element size is not a multiple of 16 bytes, while A's rows (and B's
+/// when it is stored transposed, transB) are, computes n_pad columns
+/// instead (n rounded up to a multiple of 16 / element size): B becomes a
+/// constant with zero columns appended (zero rows with transB), the
+/// Gemm's C bias vector or a following bias Add's [n] constant gets zeros
+/// appended, the bias Add and a Relu / Gelu lower_gemm fuses are moved
+/// before the compaction, and an ONNX Slice (axis -1, 0..n) writes the
+/// original [.., n] value from the padded one. In a 16-bit program a Cast
+/// of that value to float32 joins the Slice in one generated kernel
+/// (is_gatherable_slice): it reads the padded 16-bit rows and writes the
+/// compact float32 ones. So cuBLASLt gets aligned B and D and its
+/// vectorized kernels. Left alone: a matmul with a residual C (a Gemm's
+/// full [m, n] C or a residual Add lower_gemm would fuse), a B that is
+/// not constant or that differs per batch, n already aligned, A's rows not
+/// aligned (padding n cannot help), and sizes under kPadNMinMacs /
+/// kPadNMinK / kPadNMaxWaste. KILN_CUDA_GEMM_PAD_N=0 turns the pass off,
+/// KILN_CUDA_GEMM_PAD_N=1 pads every matmul it can whatever its size
+/// (measurement aids). Float32, TF32, float16 and bfloat16 programs; run
+/// after the precision pass (the element size decides n_pad). Returns the
+/// number of matmuls padded; each one is logged at debug level.
+int pad_matmul_n(ir::Model& m);
+
 /// A scaled-dot-product attention lowered to one fused kernel, with the
 /// nodes it absorbed: `node` replaces the last of `absorbed`.
 struct AttentionLowered {
