@@ -101,7 +101,7 @@ struct PrecisionCheckResult {
 };
 
 /// Runs the check on `m` (the cuda graph just before the precision pass:
-/// main graph only, static shapes, float32) for `to` (DType::f16 or
+/// main graph static-shaped and float32, bodies as written) for `to` (DType::f16 or
 /// DType::bf16). `given`: sample inputs by name (SessionOptions::
 /// precision_check_inputs; one whose dtype or shape differs from the
 /// model's input is replaced by a random one, and `inputs` says so).
