@@ -200,8 +200,11 @@ ir::Node softmax(Lowering& L, const ir::Node& n) {
 }
 
 /// LayerNormalization over dims [axis, rank): one block per row, two passes.
+/// RMSNormalization (opset 23; rms_norm.cpp makes it from a model's
+/// decomposed form) is the same kernel with the mean taken as 0 and no bias.
 ir::Node layer_norm(Lowering& L, const ir::Node& n) {
-  need_float(L, n, 3);
+  const bool rms = n.op_type == "RMSNormalization";
+  need_float(L, n, rms ? 2 : 3);
   auto x = L.dims(n, n.inputs[0]);
   int64_t r = static_cast<int64_t>(x.size());
   int64_t axis = norm_axis(n, n.i("axis", -1), r);
@@ -216,13 +219,13 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
     if (c == 1) return std::string("[0]");
     refuse(n, fmt::format("{} with {} elements broadcast over rows of {} is not supported", what, c, D));
   };
-  std::string si = per_elem(1, "scale"), bi = per_elem(2, "bias");
+  std::string si = per_elem(1, "scale"), bi = rms ? std::string() : per_elem(2, "bias");
   bool has_bias = !bi.empty();
   std::vector<ir::ValueId> ins = {n.inputs[0], n.inputs[1]};
   if (has_bias) ins.push_back(n.inputs[2]);
   std::vector<ir::ValueId> outs = {n.outputs[0]};
-  bool stats = n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue;
-  bool inv = n.outputs.size() > 2 && n.outputs[2] != ir::kNoValue;
+  bool stats = !rms && n.outputs.size() > 1 && n.outputs[1] != ir::kNoValue;
+  bool inv = !rms && n.outputs.size() > 2 && n.outputs[2] != ir::kNoValue;
   const Io X = io(L, n.inputs[0]), G = io(L, n.inputs[1]), Y = io(L, n.outputs[0]);
   const Io B = has_bias ? io(L, n.inputs[2]) : Io{"float", "", ""};
   std::string params = fmt::format("const {}* __restrict__ x, const {}* __restrict__ g, ", X.T, G.T);
@@ -258,9 +261,13 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
     k += fmt::format("extern \"C\" __global__ void __launch_bounds__(256) {}({}) {{\n", name, params);
     k += warp_row_head(rows, D, w, ptrs);
     k += each_chunk(w, chunk_load(w, "x", "b", X, xs, "v[c]"));
-    k += "  float s = 0.f;\n";
-    k += each_chunk(w, fmt::format("      #pragma unroll\n      for (int p = 0; p < {}; ++p) s += v[c][p];\n", w.P));
-    k += fmt::format("  const float mean = kl_warp_sum(s) / (float){};\n  float q = 0.f;\n", D);
+    if (rms) {
+      k += "  const float mean = 0.f;\n  float q = 0.f;\n";
+    } else {
+      k += "  float s = 0.f;\n";
+      k += each_chunk(w, fmt::format("      #pragma unroll\n      for (int p = 0; p < {}; ++p) s += v[c][p];\n", w.P));
+      k += fmt::format("  const float mean = kl_warp_sum(s) / (float){};\n  float q = 0.f;\n", D);
+    }
     k += each_chunk(w, fmt::format(
                            "      #pragma unroll\n      for (int p = 0; p < {}; ++p) {{ float d = v[c][p] - mean; q += d * d; }}\n", w.P));
     k += fmt::format("  const float inv = 1.f / sqrtf(kl_warp_sum(q) / (float){} + {});\n", D, float_literal(eps));
@@ -284,9 +291,7 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
   L.source += fmt::format(
       "\n// {0} rows {1} x {2}\nextern \"C\" __global__ void __launch_bounds__(256) {3}({4}) {{\n"
       "  const unsigned long long b = (unsigned long long)blockIdx.x * {2}ull;\n"
-      "  float s = 0.f;\n"
-      "  for (int j = threadIdx.x; j < {2}; j += 256) s += {10}(x[b + j]);\n"
-      "  const float mean = kl_block_sum(s) / (float){2};\n"
+      "{13}"
       "  float q = 0.f;\n"
       "  for (int j = threadIdx.x; j < {2}; j += 256) {{ float d = {10}(x[b + j]) - mean; q += d * d; }}\n"
       "  const float inv = 1.f / sqrtf(kl_block_sum(q) / (float){2} + {5});\n"
@@ -295,7 +300,10 @@ ir::Node layer_norm(Lowering& L, const ir::Node& n) {
       n.label(), rows, D, name, params, float_literal(eps), si,
       has_bias ? fmt::format(" + {}(bb{})", B.ld, bi) : "",
       stats ? fmt::format("if (threadIdx.x == 0) mean_out[blockIdx.x] = {}(mean); ", mean_st) : "",
-      inv ? fmt::format("if (threadIdx.x == 0) inv_out[blockIdx.x] = {}(inv);", inv_st) : "", X.ld, Y.st, G.ld);
+      inv ? fmt::format("if (threadIdx.x == 0) inv_out[blockIdx.x] = {}(inv);", inv_st) : "", X.ld, Y.st, G.ld,
+      rms ? std::string("  const float mean = 0.f;\n")
+          : fmt::format("  float s = 0.f;\n  for (int j = threadIdx.x; j < {0}; j += 256) s += {1}(x[b + j]);\n"
+                        "  const float mean = kl_block_sum(s) / (float){0};\n", D, X.ld));
   return L.kernel_node(n, name, ins, outs, rows, 256);
 }
 
@@ -498,7 +506,7 @@ std::vector<ir::Node> gen_reduce(Lowering& L, const ir::Node& n) {
   if (!n.domain.empty()) return {};
   const std::string& op = n.op_type;
   if (op == "Softmax" || op == "LogSoftmax" || op == "Hardmax") return {softmax(L, n)};
-  if (op == "LayerNormalization") return {layer_norm(L, n)};
+  if (op == "LayerNormalization" || op == "RMSNormalization") return {layer_norm(L, n)};
   if (op == "ArgMax" || op == "ArgMin") return {arg_reduce(L, n)};
   if (op == "InstanceNormalization" || op == "GroupNormalization" || op == "BatchNormalization") return {other_norm(L, n)};
   static const std::set<std::string> reductions = {"ReduceSum",    "ReduceMean",      "ReduceMax",      "ReduceMin",

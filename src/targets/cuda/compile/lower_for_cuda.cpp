@@ -14,6 +14,7 @@
 #include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/patch_conv.h"
+#include "targets/cuda/compile/rms_norm.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/conditional.h"
@@ -291,6 +292,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
+  fuse_rms_norms(m);  // after the precision pass: the fused node takes the program's dtypes
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
   if (int p = pad_matmul_n(m)) log().info("cuda: {} matmul(s) with rows not 16-byte aligned computed with a padded n", p);
   std::map<int, std::string> host;  // node index -> why it runs on the host
