@@ -41,10 +41,17 @@ def test_dynamic_quantize_lstm_runs_on_cpu_and_matches_ort(kiln, tmp_path):
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1
     refs = ort.InferenceSession(str(model), so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    # ONNX Runtime is an exact oracle only with VNNI. Without it (AVX2: this
+    # project's AMD EPYC machines), MLAS multiplies uint8 by int8 with
+    # vpmaddubsw, whose int16 pair sums saturate (ORT's quantization docs:
+    # reduce_range on non-VNNI machines), while kiln's int32 products are
+    # exact: 8.6e-3 apart on y there. The looser bound still catches a wrong
+    # gate order or scale (those move y by its own magnitude, ~0.1-0.5).
+    atol, rtol = (1e-4, 1e-3) if _int8_exact_cpu() else (2e-2, 0.0)
     for name, ref in zip(("y", "y_h", "y_c"), refs):
         got = np.load(tmp_path / "out" / f"{name}.npy")
         assert got.shape == ref.shape
-        assert np.all(np.abs(got - ref) <= 1e-4 + 1e-3 * np.abs(ref)), (name, np.abs(got - ref).max())
+        assert np.all(np.abs(got - ref) <= atol + rtol * np.abs(ref)), (name, np.abs(got - ref).max())
 
 
 def test_dynamic_quantize_lstm_layout_1_is_refused_naming_the_attribute(kiln, tmp_path):
