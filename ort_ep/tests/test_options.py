@@ -105,5 +105,17 @@ def test_contrib_dynamic_quantize_lstm_stays_with_ort_unless_reference_nodes_cla
     assert where.get("CPUExecutionProvider") == ["DynamicQuantizeLSTM"] and EP_NAME not in where, where
     sess = kiln_session(path, session_options("all", options={"reference_nodes": "claim"}))
     assert assignment(sess).get(EP_NAME) == ["DynamicQuantizeLSTM"], assignment(sess)
+    # ORT is an exact oracle here only with VNNI: without it (AVX2-only CPUs) MLAS's uint8 x int8 products go
+    # through vpmaddubsw, whose int16 pair sums saturate, while kiln's int32 products are exact (8.6e-3 apart
+    # on y, whose values are 0.03-0.3; tests/cli/test_contrib_ops.py says the same).
+    rtol, atol = (1e-3, 1e-4) if _int8_exact_cpu() else (0.0, 2e-2)
     for oname, got, want in zip(names, sess.run(None, feeds), refs):
-        assert_close(got, want, what=oname)
+        assert_close(got, want, rtol=rtol, atol=atol, what=oname)
+
+
+def _int8_exact_cpu() -> bool:
+    """True when this CPU has VNNI (ORT's int8 matmuls are then exact)."""
+    from pathlib import Path
+
+    flags = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
+    return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni"))
