@@ -73,14 +73,24 @@ def test_model_matches_onnxruntime_and_second_process_hits_cache(name, tmp_path)
 
     np.savez(tmp_path / "inputs.npz", *feeds.values())
     (tmp_path / "names.json").write_text(json.dumps(list(feeds)))
-    r = subprocess.run([sys.executable, "-c", SECOND_PROCESS, str(path), str(cache), str(tmp_path)],
-                       capture_output=True, text=True, timeout=600)
-    assert r.returncode == 0, r.stderr[-3000:]
-    child = json.loads(r.stdout.strip().splitlines()[-1])
-    assert child["cache"] == "hit", child
-    assert child["compile_ms"] == 0, child
-    assert child["outputs"] == ref_names
-    again = np.load(tmp_path / "outputs.npz")
+    # Two fresh processes load the entry. Each must equal the other bit for bit (the same program on the same
+    # inputs). This process is compared within the ORT tolerance only: the suite imports torch before this test
+    # (test_api, test_cuda), and on AVX2-only CPUs importing Debian's torch 1.13 first moves kiln's cpu results
+    # in the last bits (8e-5 on ResNet-50's logits, measured on an AMD EPYC), so it is not the clean process the
+    # children are.
+    runs = []
+    for k in range(2):
+        r = subprocess.run([sys.executable, "-c", SECOND_PROCESS, str(path), str(cache), str(tmp_path)],
+                           capture_output=True, text=True, timeout=600)
+        assert r.returncode == 0, r.stderr[-3000:]
+        child = json.loads(r.stdout.strip().splitlines()[-1])
+        assert child["cache"] == "hit", child
+        assert child["compile_ms"] == 0, child
+        assert child["outputs"] == ref_names
+        again = np.load(tmp_path / "outputs.npz")
+        runs.append([again[f"arr_{i}"] for i in range(len(ref_names))])
     for i, oname in enumerate(ref_names):
-        # The same program on the same inputs: the same numbers.
-        np.testing.assert_array_equal(again[f"arr_{i}"], out[oname], err_msg=f"{name}: output {oname!r}")
+        np.testing.assert_array_equal(runs[1][i], runs[0][i], err_msg=f"{name}: output {oname!r}")
+        compare(f"{name}: output {oname!r} (cache hit)", runs[0][i], refs[i], RTOL, ATOL, fails)
+        compare(f"{name}: output {oname!r} (cache hit against this process)", runs[0][i], out[oname], RTOL, ATOL, fails)
+    assert not fails.items, "\n".join(fails.items)
