@@ -11,6 +11,7 @@
 #include <cmath>
 #include <string>
 
+#include "kiln/session.h"
 #include "kiln/tensor.h"
 
 namespace kiln::testing {
@@ -42,6 +43,17 @@ inline double expect_within(const Tensor& got, const Tensor& want, const std::st
     worst = std::max(worst, ratio);
   }
   return worst;
+}
+
+/// Options of a GPU test's session: target `t`, precision `p`, no cache
+/// (every session compiles what the test asks, never an entry of an
+/// earlier run).
+inline SessionOptions uncached_options(Target t, Precision p) {
+  SessionOptions o;
+  o.target = t;
+  o.precision = p;
+  o.use_cache = false;
+  return o;
 }
 
 }  // namespace kiln::testing

@@ -23,26 +23,18 @@ namespace {
 
 namespace fs = std::filesystem;
 
-SessionOptions opts(Target t, Precision p) {
-  SessionOptions o;
-  o.target = t;
-  o.precision = p;
-  o.use_cache = false;
-  return o;
-}
-
 TEST(CudaPatchConvGpu, MatmulFormMatchesRef) {
   TempDir dir;
   const fs::path model = dir / "patch.onnx";
   patch_embed_model(3).save(model);
   Tensor x(DType::f32, {3, 3, 16, 16});
   for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::cos(0.29f * static_cast<float>(i) + 0.2f);
-  const auto want = Session(model, opts(Target::ref(), Precision::fp32)).run({{"x", x}});
+  const auto want = Session(model, uncached_options(Target::ref(), Precision::fp32)).run({{"x", x}});
   for (const char* patch : {"1", "0"}) {
     setenv("KILN_CUDA_PATCH_GEMM", patch, 1);
     for (Precision p : {Precision::fp32, Precision::fp16}) {
       const Tol tol = p == Precision::fp32 ? Tol{1e-4, 1e-4} : Tol{3e-2, 3e-2};
-      const auto got = Session(model, opts(Target::cuda(), p)).run({{"x", x}});
+      const auto got = Session(model, uncached_options(Target::cuda(), p)).run({{"x", x}});
       for (auto& [name, w] : want) {
         const std::string what = std::string(name) + " " + precision_text(p, false) + " patch gemm " + patch;
         ASSERT_TRUE(got.count(name)) << what;

@@ -21,14 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-SessionOptions rms_opts(Target t, Precision p) {
-  SessionOptions o;
-  o.target = t;
-  o.precision = p;
-  o.use_cache = false;
-  return o;
-}
-
 TEST(CudaRmsNormGpu, FusedChainsMatchRef) {
   TempDir dir;
   for (int64_t d : {64, 2304})
@@ -37,10 +29,10 @@ TEST(CudaRmsNormGpu, FusedChainsMatchRef) {
       rms_norm_model(form, d).save(model);
       Tensor x(DType::f32, {2, 6, d});
       for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = 3.f * std::sin(0.31f * static_cast<float>(i) + 0.5f);
-      const auto want = Session(model, rms_opts(Target::ref(), Precision::fp32)).run({{"x", x}});
+      const auto want = Session(model, uncached_options(Target::ref(), Precision::fp32)).run({{"x", x}});
       for (Precision p : {Precision::fp32, Precision::fp16}) {
         const Tol tol = p == Precision::fp32 ? Tol{1e-5, 1e-5} : Tol{1e-2, 1e-2};
-        const auto got = Session(model, rms_opts(Target::cuda(), p)).run({{"x", x}});
+        const auto got = Session(model, uncached_options(Target::cuda(), p)).run({{"x", x}});
         for (auto& [name, w] : want) {
           const std::string what =
               "rms form " + std::to_string(form) + " D " + std::to_string(d) + " " + name + " " + precision_text(p, false);

@@ -1,4 +1,4 @@
-// Patch-embedding convolutions as a transpose and a matmul (lowering.h:
+// Patch-embedding convolutions as a transpose and a matmul (patch_conv.h:
 // patch_convs_to_gemm).
 //
 // Why: a Conv whose kernel equals its stride (no padding, no dilation, one
@@ -26,7 +26,6 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-bool float_storage(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
 /// The static dims [N, C, H, W], [K, C, kh, kw] and [N, K, OH, OW] of Conv `n`
 /// when it is a patch convolution this pass takes; else false.
@@ -41,7 +40,7 @@ bool patch_dims(const ir::Model& m, const ir::Node& n, std::vector<int64_t>& x, 
   if (!wv.constant || !xv.shape || !wv.shape || !yv.shape || !ir::is_static(*xv.shape) ||
       !ir::is_static(*wv.shape) || !ir::is_static(*yv.shape))
     return false;
-  if (!float_storage(xv.dtype) || wv.dtype != xv.dtype || yv.dtype != xv.dtype) return false;
+  if (!is_float_storage(xv.dtype) || wv.dtype != xv.dtype || yv.dtype != xv.dtype) return false;
   x = ir::to_sizes(*xv.shape), w = ir::to_sizes(*wv.shape), y = ir::to_sizes(*yv.shape);
   if (x.size() != 4 || w.size() != 4 || y.size() != 4 || w[1] != x[1]) return false;
   const int64_t kh = w[2], kw = w[3];

@@ -24,13 +24,13 @@
 #include "passes/graph_edit.h"
 #include "support/half.h"
 #include "support/log.h"
+#include "targets/cuda/compile/codegen.h"
 
 namespace kiln::targets::cuda {
 
 namespace {
 
 bool onnx_op(const ir::Node& n, const char* op) { return n.domain.empty() && n.op_type == op; }
-bool float_storage(DType t) { return t == DType::f32 || t == DType::f16 || t == DType::bf16; }
 
 /// passes::scalar_constant, plus 16-bit floats (after the precision pass, a
 /// 16-bit program's constants are 16-bit).
@@ -74,7 +74,7 @@ class RmsMatcher {
       a = p.inputs[0];
     if (a == ir::kNoValue) return false;
     const ir::Value& av = m_.value(a);
-    if (!av.shape || !ir::is_static(*av.shape) || av.shape->empty() || !float_storage(av.dtype)) return false;
+    if (!av.shape || !ir::is_static(*av.shape) || av.shape->empty() || !is_float_storage(av.dtype)) return false;
     mt.d = ir::to_sizes(*av.shape).back();
     mt.nodes = {pi, i};
     // + eps -> Sqrt -> (1 / s, Reciprocal, then * a) or (a / s).
@@ -119,14 +119,14 @@ class RmsMatcher {
     absorb_casts(a, mt);
     mt.x = root(a);
     // [Cast to a float type] [* weight of D elements].
-    if (int c = sole_reader(y); c >= 0 && onnx_op(node(c), "Cast") && float_storage(m_.value(node(c).outputs[0]).dtype)) {
+    if (int c = sole_reader(y); c >= 0 && onnx_op(node(c), "Cast") && is_float_storage(m_.value(node(c).outputs[0]).dtype)) {
       mt.nodes.push_back(c);
       y = node(c).outputs[0];
     }
     if (int w = sole_reader(y); w >= 0 && onnx_op(node(w), "Mul") && node(w).inputs.size() == 2) {
       const ir::ValueId other = node(w).inputs[0] == y ? node(w).inputs[1] : node(w).inputs[0];
       const ir::Value& ov = m_.value(other);
-      if (other != y && ov.constant && float_storage(ov.dtype) && ov.constant->numel() == mt.d && ov.shape &&
+      if (other != y && ov.constant && is_float_storage(ov.dtype) && ov.constant->numel() == mt.d && ov.shape &&
           same_dims(node(w).outputs[0], y)) {
         mt.weight = other;
         mt.nodes.push_back(w);
@@ -134,7 +134,7 @@ class RmsMatcher {
       }
     }
     mt.y = y;
-    return float_storage(m_.value(y).dtype) && same_dims(y, a);
+    return is_float_storage(m_.value(y).dtype) && same_dims(y, a);
   }
 
  private:
@@ -142,8 +142,8 @@ class RmsMatcher {
 
   /// `v` before the float-to-float Casts that produce it.
   ir::ValueId root(ir::ValueId v) const {
-    for (int c = producer_[v]; c >= 0 && onnx_op(node(c), "Cast") && float_storage(m_.value(node(c).inputs[0]).dtype) &&
-                               float_storage(m_.value(v).dtype);
+    for (int c = producer_[v]; c >= 0 && onnx_op(node(c), "Cast") && is_float_storage(m_.value(node(c).inputs[0]).dtype) &&
+                               is_float_storage(m_.value(v).dtype);
          c = producer_[v])
       v = node(c).inputs[0];
     return v;
