@@ -310,6 +310,46 @@ ModelBuilder attention_mask_model() {
   return b;
 }
 
+ModelBuilder packed_qkv_attention_model(const std::string& form) {
+  const int64_t B = 2, S = 10, D = 32, H = 2, Dh = 16;
+  ModelBuilder b(17);
+  b.input("x", 1, {B, S, D});
+  b.initializer("W", {D, 3 * D}, ramp(D * 3 * D, 0.2f, 0.7f));
+  b.initializer("Bp", {3 * D}, ramp(3 * D, 0.1f, 0.2f));
+  b.initializer("scale", {}, {0.25f});
+  b.initializer_i64("model", {3}, {B, S, D});
+  b.node("MatMul", {"x", "W"}, {"p_mm"});
+  b.node("Add", {"p_mm", "Bp"}, {"p"});
+  if (form == "split") {
+    b.initializer_i64("sizes", {3}, {D, D, D});
+    b.initializer_i64("heads", {4}, {B, S, H, Dh});
+    ModelBuilder::attr_int(b.node("Split", {"p", "sizes"}, {"q0", "k0", "v0"}), "axis", 2);
+    for (auto w : {"q", "k", "v"}) {
+      std::string s(w);
+      b.node("Reshape", {s + "0", "heads"}, {s + "_h"});
+      ModelBuilder::attr_ints(b.node("Transpose", {s + "_h"}, {s}), "perm", {0, 2, 1, 3});
+    }
+  } else {
+    b.initializer_i64("packed", {5}, {B, S, 3, H, Dh});
+    for (int64_t i = 0; i < 3; ++i) b.initializer_i64("i" + std::to_string(i), {}, {i});
+    b.node("Reshape", {"p", "packed"}, {"p5"});
+    ModelBuilder::attr_ints(b.node("Transpose", {"p5"}, {"pt"}), "perm", {2, 0, 3, 1, 4});
+    ModelBuilder::attr_int(b.node("Gather", {"pt", "i0"}, {"q"}), "axis", 0);
+    ModelBuilder::attr_int(b.node("Gather", {"pt", "i1"}, {"k"}), "axis", 0);
+    ModelBuilder::attr_int(b.node("Gather", {"pt", "i2"}, {"v"}), "axis", 0);
+  }
+  ModelBuilder::attr_ints(b.node("Transpose", {"k"}, {"kt"}), "perm", {0, 1, 3, 2});
+  b.node("MatMul", {"q", "kt"}, {"scores"});
+  b.node("Mul", {"scores", "scale"}, {"scaled"});
+  ModelBuilder::attr_int(b.node("Softmax", {"scaled"}, {"probs"}), "axis", -1);
+  b.node("MatMul", {"probs", "v"}, {"ctx"});
+  ModelBuilder::attr_ints(b.node("Transpose", {"ctx"}, {"ctx_t"}), "perm", {0, 2, 1, 3});
+  b.node("Reshape", {"ctx_t", "model"}, {"y"});
+  b.output("y", 1, {B, S, D});
+  if (form == "gather-q-out") b.output("q", 1, {B, H, S, Dh});
+  return b;
+}
+
 ModelBuilder scaled_after_mask_model(const std::string& after_op, float after) {
   ModelBuilder b(17);
   b.input("x", 1, {2, 2, 70, 16});

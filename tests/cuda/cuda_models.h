@@ -69,6 +69,17 @@ ModelBuilder attention_model();
 ///     mask, Sq != Skv, head dim 40): Softmax(q k^T / sqrt(40)) v.
 ModelBuilder attention_mask_model();
 
+/// Self-attention from one packed Q/K/V projection (GPU only to run): x
+/// float32[2,10,32] -> P = MatMul(x, W[32,96]) + B[96], then
+///   form "gather" (torch's nn.MultiheadAttention as exported):
+///     Reshape [2,10,3,2,16], Transpose [2,0,3,1,4] -> [3,2,2,10,16], Q / K / V
+///     = Gather(., 0 / 1 / 2, axis 0) (scalar indices);
+///   form "split" (GPT-2's c_attn): Split(P, axis 2, [32,32,32]), each
+///     Reshape [2,10,2,16] and Transpose [0,2,1,3];
+///   form "gather-q-out": "gather" with Q also a graph output "q" [2,2,10,16];
+/// then Softmax(Q K^T * 0.25) V, Transpose [0,2,1,3], Reshape -> y [2,10,32].
+ModelBuilder packed_qkv_attention_model(const std::string& form);
+
 /// Self-attention with a scaling after the mask (fused by the cuda target,
 /// GPU only to run): x float32[2,2,70,16] -> Softmax((x x^T * 0.25 + m)
 /// <after_op> after) x = y [2,2,70,16], m a [70] constant (0 .. 0.6),

@@ -48,12 +48,16 @@ TEST(CudaAttention, TransformerBlockAttentionBecomesOneKernel) {
   EXPECT_EQ(l.kernels["Softmax"], 0);
   // Q, K, V head splits and the context's merge are read / written in place.
   EXPECT_EQ(l.kernels["Transpose"], 0);
-  // Q, K, V, output projection and the two feed-forward matmuls stay cuBLASLt.
-  EXPECT_EQ(l.st.gemms, 6);
+  // Q, K and V merged into one matmul (merge_qkv.cpp), then the output
+  // projection and the two feed-forward matmuls: four cuBLASLt matmuls.
+  EXPECT_EQ(l.st.gemms, 4);
+  EXPECT_EQ(l.kernels["Split"], 0) << "the attention reads Q, K and V as column slices of one value";
   EXPECT_GT(l.st.cubin_bytes, 0u);
   for (auto& n : l.cp.model.main.nodes)
     if (n.s("source_op", "") == "Attention") {
       EXPECT_EQ(n.inputs.size(), 3u) << "no mask";
+      EXPECT_EQ(n.inputs[0], n.inputs[1]);
+      EXPECT_EQ(n.inputs[1], n.inputs[2]);
       EXPECT_EQ(n.ints("grid")[0], 2 * 2 * 1) << "batch 2 x 2 heads x one tile of 64 query rows";
       EXPECT_EQ(n.ints("block")[0], 128);
     }
@@ -166,6 +170,48 @@ TEST(CudaAttention, UnwritableSourceDumpOnlyWarns) {
   EXPECT_EQ(l.st.attentions, 1);
   EXPECT_GT(l.st.cubin_bytes, 0u);
   EXPECT_FALSE(std::filesystem::exists("/nonexistent-dir/kiln.cu"));
+}
+
+TEST(CudaAttention, MergeSwitchKeepsThreeProjections) {
+  setenv("KILN_CUDA_MERGE_QKV", "0", 1);
+  Lowered l = lower(import(attention_model()), DType::f16);
+  unsetenv("KILN_CUDA_MERGE_QKV");
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_EQ(l.st.gemms, 6);
+}
+
+TEST(CudaAttention, Float32ProgramsKeepTheirProjectionsApart) {
+  // No fused attention in float32: a merged matmul would need a Split kernel.
+  // Six projections and, unfused, Q K^T and P V: eight cuBLASLt matmuls.
+  Lowered l = lower(import(attention_model()), DType::f32);
+  EXPECT_EQ(l.st.gemms, 8);
+  EXPECT_EQ(l.kernels["Split"], 0);
+}
+
+TEST(CudaAttention, PackedProjectionGathersAndTheirTransposeFold) {
+  // nn.MultiheadAttention's form: one Transpose read by three Gathers.
+  Lowered l = lower(import(packed_qkv_attention_model("gather")), DType::f16);
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_EQ(l.kernels["Gather"], 0);
+  EXPECT_EQ(l.kernels["Transpose"], 0);
+  EXPECT_EQ(l.st.gemms, 1);
+}
+
+TEST(CudaAttention, PackedProjectionSplitFolds) {
+  // GPT-2's c_attn form: Split into Q, K, V, each reshaped and transposed.
+  Lowered l = lower(import(packed_qkv_attention_model("split")), DType::f16);
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_EQ(l.kernels["Split"], 0);
+  EXPECT_EQ(l.kernels["Transpose"], 0);
+}
+
+TEST(CudaAttention, SharedNodeWithAReaderOutsideStays) {
+  // Q is also a graph output: its Gather (and the Transpose the three
+  // Gathers share) must still be computed; K and V are read in place.
+  Lowered l = lower(import(packed_qkv_attention_model("gather-q-out")), DType::f16);
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_EQ(l.kernels["Gather"], 1);
+  EXPECT_EQ(l.kernels["Transpose"], 1);
 }
 
 TEST(CudaAttention, EnvironmentSwitchTurnsFusionOff) {

@@ -181,6 +181,10 @@ constexpr int64_t kMaxAttentionHeadDim = 128;
 struct AttentionView {
   ir::ValueId value = ir::kNoValue;
   std::array<int64_t, 4> strides{0, 0, 0, 0};
+  /// Elements from the start of `value` to element [0, 0, 0, 0]: a view of
+  /// one slice of a larger value (Q, K and V as parts of one fused QKV
+  /// matmul's output, read through a Split / Gather / Slice that is folded).
+  int64_t offset = 0;
 };
 
 /// softmax(scale * Q K^T + mask_scale * mask) V per (batch, head): Q [b, h, sq, d],

@@ -25,6 +25,11 @@ struct Match {
   const std::vector<ir::Node>& nodes;
   const Uses& uses;
   const std::vector<bool>& done;
+  /// Q, K and V may be traced through a node whose outputs have other
+  /// readers (the Split of a fused QKV matmul, the Transpose three Gathers
+  /// read): lower_attention then checks that every such reader is absorbed
+  /// by the same attention, else traces again without.
+  bool shared = false;
 
   /// `v`'s producer when `reader` is its only reader (v no graph output) and
   /// the producer is a not yet lowered ONNX node; else -1.
@@ -32,6 +37,16 @@ struct Match {
     if (v == ir::kNoValue || uses.is_output[v]) return -1;
     const auto& r = uses.readers[v];
     if (r.size() != 1 || r[0] != reader) return -1;
+    int p = uses.producer[v];
+    if (p < 0 || done[p] || !nodes[p].domain.empty()) return -1;
+    return p;
+  }
+
+  /// An operand's producer: sole_producer, or with `shared` any not yet
+  /// lowered ONNX producer of a value that is no graph output.
+  int operand_producer(ir::ValueId v, int reader) const {
+    if (!shared) return sole_producer(v, reader);
+    if (v == ir::kNoValue || uses.is_output[v]) return -1;
     int p = uses.producer[v];
     if (p < 0 || done[p] || !nodes[p].domain.empty()) return -1;
     return p;
@@ -117,6 +132,7 @@ std::optional<std::vector<int64_t>> reshape_strides(const std::vector<int64_t>& 
 struct Operand {
   ir::ValueId value = ir::kNoValue;
   std::vector<int64_t> dims, strides;
+  int64_t offset = 0;  // elements from value's start to the operand's first
   std::vector<int> absorbed;
   float scale = 1.f;
 };
@@ -175,17 +191,93 @@ std::optional<Operand> merged_round_trip(const Match& mt, int r2) {
   return o;
 }
 
+/// True when inputs [from, to) of `n` are constants (or omitted).
+bool constant_inputs(const ir::Model& m, const ir::Node& n, size_t from, size_t to) {
+  for (size_t i = from; i < to && i < n.inputs.size(); ++i)
+    if (n.inputs[i] != ir::kNoValue && !m.value(n.inputs[i]).constant) return false;
+  return true;
+}
+
+/// Output `v` of a Split, Gather or Slice node `n` as a strided view of the
+/// node's input `in` (already traced): the part's offset along the axis is
+/// added to in.offset. nullopt for anything else (non-constant indices,
+/// negative steps, a Gather of more than one index).
+std::optional<Operand> selected_part(const Match& mt, const ir::Node& n, ir::ValueId v, Operand in) {
+  const int64_t rank = static_cast<int64_t>(in.dims.size());
+  if (rank == 0 || in.dims.size() != in.strides.size()) return std::nullopt;
+  auto axis_of = [&](int64_t a) { return a < 0 ? a + rank : a; };
+  if (n.op_type == "Split") {
+    const int64_t a = axis_of(n.i("axis", 0));
+    if (a < 0 || a >= rank) return std::nullopt;
+    int64_t start = 0;
+    for (ir::ValueId o : n.outputs) {
+      const auto od = mt.dims(o);
+      if (od.size() != in.dims.size()) return std::nullopt;
+      if (o == v) {
+        in.offset += start * in.strides[a];
+        in.dims = od;
+        return in;
+      }
+      start += od[a];
+    }
+    return std::nullopt;
+  }
+  if (n.op_type == "Gather") {
+    if (n.inputs.size() != 2 || !constant_inputs(mt.m, n, 1, 2)) return std::nullopt;
+    const Tensor& t = *mt.m.value(n.inputs[1]).constant;
+    if (t.numel() != 1 || t.shape().size() > 1 || (t.dtype() != DType::i64 && t.dtype() != DType::i32))
+      return std::nullopt;
+    const int64_t a = axis_of(n.i("axis", 0));
+    if (a < 0 || a >= rank) return std::nullopt;
+    int64_t idx = t.dtype() == DType::i64 ? t.data<int64_t>()[0] : t.data<int32_t>()[0];
+    if (idx < 0) idx += in.dims[a];
+    if (idx < 0 || idx >= in.dims[a]) return std::nullopt;
+    in.offset += idx * in.strides[a];
+    if (t.shape().empty()) {  // a scalar index drops the axis
+      in.dims.erase(in.dims.begin() + a);
+      in.strides.erase(in.strides.begin() + a);
+    } else {
+      in.dims[a] = 1;
+    }
+    return mt.dims(v) == in.dims ? std::optional<Operand>(in) : std::nullopt;
+  }
+  if (n.op_type == "Slice") {
+    if (n.inputs.size() < 3 || !constant_inputs(mt.m, n, 1, 5)) return std::nullopt;
+    auto starts = const_ints(mt.m, n, 1), ends = const_ints(mt.m, n, 2), axes = const_ints(mt.m, n, 3),
+         steps = const_ints(mt.m, n, 4);
+    if (!starts || !ends || starts->size() != ends->size()) return std::nullopt;
+    for (size_t j = 0; j < starts->size(); ++j) {
+      const int64_t a = axis_of(axes ? (j < axes->size() ? (*axes)[j] : -1000) : static_cast<int64_t>(j));
+      const int64_t step = steps ? (j < steps->size() ? (*steps)[j] : 0) : 1;
+      if (a < 0 || a >= rank || step < 1) return std::nullopt;
+      const int64_t d = in.dims[a];
+      auto clamp = [&](int64_t x) { return std::clamp(x < 0 ? x + d : x, int64_t{0}, d); };
+      const int64_t b = clamp((*starts)[j]), e = clamp((*ends)[j]);
+      in.offset += b * in.strides[a];
+      in.dims[a] = e > b ? (e - b + step - 1) / step : 0;
+      in.strides[a] *= step;
+    }
+    return mt.dims(v) == in.dims ? std::optional<Operand>(in) : std::nullopt;
+  }
+  return std::nullopt;
+}
+
 Operand trace_operand(const Match& mt, ir::ValueId v, int reader) {
   Operand base;
   base.value = v;
   base.dims = mt.dims(v);
   base.strides = strides_of(base.dims);
-  const int p = mt.sole_producer(v, reader);
+  const int p = mt.operand_producer(v, reader);
   if (p < 0) return base;
   const ir::Node& n = mt.nodes[p];
   static const std::set<std::string> reshapes = {"Reshape", "Flatten", "Squeeze", "Unsqueeze"};
+  static const std::set<std::string> selections = {"Split", "Gather", "Slice"};
   Operand o;
-  if (auto sc = scalar_scaling(mt.m, n); sc && mt.dims(n.inputs[sc->first]) == base.dims &&
+  if (selections.count(n.op_type) && !base.dims.empty()) {
+    auto part = selected_part(mt, n, v, trace_operand(mt, n.inputs[0], p));
+    if (!part) return base;
+    o = *part;
+  } else if (auto sc = scalar_scaling(mt.m, n); sc && mt.dims(n.inputs[sc->first]) == base.dims &&
                                          mt.m.value(n.inputs[sc->first]).dtype == mt.m.value(v).dtype) {
     o = trace_operand(mt, n.inputs[sc->first], p);
     o.scale *= sc->second;
@@ -211,10 +303,11 @@ Operand trace_operand(const Match& mt, ir::ValueId v, int reader) {
 }
 
 /// Rank-3 operands [bh, row, col] become [1, bh, row, col].
-AttentionView view4(ir::ValueId v, std::vector<int64_t> strides) {
+AttentionView view4(ir::ValueId v, std::vector<int64_t> strides, int64_t offset = 0) {
   if (strides.size() == 3) strides.insert(strides.begin(), 0);
   AttentionView w;
   w.value = v;
+  w.offset = offset;
   std::copy(strides.begin(), strides.end(), w.strides.begin());
   return w;
 }
@@ -238,7 +331,7 @@ std::optional<std::vector<int64_t>> broadcast_strides(const std::vector<int64_t>
 std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const std::vector<ir::Node>& nodes,
                                                 const Uses& uses, const std::vector<bool>& done) {
   const ir::Model& m = L.model;
-  Match mt{m, nodes, uses, done};
+  Match mt{m, nodes, uses, done, false};
   const ir::Node& sm = nodes[softmax];
   if (!sm.domain.empty() || sm.op_type != "Softmax" || done[softmax]) return std::nullopt;
   // Why a Softmax is not fused (KILN_LOG=debug): to see what an exporter wrote.
@@ -394,14 +487,44 @@ std::optional<AttentionLowered> lower_attention(Lowering& L, int softmax, const 
   for (auto v : {mm1.inputs[0], mm1.inputs[1], mm2.inputs[1], mm2.outputs[0]})
     if (m.value(v).dtype != dt) return skip("Q, K^T, V and the output do not share one 16-bit dtype");
 
-  Operand q = trace_operand(mt, mm1.inputs[0], qk), k = trace_operand(mt, mm1.inputs[1], qk),
-          v = trace_operand(mt, mm2.inputs[1], pv);
+  // Q, K and V traced back to what the kernel reads. First with shared
+  // producers allowed (a fused QKV matmul's Split, one Transpose read by
+  // three Gathers); a traced node is kept only when every reader of every
+  // output it has is absorbed here too, else the tracing stops short of
+  // shared nodes (each output of a Split must still be written when another
+  // node reads one).
+  Operand q, k, v;
+  std::vector<int> operand_nodes;
+  for (bool shared : {true, false}) {
+    mt.shared = shared;
+    q = trace_operand(mt, mm1.inputs[0], qk);
+    k = trace_operand(mt, mm1.inputs[1], qk);
+    v = trace_operand(mt, mm2.inputs[1], pv);
+    std::set<int> all(out.absorbed.begin(), out.absorbed.end());
+    for (const Operand* o : {&q, &k, &v}) all.insert(o->absorbed.begin(), o->absorbed.end());
+    bool closed = true;
+    for (const Operand* o : {&q, &k, &v})
+      for (int j : o->absorbed)
+        for (ir::ValueId w : nodes[j].outputs) {
+          if (w == ir::kNoValue) continue;
+          if (uses.is_output[w]) closed = false;
+          for (int r : uses.readers[w]) closed &= all.count(r) > 0;
+        }
+    if (closed) {
+      std::set<int> seen(out.absorbed.begin(), out.absorbed.end());
+      for (const Operand* o : {&q, &k, &v})
+        for (int j : o->absorbed)
+          if (seen.insert(j).second) operand_nodes.push_back(j);
+      break;
+    }
+    if (!shared) return skip("Q, K or V is read through a node whose other outputs other nodes read");
+  }
   std::swap(k.strides[rank - 2], k.strides[rank - 1]);  // K^T [.., d, skv] read as K [.., skv, d]
-  s.q = view4(q.value, q.strides);
-  s.k = view4(k.value, k.strides);
-  s.v = view4(v.value, v.strides);
+  s.q = view4(q.value, q.strides, q.offset);
+  s.k = view4(k.value, k.strides, k.offset);
+  s.v = view4(v.value, v.strides, v.offset);
   s.scale = scale * q.scale * k.scale * v.scale;
-  for (const Operand* o : {&q, &k, &v}) out.absorbed.insert(out.absorbed.end(), o->absorbed.begin(), o->absorbed.end());
+  out.absorbed.insert(out.absorbed.end(), operand_nodes.begin(), operand_nodes.end());
   if (v.scale != 1.f) return skip("V is scaled");  // a scaled V is not softmax's scale
   s.mask = mask;
   s.mask_dtype = mask_dtype;

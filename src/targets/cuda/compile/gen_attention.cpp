@@ -40,7 +40,8 @@ int64_t round_up(int64_t x, int64_t m) { return (x + m - 1) / m * m; }
 /// stride 1 and every other stride and `cols` a multiple of 8 (known here),
 /// and the pointer 16-byte aligned (known at run time).
 std::string vec_condition(const AttentionView& v, int64_t cols, const std::string& ptr) {
-  bool ok = v.strides[3] == 1 && cols % 8 == 0 && v.strides[0] % 8 == 0 && v.strides[1] % 8 == 0 && v.strides[2] % 8 == 0;
+  bool ok = v.strides[3] == 1 && cols % 8 == 0 && v.strides[0] % 8 == 0 && v.strides[1] % 8 == 0 &&
+            v.strides[2] % 8 == 0 && v.offset % 8 == 0;
   return ok ? "(" + aligned_condition({{ptr, 16}}) + ")" : std::string("false");
 }
 
@@ -57,7 +58,9 @@ ir::Node gen_attention(Lowering& L, const ir::Node& from, const AttentionSpec& s
   const int64_t tiles = (s.sq + kRows - 1) / kRows;
   const std::string mma = s.dtype == DType::f16 ? "f16" : "bf16";
   const std::string cvt = store_fn(s.dtype);
-  auto base = [](const AttentionView& v) { return fmt::format("b * {}ll + h * {}ll", v.strides[0], v.strides[1]); };
+  auto base = [](const AttentionView& v) {
+    return fmt::format("{}ll + b * {}ll + h * {}ll", v.offset, v.strides[0], v.strides[1]);
+  };
 
   std::string mask_param, mask_add;
   if (s.mask) {

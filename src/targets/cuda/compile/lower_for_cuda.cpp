@@ -13,6 +13,7 @@
 #include "support/log.h"
 #include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/merge_qkv.h"
 #include "targets/cuda/compile/patch_conv.h"
 #include "targets/cuda/compile/rms_norm.h"
 #include "targets/cuda/compile/nvrtc.h"
@@ -79,6 +80,16 @@ int alias_copies(ir::Model& m) {
   return removed;
 }
 
+/// Whether attentions are fused: the kernel's mma.sync.m16n8k16 needs sm_80
+/// or newer (older targets keep the unfused path); KILN_CUDA_FUSED_ATTENTION=0
+/// turns it off (a measurement aid).
+static bool fused_attention_enabled(const LowerOptions& opt) {
+  const char* fa = std::getenv("KILN_CUDA_FUSED_ATTENTION");
+  const bool mma_ok = sm_number(opt.arch).value_or(0) >= 80;
+  if (!mma_ok) log().debug("cuda: no fused attention for {} (its kernel needs sm_80 or newer)", opt.arch);
+  return !(fa && std::string(fa) == "0") && mma_ok;
+}
+
 std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, LowerStats& st,
                                         std::map<int, std::string>& host) {
   ir::Model& m = L.model;
@@ -109,10 +120,7 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
   // 0. Attention (16-bit programs): Q K^T, scale, mask, Softmax and P V in one
   // kernel, before the matmuls would claim its two MatMuls. The kernel's
   // mma.sync.m16n8k16 needs sm_80 or newer: older targets keep the unfused path.
-  const char* fa = std::getenv("KILN_CUDA_FUSED_ATTENTION");
-  const bool mma_ok = sm_number(opt.arch).value_or(0) >= 80;
-  if (!mma_ok) log().debug("cuda: no fused attention for {} (its kernel needs sm_80 or newer)", opt.arch);
-  if (!(fa && std::string(fa) == "0") && mma_ok)
+  if (fused_attention_enabled(opt))
     for (int i = 0; i < count; ++i) {
       auto a = lower_attention(L, i, nodes, uses, done);
       if (!a) continue;
@@ -293,6 +301,8 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
   fuse_rms_norms(m);  // after the precision pass: the fused node takes the program's dtypes
+  if (fused_attention_enabled(opt))
+    if (int q = merge_qkv_matmuls(m)) log().debug("cuda: {} attention projection group(s) merged into one matmul each", q);
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
   if (int p = pad_matmul_n(m)) log().info("cuda: {} matmul(s) with rows not 16-byte aligned computed with a padded n", p);
   std::map<int, std::string> host;  // node index -> why it runs on the host
