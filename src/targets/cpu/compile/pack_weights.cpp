@@ -26,7 +26,7 @@ constexpr int64_t kRowPad = 16;
 // a multiple of 256 bytes (N = 768, 1024, 3072, 4096: every transformer
 // width) those reads land on a few cache sets and alias each other's 4 KiB
 // pages: on one AVX2 core (EPYC) a 128x768 by 768x3072 product took 19 ms
-// with 3072-float rows and 9 ms with 3088, 768x768 10-15% less padded, 128x1024
+// with 3072-float rows and 9 ms with 3088, 768x768 10-15% faster padded, 128x1024
 // by 1024x4096 37 ms against 19. Returns the padded descriptor of wmd when
 // wmd is such a plain layout and the node's kernel takes it unchanged
 // (same implementation), else nullopt.
