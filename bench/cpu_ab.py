@@ -8,8 +8,8 @@ Usage:
 
 For each round, each model: every variant's `kiln perf --json` (fresh process,
 inputs as bench/zoo_cpu.py feeds zoo models: zoo_models' seeded inputs when the
-model is in the zoo, else kiln perf's own random ones for kiln and zeros for
-ORT), then ORT. The table gives, per model and variant, the median over rounds
+model is in the zoo, else cpu_vs_ort's seeded ones from tools/models/inputs.py),
+then ORT. The table gives, per model and variant, the median over rounds
 of the per-round median latency and the minimum latency over all runs (on a
 machine shared with other work the minimum is the steadier figure: it is what
 a run that was not interrupted takes), each divided by ORT's. The load average
@@ -34,19 +34,24 @@ import zoo_cpu  # noqa: E402  (kiln_perf, ort_perf, ensure_bench_venv)
 
 def feeds_for(model: Path, tmp: Path) -> tuple[dict, dict]:
     """Input files and shapes: the zoo's seeded inputs when model is a zoo model, else one
-    static-shaped zero input per graph input (symbolic dims 1)."""
+    static-shaped seeded input per graph input (symbolic dims 1), as
+    bench/cpu_vs_ort.py makes them."""
     import zoo
     sess = zoo.ort_session(model)
     entry = next((m for m in zoo.select(None) if m.name == model.stem), None)
     if entry is not None:
         feeds = zoo.make_feeds(entry, sess)
     else:
-        feeds = {}
+        # cpu_vs_ort's seeded inputs (tools/models/inputs.py), of each input's own dtype:
+        # BERT's int64 ids below its vocabulary size, silero's sample rate.
+        from inputs import make_inputs
+        specs = []
         for i in sess.get_inputs():
             # Symbolic dims: 1, but an image's height / width 320 (cpu_vs_ort's YOLOv8n size).
             shape = [d if isinstance(d, int) else (320 if k >= 2 and len(i.shape) == 4 else 1)
                      for k, d in enumerate(i.shape)]
-            feeds[i.name] = np.zeros(shape, np.float32)
+            specs.append((i.name, i.type, shape))
+        feeds = make_inputs(model.stem, specs)
     inputs, shapes = {}, {}
     for k, (name, arr) in enumerate(feeds.items()):
         f = tmp / f"{model.stem}_in{k}.npy"

@@ -182,6 +182,58 @@ TEST(CpuTarget, GemmWithBiasAndGeluIsOneMatMul) {
   expect_matches_ref(gemm_gelu(), {{"a", filled({3, 8}, 7)}});
 }
 
+// Plain matmul weights whose rows are a multiple of 256 bytes (128 floats
+// here) are stored with 16 floats of zeros after each row (pack_weights.cpp:
+// such rows alias in the cache while oneDNN's sgemm copies them). W[k][n] = 1
+// where k = n % 64, else 0, so y[i][n] = a[i][n % 64] + c[n] exactly.
+TEST(CpuTarget, PadsTheRowsOfPlainMatMulWeights) {
+  constexpr int64_t K = 64, N = 128;
+  std::vector<float> w(K * N, 0.f);
+  for (int64_t n = 0; n < N; ++n) w[(n % K) * N + n] = 1.f;
+  ModelBuilder b;
+  b.input("a", 1, {5, K});
+  b.initializer("w", {K, N}, w);
+  b.initializer("c", {N}, floats({N}, 40));
+  b.node("MatMul", {"a", "w"}, {"m"});
+  b.node("Add", {"m", "c"}, {"y"});
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  ASSERT_EQ(cp.model.main.nodes.size(), 1u);
+  const ir::Node& mm = cp.model.main.nodes[0];
+  ASSERT_EQ(mm.op_type, "MatMul");
+  auto wei = targets::cpu::md_attr(mm, "md.wei");
+  const auto& blk = wei.data.format_desc.blocking;
+  if (blk.inner_nblks == 0) {  // oneDNN's gemm-based kernel (no AVX-512): plain, rows padded
+    EXPECT_EQ(blk.strides[0], N + 16);
+    EXPECT_EQ(blk.strides[1], 1);
+    const Tensor& packed = *cp.model.value(mm.inputs[1]).constant;
+    ASSERT_GE(packed.numel(), (K - 1) * (N + 16) + N);
+    for (int64_t k = 0; k < K - 1; ++k)  // the padding is zeros: the artifact's bytes do not vary
+      for (int64_t j = N; j < N + 16; ++j) ASSERT_EQ(packed.data<float>()[k * (N + 16) + j], 0.f) << k << " " << j;
+  } else {
+    GTEST_LOG_(INFO) << "oneDNN chose blocked matmul weights here (brgemm): nothing to pad";
+  }
+  Tensor a = filled({5, K}, 41);
+  auto bias = floats({N}, 40);
+  const Tensor y = run(cp, {{"a", a}}).at("y");
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{5, N}));
+  for (int64_t i = 0; i < 5; ++i)
+    for (int64_t n = 0; n < N; ++n)
+      EXPECT_NEAR(y.data<float>()[i * N + n], a.data<float>()[i * K + n % K] + bias[n], 1e-6) << i << " " << n;
+  // Through the artifact format: the load accepts the padded layout and gives the same values.
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(cp));
+  const Tensor back = run(artifact::read_bytes(bytes, "test"), {{"a", a}}).at("y");
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(back.data<float>()[i], y.data<float>()[i]) << i;
+  // A transposed Gemm (BERT's pooler form) with dense weights, against ref.
+  ModelBuilder g;
+  g.input("a", 1, {3, 96});
+  g.initializer("w", {N, 96}, floats({N, 96}, 42));
+  g.initializer("c", {N}, floats({N}, 43));
+  ModelBuilder::attr_int(g.node("Gemm", {"a", "w", "c"}, {"y"}), "transB", 1);
+  g.output("y");
+  expect_matches_ref(g, {{"a", filled({3, 96}, 44)}});
+}
+
 // Conv -> `act` with a bias: the activation becomes the convolution's oneDNN
 // post-op (no separate node), for each activation issue #5 lists that has
 // no other test here: HardSwish, Clip (as ReLU6 and with other bounds),
