@@ -12,7 +12,7 @@
 # round15_profiles.sh), or STEM_MODELS=DIR holding both. KILN overrides the command line; STEM_ROUNDS
 # (default 2) the rounds; STEM_BUDGET_S (default 200) stops starting runs after that many seconds.
 # Output: the summary table (stdout and $OUT/stem_pad/summary.txt) and one perf log per run in
-# $OUT/stem_pad.tar.gz.
+# $OUT/stem_pad.tar.gz. The GPU test CudaStemPadGpu.* runs first (STEM_TESTS=0: not).
 set -u
 T0=$(date +%s)
 cd "$(dirname "$0")/../.."
@@ -22,6 +22,11 @@ M=${STEM_MODELS:-/tmp/stem_models}
 mkdir -p "$L" "$M"
 ( uname -r; nvidia-smi --query-gpu=name,driver_version,persistence_mode,clocks.sm --format=csv,noheader ) > "$L/machine.txt" 2>&1
 cat "$L/machine.txt"
+# The GPU checks first (about 20 s; STEM_TESTS=0 skips them): the padded stems and the Pad gathers against ref.
+if [ "${STEM_TESTS:-1}" = 1 ] && [ -x build-cuda/tests/cuda/kiln_cuda_gpu_tests ]; then
+  timeout 120 build-cuda/tests/cuda/kiln_cuda_gpu_tests --gtest_filter='CudaStemPadGpu.*' > "$L/gpu_tests.log" 2>&1
+  echo "CudaStemPadGpu rc $? at $(( $(date +%s) - T0 )) s"; grep -E "^\[  (PASSED|FAILED)|worst error" "$L/gpu_tests.log"
+fi
 if [ ! -f "$M/resnet50.onnx" ] || [ ! -f "$M/resnet50_b32.onnx" ]; then
   # torch's own CUDA libraries, not the ones remote.sh put first for kiln.
   env -u LD_LIBRARY_PATH python3 bench/make_gpu_models.py "$M" resnet50 > "$L/export_b1.log" 2>&1

@@ -119,6 +119,18 @@ ModelBuilder rgb_stem_model(int64_t n, int64_t k, int64_t stride) {
   return b;
 }
 
+ModelBuilder one_axis_pad_model() {
+  ModelBuilder b(18);
+  b.input("x", 1, {2, 5, 3, 4});
+  b.initializer_i64("pc", {8}, {0, 2, 0, 0, 0, 1, 0, 0});
+  b.initializer_i64("pw", {8}, {0, 0, 0, 3, 0, 0, 0, 2});
+  b.node("Pad", {"x", "pc"}, {"padc"});
+  b.node("Relu", {"padc"}, {"yc"});
+  b.node("Pad", {"x", "pw"}, {"yw"});
+  b.output("yc", 1, {2, 8, 3, 4}).output("yw", 1, {2, 5, 3, 9});
+  return b;
+}
+
 ModelBuilder shared_stem_model(int64_t n) {
   ModelBuilder b(17);
   b.input("x", 1, {n, 3, 16, 16});

@@ -36,6 +36,11 @@ ModelBuilder patch_embed_model(int64_t n);
 /// 2): EfficientNet's / MobileNet's.
 ModelBuilder rgb_stem_model(int64_t n, int64_t k, int64_t stride);
 
+/// Pads of zeros on one axis (gen_elementwise's Pad gather): x float32
+/// [2, 5, 3, 4] -> yc = Relu(Pad channels 2 before, 1 after) [2, 8, 3, 4],
+/// yw = Pad(last axis 3 before, 2 after) [2, 5, 3, 9].
+ModelBuilder one_axis_pad_model();
+
 /// Two stems on one image: x [n, 3, 16, 16] -> Conv 3x3 / 2 pad 1 (3 -> 8)
 /// -> ya [n, 8, 8, 8], and Conv 3x3 pad 1 (3 -> 8) with a bias -> Relu -> yb
 /// [n, 8, 16, 16]. The channels-last entry of x has two readers, so each

@@ -200,16 +200,16 @@ TEST(CudaStemPad, RewriteKeepsTheModelsMeaningOnRef) {
 }
 
 /// Counts of the lowered program's nodes ("Conv", "Gemm", each Kernel's
-/// source_op) for `b` in float16, cross-compiled (NVRTC compiles the
+/// source_op) for `b` in `dt`, cross-compiled (NVRTC compiles the
 /// kernels for sm_90), with KILN_CUDA_STEM_PAD_C = `pad`; `stem_x` gets the
 /// first Conv's x dims.
 std::map<std::string, int> lowered_counts(const char* pad, std::vector<int64_t>* stem_x = nullptr,
-                                          const ModelBuilder& b = rgb_stem_model(2, 7, 2)) {
+                                          const ModelBuilder& b = rgb_stem_model(2, 7, 2), DType dt = DType::f16) {
   artifact::CompiledProgram cp;
   cp.model = imported_model(b);
   targets::cuda::LowerOptions opt;
   opt.device = -1;
-  opt.dtype = DType::f16;
+  opt.dtype = dt;
   setenv("KILN_CUDA_STEM_PAD_C", pad, 1);
   targets::cuda::lower_for_cuda(cp, opt);
   unsetenv("KILN_CUDA_STEM_PAD_C");
@@ -242,6 +242,12 @@ TEST(CudaStemPad, EntryIsOneKernel) {
   EXPECT_EQ(shared["Pad"], 2);
   EXPECT_EQ(shared["Transpose"], shared_off["Transpose"]);
   EXPECT_EQ(shared["Conv"], 2);
+  // Pads on one axis elsewhere, with zeros before the input too: a Relu's
+  // chain gathers one, the other is a gather kernel alone (NVRTC compiles both).
+  auto pads = lowered_counts("8", nullptr, one_axis_pad_model(), DType::f32);
+  EXPECT_EQ(pads["Relu"], 1);
+  EXPECT_EQ(pads["Pad"], 1);
+  EXPECT_EQ(pads.size(), 2u) << "no other node";
 }
 
 }  // namespace

@@ -50,5 +50,22 @@ TEST(CudaStemPadGpu, MobileNetStemMatchesRef) { expect_stem_matches_ref(rgb_stem
 
 TEST(CudaStemPadGpu, SharedImageMatchesRef) { expect_stem_matches_ref(shared_stem_model(2), "shared", {2, 3, 16, 16}); }
 
+// The Pad gather itself beyond the stem: zeros before and after the input on
+// one axis (channels, then the last axis), one Pad read by a Relu (a member
+// of its element-wise chain) and one alone, float32 (exact: no arithmetic).
+TEST(CudaStemPadGpu, OneAxisPadGathersMatchRef) {
+  TempDir dir;
+  one_axis_pad_model().save(dir / "pad.onnx");
+  Tensor x(DType::f32, {2, 5, 3, 4});
+  for (int64_t i = 0; i < x.numel(); ++i) x.data<float>()[i] = std::cos(0.41f * static_cast<float>(i) + 0.3f);
+  const auto want = Session(dir / "pad.onnx", uncached_options(Target::ref(), Precision::fp32)).run({{"x", x}});
+  const auto got = Session(dir / "pad.onnx", uncached_options(Target::cuda(), Precision::fp32)).run({{"x", x}});
+  for (auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << name;
+    const double worst = expect_within(got.at(name), w, name + " one-axis Pad", Tol{1e-6, 1e-6});
+    std::printf("%-40s worst error / tolerance %.3f\n", (name + " one-axis Pad").c_str(), worst);
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing
