@@ -1,5 +1,7 @@
 // Channels-last models for the cuda target's tests beyond cuda_models.cpp
 // (nhwc_models.h).
+#include <fmt/format.h>
+
 #include <cmath>
 
 #include "nhwc_models.h"
@@ -97,6 +99,96 @@ ModelBuilder patch_embed_model(int64_t n) {
   ModelBuilder::attr_ints(b.node("Transpose", {"flat"}, {"tokens"}), "perm", {0, 2, 1});
   b.output("y", 1, {n, 16, 4, 4}).output("tokens", 1, {n, 4, 8});
   return b;
+}
+
+ModelBuilder rgb_stem_model(int64_t n, int64_t k, int64_t stride) {
+  ModelBuilder b(17);
+  const int64_t h = 32, oh = (h + 2 * (k / 2) - k) / stride + 1;
+  b.input("x", 1, {n, 3, h, h});
+  b.initializer("W1", {16, 3, k, k}, cosine_values(16 * 3 * k * k, 0.15f, 0.3f));
+  b.initializer("B1", {16}, cosine_values(16, 0.2f, 1.1f));
+  b.initializer("W2", {16, 16, 3, 3}, cosine_values(16 * 16 * 9, 0.1f, 0.7f));
+  auto& c1 = b.node("Conv", {"x", "W1", "B1"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "kernel_shape", {k, k});
+  ModelBuilder::attr_ints(c1, "strides", {stride, stride});
+  ModelBuilder::attr_ints(c1, "pads", {k / 2, k / 2, k / 2, k / 2});
+  b.node("Relu", {"c1"}, {"r1"});
+  auto& c2 = b.node("Conv", {"r1", "W2"}, {"y"});
+  ModelBuilder::attr_ints(c2, "pads", {1, 1, 1, 1});
+  b.output("y", 1, {n, 16, oh, oh});
+  return b;
+}
+
+ModelBuilder one_axis_pad_model() {
+  ModelBuilder b(18);
+  b.input("x", 1, {2, 5, 3, 4});
+  b.initializer_i64("pc", {8}, {0, 2, 0, 0, 0, 1, 0, 0});
+  b.initializer_i64("pw", {8}, {0, 0, 0, 3, 0, 0, 0, 2});
+  b.node("Pad", {"x", "pc"}, {"padc"});
+  b.node("Relu", {"padc"}, {"yc"});
+  b.node("Pad", {"x", "pw"}, {"yw"});
+  b.output("yc", 1, {2, 8, 3, 4}).output("yw", 1, {2, 5, 3, 9});
+  return b;
+}
+
+ModelBuilder shared_stem_model(int64_t n) {
+  ModelBuilder b(17);
+  b.input("x", 1, {n, 3, 16, 16});
+  b.initializer("Wa", {8, 3, 3, 3}, cosine_values(8 * 27, 0.2f, 0.5f));
+  b.initializer("Wb", {8, 3, 3, 3}, cosine_values(8 * 27, 0.2f, 1.9f));
+  b.initializer("Bb", {8}, cosine_values(8, 0.3f, 0.2f));
+  auto& ca = b.node("Conv", {"x", "Wa"}, {"ya"});
+  ModelBuilder::attr_ints(ca, "strides", {2, 2});
+  ModelBuilder::attr_ints(ca, "pads", {1, 1, 1, 1});
+  auto& cb = b.node("Conv", {"x", "Wb", "Bb"}, {"cb"});
+  ModelBuilder::attr_ints(cb, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"cb"}, {"yb"});
+  b.output("ya", 1, {n, 8, 8, 8}).output("yb", 1, {n, 8, 16, 16});
+  return b;
+}
+
+ir::Model nchw_shim(ir::Model m) {
+  std::vector<ir::Node> out;
+  int k = 0;
+  auto tr = [&](ir::ValueId v, std::vector<int64_t> perm, ir::ValueId dst = ir::kNoValue) {
+    if (dst == ir::kNoValue) {
+      ir::Value nv;
+      nv.name = fmt::format("shim{}", k++);
+      nv.dtype = m.value(v).dtype;
+      dst = m.add_value(nv);
+    }
+    ir::Node t;
+    t.op_type = "Transpose";
+    t.name = fmt::format("shim_t{}", k++);
+    t.opset = m.opset;
+    t.attrs["perm"] = perm;
+    t.inputs = {v};
+    t.outputs = {dst};
+    out.push_back(t);
+    return dst;
+  };
+  const std::vector<int64_t> to_nchw{0, 3, 1, 2}, to_nhwc{0, 2, 3, 1};
+  for (auto n : m.main.nodes) {
+    if (n.i("kiln_nhwc", 0) == 0) {
+      out.push_back(n);
+      continue;
+    }
+    n.attrs.erase("kiln_nhwc");
+    n.inputs[0] = tr(n.inputs[0], to_nchw);
+    if (n.op_type == "Conv") n.inputs[1] = tr(n.inputs[1], to_nchw);
+    ir::ValueId y = n.outputs[0];
+    ir::Value nv;
+    nv.name = fmt::format("shim{}", k++);
+    nv.dtype = m.value(y).dtype;
+    n.outputs[0] = m.add_value(nv);
+    out.push_back(n);
+    tr(n.outputs[0], to_nhwc, y);
+  }
+  m.main.nodes = std::move(out);
+  for (auto& v : m.values)
+    if (!v.constant) v.shape.reset();  // inferred again
+  for (auto id : m.main.inputs) m.value(id).shape = ir::Shape();
+  return m;
 }
 
 }  // namespace kiln::testing

@@ -30,4 +30,28 @@ ModelBuilder convnext_block_model();
 /// Transpose(0, 2, 1) -> tokens [n, 4, 8]; cosine weights.
 ModelBuilder patch_embed_model(int64_t n);
 
+/// An RGB stem (stem_pad.cpp): x [n, 3, 32, 32] -> Conv k x k / stride, pad
+/// k / 2, 3 -> 16 channels, with a bias -> Relu -> Conv 3x3 pad 1, 16 -> 16,
+/// no bias -> y [n, 16, OH, OH]; cosine weights. (7, 2): ResNet's stem, (3,
+/// 2): EfficientNet's / MobileNet's.
+ModelBuilder rgb_stem_model(int64_t n, int64_t k, int64_t stride);
+
+/// Pads of zeros on one axis (gen_elementwise's Pad gather): x float32
+/// [2, 5, 3, 4] -> yc = Relu(Pad channels 2 before, 1 after) [2, 8, 3, 4],
+/// yw = Pad(last axis 3 before, 2 after) [2, 5, 3, 9].
+ModelBuilder one_axis_pad_model();
+
+/// Two stems on one image: x [n, 3, 16, 16] -> Conv 3x3 / 2 pad 1 (3 -> 8)
+/// -> ya [n, 8, 8, 8], and Conv 3x3 pad 1 (3 -> 8) with a bias -> Relu -> yb
+/// [n, 8, 16, 16]. The channels-last entry of x has two readers, so each
+/// convolution gets a Pad of its own (no Cast reordering).
+ModelBuilder shared_stem_model(int64_t n);
+
+/// The NHWC graph `m` (to_nhwc's output) with every kiln_nhwc node wrapped
+/// back into NCHW (Transpose in, the plain ONNX node, Transpose out; filters
+/// transposed back) and non-constant shapes cleared for inference, so that
+/// the ref target can run it: the layout rewrites' semantics are checked on
+/// the CPU, independently of the cuda kernels.
+ir::Model nchw_shim(ir::Model m);
+
 }  // namespace kiln::testing

@@ -107,54 +107,6 @@ TEST(CudaLayout, ConvolutionRegionBecomesNhwcWithTransposesOnlyAtItsEdges) {
   EXPECT_EQ(dims(m, exit->inputs[0]), (std::vector<int64_t>{2, 9, 9, 8}));
 }
 
-/// The NHWC graph with every kiln_nhwc node wrapped back into NCHW
-/// (Transpose in, the plain ONNX node, Transpose out; filters transposed
-/// back), so that the ref target can run it: the layout rewrite's semantics
-/// are checked on the CPU, independently of the cuda kernels.
-ir::Model nchw_shim(ir::Model m) {
-  std::vector<ir::Node> out;
-  int k = 0;
-  auto tr = [&](ir::ValueId v, std::vector<int64_t> perm, ir::ValueId dst = ir::kNoValue) {
-    if (dst == ir::kNoValue) {
-      ir::Value nv;
-      nv.name = fmt::format("shim{}", k++);
-      nv.dtype = m.value(v).dtype;
-      dst = m.add_value(nv);
-    }
-    ir::Node t;
-    t.op_type = "Transpose";
-    t.name = fmt::format("shim_t{}", k++);
-    t.opset = m.opset;
-    t.attrs["perm"] = perm;
-    t.inputs = {v};
-    t.outputs = {dst};
-    out.push_back(t);
-    return dst;
-  };
-  const std::vector<int64_t> to_nchw{0, 3, 1, 2}, to_nhwc{0, 2, 3, 1};
-  for (auto n : m.main.nodes) {
-    if (n.i("kiln_nhwc", 0) == 0) {
-      out.push_back(n);
-      continue;
-    }
-    n.attrs.erase("kiln_nhwc");
-    n.inputs[0] = tr(n.inputs[0], to_nchw);
-    if (n.op_type == "Conv") n.inputs[1] = tr(n.inputs[1], to_nchw);
-    ir::ValueId y = n.outputs[0];
-    ir::Value nv;
-    nv.name = fmt::format("shim{}", k++);
-    nv.dtype = m.value(y).dtype;
-    n.outputs[0] = m.add_value(nv);
-    out.push_back(n);
-    tr(n.outputs[0], to_nhwc, y);
-  }
-  m.main.nodes = std::move(out);
-  for (auto& v : m.values)
-    if (!v.constant) v.shape.reset();  // inferred again
-  for (auto id : m.main.inputs) m.value(id).shape = ir::Shape();
-  return m;
-}
-
 std::map<std::string, Tensor> run_ref(const ir::Model& m, const std::map<std::string, Tensor>& in) {
   artifact::CompiledProgram cp;
   cp.model = m;

@@ -133,6 +133,17 @@ bool is_gatherable_concat(const Lowering& L, const ir::Node& n);
 /// (the dims from the cut axis on) is one contiguous window of an input row
 /// (gen_elementwise.cpp). pad_matmul_n's compaction + Cast is one.
 bool is_gatherable_slice(const Lowering& L, const ir::Node& n);
+/// True when Pad `n` can be a member of an element-wise chain: constant
+/// mode with the default 0 (no value or axes input), constant non-negative
+/// int64 pads on at most one axis, static shapes, a float storage dtype:
+/// each output row (the dims from the padded axis on) is an input row with
+/// zeros before and after it (gen_elementwise.cpp). pad_stem_channels' Pad.
+bool is_gatherable_pad(const Lowering& L, const ir::Node& n);
+/// True when Transpose `n` (an explicit perm, static shapes, a float storage
+/// dtype) may be read through by a gatherable Pad of the same chain: the Pad
+/// maps each of its elements to the Transpose's input, so the transposed
+/// tensor is never stored (gen_elementwise.cpp).
+bool is_gatherable_transpose(const Lowering& L, const ir::Node& n);
 /// One kernel computing a fused chain of element-wise nodes: `members` in
 /// topological order, the last one the root whose output is written; every
 /// other member's output is read only by later members (and has the root's
@@ -141,6 +152,11 @@ bool is_gatherable_slice(const Lowering& L, const ir::Node& n);
 /// element is read from the input that holds it, so the concatenation is
 /// never stored (DenseNet's Concat -> BatchNormalization -> Relu). A member
 /// may be a Slice (is_gatherable_slice) likewise: the slice is never stored.
+/// A Pad (is_gatherable_pad) likewise, zero outside its input's window,
+/// possibly reading through a Transpose member (is_gatherable_transpose)
+/// whose output only it reads: pad_stem_channels' Transpose -> Pad -> Cast
+/// of a model's NCHW float32 image into padded NHWC 16-bit is one kernel. A
+/// chain may be one such gather alone (its root).
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members);
 
 /// Transpose, Gather, GatherElements, Concat, Slice, Split, Tile, Trilu,

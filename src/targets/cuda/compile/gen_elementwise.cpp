@@ -254,11 +254,64 @@ struct Gather {
   std::vector<int64_t> rows;  ///< each input's share of a row
   int64_t row = 0;
   std::optional<SliceWindow> slice;  ///< set for a Slice
+  std::optional<SliceWindow> pad;    ///< set for a Pad: output row element r is input r - off, or 0 outside
+  /// A Pad reading through a Transpose member: the Transpose's output dims,
+  /// and for each the stride of the input dim it takes (flat index map).
+  std::vector<int64_t> t_dims, t_strides;
 };
 
-Gather gather_of(Lowering& L, const ir::Node& n, const std::vector<ir::ValueId>& ext) {
+/// The window of a Pad `n` (constant mode, no value input or axes input,
+/// constant non-negative pads on at most one axis, static shapes of one
+/// rank): output seen as [outer, row], input as [outer, in_row], off the
+/// padding before the input in a row; or nullopt.
+std::optional<SliceWindow> pad_window(const ir::Model& m, const ir::Node& n) {
+  if (n.s("mode", "constant") != "constant" || n.inputs.size() < 2 || n.inputs[1] == ir::kNoValue) return std::nullopt;
+  if (n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue) return std::nullopt;
+  for (size_t i = 2; i < n.inputs.size(); ++i)
+    if (n.inputs[i] != ir::kNoValue) return std::nullopt;  // a fill value or axes: gen_data's Pad
+  const ir::Value &x = m.value(n.inputs[0]), &y = m.value(n.outputs[0]), &p = m.value(n.inputs[1]);
+  if (!p.constant || p.constant->dtype() != DType::i64 || !x.shape || !y.shape || !ir::is_static(*x.shape) ||
+      !ir::is_static(*y.shape) || x.shape->size() != y.shape->size() || x.shape->empty())
+    return std::nullopt;
+  const auto in = ir::to_sizes(*x.shape), out = ir::to_sizes(*y.shape);
+  const int64_t r = static_cast<int64_t>(in.size());
+  if (p.constant->numel() != 2 * r || numel(in) == 0) return std::nullopt;
+  const int64_t* pads = p.constant->data<int64_t>();
+  int64_t cut = -1;
+  for (int64_t d = 0; d < r; ++d) {
+    if (pads[d] < 0 || pads[d + r] < 0 || in[d] + pads[d] + pads[d + r] != out[d]) return std::nullopt;
+    if (pads[d] == 0 && pads[d + r] == 0) continue;
+    if (cut >= 0) return std::nullopt;  // a second padded axis: not one window per row
+    cut = d;
+  }
+  if (cut < 0) cut = 0;
+  int64_t inner = 1;
+  for (int64_t d = cut + 1; d < r; ++d) inner *= in[d];
+  return SliceWindow{in[cut] * inner, out[cut] * inner, pads[cut] * inner};
+}
+
+Gather gather_of(Lowering& L, const ir::Node& n, const std::vector<ir::ValueId>& ext,
+                 const std::vector<const ir::Node*>& members) {
   Gather g;
   g.node = &n;
+  if (n.op_type == "Pad") {
+    g.pad = pad_window(L.model, n);
+    if (!g.pad) refuse(n, "a Pad in an element-wise chain must add zeros on one axis");
+    ir::ValueId src = n.inputs[0];
+    for (const ir::Node* t : members)
+      if (t->op_type == "Transpose" && t->outputs[0] == src) {
+        // Read through the Transpose: output coordinate d is input dim perm[d].
+        const auto tin = L.dims(*t, t->inputs[0]);
+        const auto perm = t->ints("perm");
+        const auto st = strides_of(tin);
+        for (auto d : perm) g.t_dims.push_back(tin[static_cast<size_t>(d)]), g.t_strides.push_back(st[static_cast<size_t>(d)]);
+        src = t->inputs[0];
+      }
+    g.ext.push_back(static_cast<size_t>(std::find(ext.begin(), ext.end(), src) - ext.begin()));
+    g.rows = {g.pad->row};
+    g.row = g.pad->row;
+    return g;
+  }
   if (n.op_type == "Slice") {
     g.slice = slice_window(L.model, n);
     if (!g.slice) refuse(n, "a Slice in an element-wise chain must cut one window per row");
@@ -283,8 +336,23 @@ Gather gather_of(Lowering& L, const ir::Node& n, const std::vector<ir::ValueId>&
 /// Code running `load(k, offset)` for the input of `g` that holds element
 /// `idx` of the concatenation (`offset`: the element's index in input k).
 std::string gather_select(const Gather& g, const std::string& idx,
-                          const std::function<std::string(size_t, const std::string&)>& load) {
+                          const std::function<std::string(size_t, const std::string&)>& load, const std::string& zero = "") {
   std::string s = fmt::format("{{ const I o = {0} / {1}u, r = {0} % {1}u;", idx, g.row);
+  if (g.pad) {
+    // The input has no more elements than the output: index type I holds
+    // every input index (32-bit divisions where the output allows).
+    const SliceWindow& w = *g.pad;
+    std::string at = w.off ? fmt::format("o * {}u + (r - {}u)", w.in_row, w.off) : fmt::format("o * {}u + r", w.in_row);
+    std::string inside = w.off ? fmt::format("r >= {}u && r < {}u", w.off, w.off + w.in_row) : fmt::format("r < {}u", w.in_row);
+    if (!g.t_dims.empty()) {  // the Transpose's output index -> its input's
+      std::string map = fmt::format(" I t = {}, j = 0;", at);
+      for (size_t d = g.t_dims.size(); d-- > 0;)
+        map += d > 0 ? fmt::format(" j += (t % {0}u) * {1}u; t /= {0}u;", g.t_dims[d], g.t_strides[d])
+                     : fmt::format(" j += t * {}u;", g.t_strides[d]);
+      return s + fmt::format(" if ({}) {{{} {} }} else {{ {} }} }}", inside, map, load(g.ext[0], "j"), zero);
+    }
+    return s + fmt::format(" if ({}) {{ {} }} else {{ {} }} }}", inside, load(g.ext[0], at), zero);
+  }
   if (g.slice)
     return s + fmt::format(" {} }}", load(g.ext[0], fmt::format("(unsigned long long)o * {} + {} + r", g.slice->in_row, g.slice->off)));
   int64_t off = 0;
@@ -306,6 +374,29 @@ bool is_gatherable_slice(const Lowering& L, const ir::Node& n) {
   return is_float_storage(t) && L.model.value(n.inputs[0]).dtype == t && slice_window(L.model, n).has_value();
 }
 
+bool is_gatherable_pad(const Lowering& L, const ir::Node& n) {
+  if (!n.domain.empty() || n.op_type != "Pad" || n.inputs.empty() || n.inputs[0] == ir::kNoValue) return false;
+  if (n.outputs.size() != 1 || n.outputs[0] == ir::kNoValue) return false;
+  const DType t = L.model.value(n.outputs[0]).dtype;
+  return is_float_storage(t) && L.model.value(n.inputs[0]).dtype == t && pad_window(L.model, n).has_value();
+}
+
+bool is_gatherable_transpose(const Lowering& L, const ir::Node& n) {
+  if (!n.domain.empty() || n.op_type != "Transpose" || n.inputs.size() != 1 || n.outputs.size() != 1) return false;
+  const ir::Value &x = L.model.value(n.inputs[0]), &y = L.model.value(n.outputs[0]);
+  if (!x.shape || !y.shape || !ir::is_static(*x.shape) || !ir::is_static(*y.shape) || x.dtype != y.dtype ||
+      !is_float_storage(x.dtype))
+    return false;
+  const auto perm = n.ints("perm");
+  if (perm.size() != x.shape->size()) return false;  // an absent perm (reverse) is left to gen_data
+  std::vector<bool> seen(perm.size(), false);
+  for (auto d : perm) {
+    if (d < 0 || d >= static_cast<int64_t>(perm.size()) || seen[static_cast<size_t>(d)]) return false;
+    seen[static_cast<size_t>(d)] = true;
+  }
+  return true;
+}
+
 ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& members) {
   const ir::Node& root = *members.back();
   const ir::Model& m = L.model;
@@ -313,7 +404,11 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   const int64_t N = numel(out);
   std::set<ir::ValueId> inside;
   for (auto* n : members) inside.insert(n->outputs[0]);
-  auto is_gather = [](const ir::Node* n) { return n->op_type == "Concat" || n->op_type == "Slice"; };
+  // Data-movement members: each output element is read from an input
+  // element (or is a Pad's 0); a Transpose only as what a Pad reads through.
+  auto is_gather = [](const ir::Node* n) {
+    return n->op_type == "Concat" || n->op_type == "Slice" || n->op_type == "Pad" || n->op_type == "Transpose";
+  };
   // External inputs, in first-use order; `direct`: read at the element's own
   // (broadcast) index by an element-wise member, not only through a Concat.
   std::vector<ir::ValueId> ext;
@@ -321,7 +416,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   for (auto* n : members) {
     std::vector<size_t> ins = is_gather(n) ? std::vector<size_t>{} : data_inputs(*n);
     if (is_gather(n))
-      for (size_t i = 0; i < (n->op_type == "Slice" ? 1 : n->inputs.size()); ++i)
+      for (size_t i = 0; i < (n->op_type == "Concat" ? n->inputs.size() : 1); ++i)
         if (n->inputs[i] != ir::kNoValue) ins.push_back(i);
     for (size_t i : ins) {
       ir::ValueId v = n->inputs[i];
@@ -334,7 +429,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
   }
   std::vector<Gather> gathers;
   for (auto* n : members)
-    if (is_gather(n)) gathers.push_back(gather_of(L, *n, ext));
+    if (is_gather(n) && n->op_type != "Transpose") gathers.push_back(gather_of(L, *n, ext, members));
   DType rd = m.value(root.outputs[0]).dtype;
   // Inputs read at the output's own index (same element count and shape, right-aligned)
   // are loaded as vectors of V elements, like the output is stored; broadcast inputs
@@ -351,7 +446,9 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
     }
     if (full[k]) widest = std::max(widest, dtype_size(m.value(ext[k]).dtype));
   }
-  for (auto& g : gathers) widest = std::max(widest, dtype_size(m.value(g.node->outputs[0]).dtype));
+  // (A Pad's input is read element by element: its dtype sets no vector width.)
+  for (auto& g : gathers)
+    if (!g.pad) widest = std::max(widest, dtype_size(m.value(g.node->outputs[0]).dtype));
   // V elements per thread: 16 bytes of the widest vectorized dtype, at most 8.
   const int64_t V = std::min<int64_t>(8, 16 / static_cast<int64_t>(std::max<size_t>(widest, 1)));
   const int64_t NV = V > 1 ? N / V : 0;  // whole vectors; the N % V tail is scalar
@@ -363,6 +460,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
     packed[c] = V > 1;
     for (auto r : gathers[c].rows) packed[c] = packed[c] && r % V == 0;
     if (const auto& w = gathers[c].slice) packed[c] = packed[c] && w->in_row % V == 0 && w->off % V == 0;
+    if (gathers[c].pad) packed[c] = false;  // element by element: a vector may straddle the input and the zeros
   }
   std::string name = L.kernel_name(root.op_type);
   std::string params;
@@ -386,6 +484,7 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
     }
     size_t c = 0;
     for (auto* n : members) {
+      if (n->op_type == "Transpose") continue;  // read through by its Pad's gather
       if (is_gather(n)) {
         DType gd = m.value(n->outputs[0]).dtype;
         std::string v = fmt::format("v{}", n->outputs[0]);
@@ -394,9 +493,12 @@ ir::Node gen_elementwise(Lowering& L, const std::vector<const ir::Node*>& member
                               n->op_type);
         } else {
           body += fmt::format("    {} {};  // {}\n    {}\n", *compute(gd), v, n->op_type,
-                              gather_select(gathers[c], "i", [&](size_t k, const std::string& at) {
-                                return fmt::format("{} = {};", v, load_float(gd, fmt::format("in{}[{}]", k, at)));
-                              }));
+                              gather_select(
+                                  gathers[c], "i",
+                                  [&](size_t k, const std::string& at) {
+                                    return fmt::format("{} = {};", v, load_float(gd, fmt::format("in{}[{}]", k, at)));
+                                  },
+                                  fmt::format("{} = ({})0;", v, *compute(gd))));
         }
         ++c;
         continue;

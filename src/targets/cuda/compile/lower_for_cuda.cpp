@@ -16,6 +16,7 @@
 #include "targets/cuda/compile/merge_qkv.h"
 #include "targets/cuda/compile/patch_conv.h"
 #include "targets/cuda/compile/rms_norm.h"
+#include "targets/cuda/compile/stem_pad.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
 #include "targets/cuda/run/conditional.h"
@@ -166,6 +167,21 @@ std::vector<ir::Node> lower_graph_nodes(Lowering& L, const LowerOptions& opt, Lo
   std::vector<int> root(count, -1);
   std::map<int, std::vector<int>> members;
   for (int i = 0; i < count; ++i) {
+    // A Pad adding zeros on one axis starts a group as a gather (the Cast
+    // after pad_stem_channels' Pad joins it below), with the Transpose it
+    // reads when only it reads that: Transpose -> Pad -> Cast, one kernel.
+    if (!done[i] && root[i] < 0 && is_gatherable_pad(L, nodes[i])) {
+      root[i] = i;
+      members[i] = {i};
+      const ir::ValueId v = nodes[i].inputs[0];
+      const int p = uses.producer[v];
+      if (p >= 0 && !done[p] && root[p] < 0 && !uses.is_output[v] && uses.readers[v].size() == 1 &&
+          is_gatherable_transpose(L, nodes[p])) {
+        root[p] = i;
+        members[i].push_back(p);
+      }
+      continue;
+    }
     if (done[i] || !is_elementwise(L, nodes[i])) continue;
     root[i] = i;
     members[i] = {i};
@@ -300,6 +316,14 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
   const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
   if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
+  // After the merge (which would fold the reordered entry Transpose back into
+  // another): image stems (C = 3) read zero-padded channels, for cuDNN's fast
+  // 16-bit NHWC kernels.
+  if (nhwc && opt.dtype != DType::f32) {
+    const int multiple = stem_pad_multiple();
+    if (int s = pad_stem_channels(m, multiple))
+      log().info("cuda: {} convolution(s) with fewer than {} input channels read them zero-padded to {}", s, multiple, multiple);
+  }
   fuse_rms_norms(m);  // after the precision pass: the fused node takes the program's dtypes
   if (fused_attention_enabled(opt))
     if (int q = merge_qkv_matmuls(m)) log().debug("cuda: {} attention projection group(s) merged into one matmul each", q);
