@@ -14,6 +14,7 @@
 #include "targets/cuda/compile/body_reads.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/patch_conv.h"
+#include "targets/cuda/compile/pointwise_cudnn.h"
 #include "targets/cuda/compile/rms_norm.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/compile/precision.h"
@@ -289,9 +290,15 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // float32, so s and t are not rounded to 16 bits) and before to_nhwc (whose
   // region the Mul and Add join).
   batch_norm_to_affine(m);
-  patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
-  const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
+  // KILN_CUDA_POINTWISE=cudnn: no cuBLASLt for 1x1 convolutions and matmuls
+  // by constant weights (pointwise_cudnn.cpp says why); patch convolutions
+  // stay cuDNN's too.
+  const bool on_cudnn = pointwise_on_cudnn(opt);
+  if (!on_cudnn) patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
+  const bool nhwc_on = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32);
+  const int nhwc = nhwc_on ? to_nhwc(m, /*pointwise_as_matmul=*/!on_cudnn) : 0;
   if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
+  if (on_cudnn) gemms_to_convs(m, nhwc_on);
   fuse_rms_norms(m);  // after the precision pass: the fused node takes the program's dtypes
   if (int e = expand_matmul_batches(m)) log().debug("cuda: {} MatMul(s) with partly broadcast batch dims read an Expand", e);
   if (int p = pad_matmul_n(m)) log().info("cuda: {} matmul(s) with rows not 16-byte aligned computed with a padded n", p);
