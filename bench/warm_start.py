@@ -20,8 +20,15 @@ context) through ctypes: what no kiln change can remove; with --floor-blaslt
 they then open cuBLASLt and run its first fp16 matmul (heuristic, two runs):
 what any program using cuBLASLt pays on top.
 
+A variant named in --own-cache compiles its own artifact into a cache of its
+own (under --cache), with its environment: for switches that change what is
+compiled (KILN_CUDA_POINTWISE=cudnn), which are not part of the cache key.
+--perf N then runs `kiln perf` once per variant (its environment, N timed
+runs at batch 1 after N/10 warm-up runs; perf compiles the model itself), so
+the steady-state latency each variant costs is in the same report.
+
 Writes --out (Markdown: the command, the machine, every process, the medians
-of the phases) and --json (every record).
+of the phases, the perf latencies) and --json (every record).
 """
 import argparse
 import json
@@ -47,7 +54,12 @@ PHASES = [
      r"([\d.]+), plans ([\d.]+), constants upload wait ([\d.]+), graph ([\d.]+)",
      ["wait_ctx", "module", "const_alloc", "handles_load", "plans", "upload_wait", "graph"]),
     (r"cache hit: loaded in ([\d.]+) ms, ready (\d+) ms after", ["load", "ready_at"]),
+    (r"cuBLASLt: (\d+) matmul plan\(s\), handle created (yes|no), library in the process (yes|no); (\d+) cuDNN",
+     ["blaslt_plans_n", "blaslt_handle", "blaslt_mapped", "cudnn_lt_engines"]),
+    (r"(\d+) cuDNN libraries opened in ([\d.]+) ms on the preload thread \((\d+) ms after",
+     ["cudnn_libs", "cudnn_preload", "cudnn_preload_at"]),
 ]
+YES_NO = {"yes": 1.0, "no": 0.0}
 
 FLOOR_CHILD = r"""
 import ctypes, time, sys
@@ -115,7 +127,7 @@ def phases(stderr):
             m = re.search(pat, line)
             if m:
                 for n, g in zip(names, m.groups()):
-                    out.setdefault(n, float(g))
+                    out.setdefault(n, YES_NO[g] if g in YES_NO else float(g))
     return out
 
 
@@ -153,7 +165,7 @@ def machine():
     return info
 
 
-def report(args, info, floor, records):
+def report(args, info, floor, records, perf=None):
     goal = args.goal_ms
     lines = [f"# Warm start: `kiln run` on a cached artifact, {args.reps} fresh processes per variant", "",
              "Command: `" + " ".join([os.path.basename(sys.argv[0])] + sys.argv[1:]) + "`", "",
@@ -179,14 +191,23 @@ def report(args, info, floor, records):
         lines.append(f"| {v} | `{rs[0]['env'] or 'defaults'}` | {fmt(med(ok))} | {fmt(min(ok) if ok else None)} | "
                      f"{fmt(max(ok) if ok else None)} | {sum(x <= goal for x in ok)}/{len(rs)} | "
                      + ", ".join(fmt(r["first_result_ms"]) if r["rc"] == 0 else f"rc {r['rc']}" for r in rs) + " |")
-    keys = ["cuinit", "primary_ctx", "ctx_ready_at", "blaslt_open", "blaslt_open_at", "session_at", "key_at", "wait_ctx",
-            "first_algo_check", "blaslt_plans", "cudnn_first", "cudnn_plans", "plans", "graph", "load",
-            "ready_at", "since_process_start_ms"]
+    keys = ["cuinit", "primary_ctx", "ctx_ready_at", "blaslt_open", "blaslt_open_at", "cudnn_preload", "session_at",
+            "key_at", "wait_ctx", "handles_load", "first_algo_check", "blaslt_plans", "cudnn_first", "cudnn_plans", "plans",
+            "upload_wait", "graph", "load", "ready_at", "since_process_start_ms", "blaslt_handle", "cudnn_lt_engines"]
     lines += ["", "## Phases (medians, ms; `*_at`: ms after the process started, kiln's clock)", "",
               "| variant | " + " | ".join(keys) + " |", "|---" * (len(keys) + 1) + "|"]
     for v in names:
         rs = [r for r in records if r["variant"] == v and r["rc"] == 0]
         lines.append(f"| {v} | " + " | ".join(fmt(med([r["phases"].get(k) for r in rs]), 1) for k in keys) + " |")
+    if perf:
+        lines += ["", "## Steady state: `kiln perf` at batch 1, one per variant (ms; its own compile)", "",
+                  "| variant | latency median (host I/O) | p90 | latency median (device I/O) | load_ms | reload_ms | "
+                  "compile_ms | error |", "|---|---|---|---|---|---|---|---|"]
+        for v in [n for n in names if n in perf]:
+            p = perf[v]
+            lines.append(f"| {v} | {fmt(p.get('latency_ms_median'), 3)} | {fmt(p.get('latency_ms_p90'), 3)} | "
+                         f"{fmt(p.get('latency_device_io_ms_median'), 3)} | {fmt(p.get('load_ms'), 1)} | "
+                         f"{fmt(p.get('reload_ms'), 1)} | {fmt(p.get('compile_ms'), 0)} | {p.get('error', '')} |")
     errors = [r for r in records if r["rc"] != 0]
     if errors:
         lines += ["", "## Failed processes", ""] + [f"- {r['variant']}: rc {r['rc']}: {r['stderr_tail']}" for r in errors]
@@ -206,6 +227,12 @@ def main():
     ap.add_argument("--cache", default="/tmp/kiln_warm_start_cache")
     ap.add_argument("--floor", type=int, default=0, help="processes of the floor probe (the CUDA context alone)")
     ap.add_argument("--floor-blaslt", default="", help="libcublasLt path or soname: the floor probe also times its first matmul")
+    ap.add_argument("--own-cache", action="append", default=[],
+                    help="VARIANT[:DIR]: compiled with its environment into a cache of its own, <cache>/DIR "
+                         "(default DIR: the variant's name; variants naming one DIR share it)")
+    ap.add_argument("--perf", type=int, default=0, help="timed runs of one `kiln perf` per variant (0: none)")
+    ap.add_argument("--perf-only", action="append", default=[], help="VARIANT: `kiln perf` for these only (default: all)")
+    ap.add_argument("--perf-timeout", type=float, default=120, help="seconds for each `kiln perf`")
     ap.add_argument("--goal-ms", type=float, default=300)
     ap.add_argument("--out", help="Markdown report")
     ap.add_argument("--json", help="every record, one JSON list")
@@ -216,7 +243,20 @@ def main():
         name, _, env = spec.partition("=")
         variants.append((name, env))
     binaries = dict(s.split("=", 1) for s in args.kiln_for)
-    base_env = dict(os.environ, XDG_CACHE_HOME=args.cache)
+    names = [n for n, _ in variants]
+    own = {}  # variant -> its cache directory's name
+    for spec in args.own_cache:
+        v, _, d = spec.partition(":")
+        if v not in names:
+            sys.exit(f"--own-cache: no variant '{v}'")
+        own[v] = d or v
+    for v in args.perf_only:
+        if v not in names:
+            sys.exit(f"--perf-only: no variant '{v}'")
+
+    def cache_of(name):  # XDG_CACHE_HOME of a variant
+        return os.path.join(args.cache, own.get(name, "shared"))
+
     run = ["run", args.model, "--target", args.target, "--json"]
     if args.precision != "fp32":
         run += ["--precision", args.precision]
@@ -225,11 +265,18 @@ def main():
     if not args.input:
         run += ["--random-inputs"]
     subprocess.run(["rm", "-rf", args.cache], check=True)
-    for kiln in dict.fromkeys([args.kiln] + list(binaries.values())):  # compile (and warm the page cache) per binary
-        _, _, out, err, rc = spawn_timed([kiln] + run, base_env)
+    # Compile (and warm the page cache) once per binary and cache directory.
+    compiled = set()
+    for name, env_spec in variants:
+        kiln, cache = binaries.get(name, args.kiln), cache_of(name)
+        if (kiln, cache) in compiled:
+            continue
+        compiled.add((kiln, cache))
+        env = dict(os.environ, XDG_CACHE_HOME=cache, **(parse_env(env_spec) if name in own else {}))
+        _, _, out, err, rc = spawn_timed([kiln] + run, env)
         if rc != 0:
-            sys.exit(f"{kiln}: the first (compiling) run failed, rc {rc}:\n{err[-2000:]}")
-        spawn_timed([kiln] + run, base_env)
+            sys.exit(f"{kiln} ({name}): the first (compiling) run failed, rc {rc}:\n{err[-2000:]}")
+        spawn_timed([kiln] + run, env)
 
     info = machine()
     floor = floor_probe(args.floor, args.floor_blaslt) if args.floor else []
@@ -237,7 +284,7 @@ def main():
     for rep in range(args.reps):
         order = variants[rep % len(variants):] + variants[:rep % len(variants)]
         for name, env_spec in order:
-            env = dict(base_env, KILN_LOG="debug", **parse_env(env_spec))
+            env = dict(os.environ, XDG_CACHE_HOME=cache_of(name), KILN_LOG="debug", **parse_env(env_spec))
             first, total, out, err, rc = spawn_timed([binaries.get(name, args.kiln)] + run, env)
             rec = {"variant": name, "env": env_spec, "rep": rep, "rc": rc, "first_result_ms": first, "exit_ms": total,
                    "phases": phases(err), "stderr_tail": err.strip().splitlines()[-1] if err.strip() else ""}
@@ -252,14 +299,34 @@ def main():
                 rec["rc"] = rc or -1
             records.append(rec)
             print(f"{name} rep {rep}: first result {first:.0f} ms, exit {total:.0f} ms, rc {rec['rc']}", flush=True)
-    text = report(args, info, floor, records)
+    perf = {}
+    perf_variants = [(n, e) for n, e in variants if args.perf and (not args.perf_only or n in args.perf_only)]
+    for name, env_spec in perf_variants:  # after the processes: a compile's heat does not touch them
+        cmd = [binaries.get(name, args.kiln), "perf", args.model, "--target", args.target, "--json",
+               "--runs", str(args.perf), "--warmup", str(max(1, args.perf // 10))]
+        if args.precision != "fp32":
+            cmd += ["--precision", args.precision]
+        for i in args.input:
+            cmd += ["--input", i]
+        env = dict(os.environ, XDG_CACHE_HOME=cache_of(name), **parse_env(env_spec))
+        try:
+            p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=args.perf_timeout)
+            j = json.loads(p.stdout) if p.returncode == 0 else {}
+            perf[name] = {k: j.get(k) for k in ["latency_ms_median", "latency_ms_p90", "latency_device_io_ms_median",
+                                                "load_ms", "reload_ms", "compile_ms"]}
+            if p.returncode != 0:
+                perf[name]["error"] = f"rc {p.returncode}: " + (p.stderr.strip().splitlines() or [""])[-1][:200]
+        except (subprocess.TimeoutExpired, ValueError) as e:
+            perf[name] = {"error": str(e).splitlines()[0][:200]}
+        print(f"{name} perf: {perf[name]}", flush=True)
+    text = report(args, info, floor, records, perf)
     print(text)
     if args.out:
         with open(args.out, "w") as f:
             f.write(text)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"machine": info, "floor": floor, "records": records}, f, indent=1)
+            json.dump({"machine": info, "floor": floor, "records": records, "perf": perf}, f, indent=1)
 
 
 if __name__ == "__main__":

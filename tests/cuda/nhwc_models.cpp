@@ -191,4 +191,35 @@ ir::Model nchw_shim(ir::Model m) {
   return m;
 }
 
+ModelBuilder resnet_tail_model(int64_t n) {
+  ModelBuilder b(17);
+  b.input("x", 1, {n, 8, 6, 6});
+  b.initializer("W1", {8, 8, 3, 3}, cosine_values(8 * 8 * 9, 0.12f, 0.3f));
+  b.initializer("B1", {8}, cosine_values(8, 0.2f, 1.1f));
+  b.initializer("W2", {16, 8, 1, 1}, cosine_values(128, 0.3f, 0.5f));
+  b.initializer("B2", {16}, cosine_values(16, 0.2f, 2.3f));
+  b.initializer("Wd", {16, 8, 1, 1}, cosine_values(128, 0.25f, 1.7f));
+  b.initializer("Wfc", {10, 16}, cosine_values(160, 0.3f, 0.9f));
+  b.initializer("Cfc", {10}, cosine_values(10, 0.5f, 0.2f));
+  b.initializer("Wm", {16, 4}, cosine_values(64, 0.35f, 1.3f));
+  b.initializer("Bm", {4}, cosine_values(4, 0.4f, 2.9f));
+  b.initializer("Wg", {16, 4}, cosine_values(64, 0.28f, 0.6f));
+  b.initializer("Cg", {1, 4}, cosine_values(4, 0.3f, 1.9f));
+  auto& c1 = b.node("Conv", {"x", "W1", "B1"}, {"c1"});
+  ModelBuilder::attr_ints(c1, "pads", {1, 1, 1, 1});
+  b.node("Relu", {"c1"}, {"r"});
+  b.node("Conv", {"r", "W2", "B2"}, {"c2"});
+  b.node("Conv", {"x", "Wd"}, {"d"});
+  b.node("Add", {"c2", "d"}, {"s"});
+  b.node("Relu", {"s"}, {"c"});
+  b.node("GlobalAveragePool", {"c"}, {"g"});
+  b.node("Flatten", {"g"}, {"f"});
+  ModelBuilder::attr_int(b.node("Gemm", {"f", "Wfc", "Cfc"}, {"y"}), "transB", 1);
+  b.node("MatMul", {"f", "Wm"}, {"mm"});
+  b.node("Add", {"mm", "Bm"}, {"y2"});
+  b.node("Gemm", {"f", "Wg", "Cg"}, {"y3"});
+  b.output("y", 1, {n, 10}).output("y2", 1, {n, 4}).output("y3", 1, {n, 4});
+  return b;
+}
+
 }  // namespace kiln::testing

@@ -53,5 +53,15 @@ ModelBuilder shared_stem_model(int64_t n);
 /// the ref target can run it: the layout rewrites' semantics are checked on
 /// the CPU, independently of the cuda kernels.
 ir::Model nchw_shim(ir::Model m);
+/// A ResNet-style tail for KILN_CUDA_POINTWISE=cudnn (pointwise_cudnn.cpp),
+/// batch `n`: x float32[n,8,6,6] ->
+///   r  = Relu(Conv 3x3 pad 1 (8 -> 8) + B1)
+///   c  = Relu(Conv 1x1 (8 -> 16)(r) + B2 + Conv 1x1 (8 -> 16)(x))     [n,16,6,6]
+///   f  = Flatten(GlobalAveragePool(c))                                [n,16]
+///   y  = Gemm(f, Wfc [10,16], Cfc [10], transB 1)                     [n,10]
+///   y2 = MatMul(f, Wm [16,4]) + Bm [4]                                [n,4]
+///   y3 = Gemm(f, Wg [16,4], Cg [1,4])  (transB 0)                     [n,4]
+/// Cosine weights; every matmul by a constant, every 1x1 convolution unstrided.
+ModelBuilder resnet_tail_model(int64_t n);
 
 }  // namespace kiln::testing

@@ -3,6 +3,7 @@
 #include "support/error.h"
 #include "support/log.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/pointwise_cudnn.h"
 #include "targets/cuda/compile/tuning.h"
 
 namespace kiln::targets::cuda {
@@ -43,7 +44,7 @@ std::optional<ConvLowered> lower_conv_fused(Lowering& L, int i, const std::vecto
   if (done[i] || !n.domain.empty() || n.op_type != "Conv" || !graph_convs_enabled(opt)) return std::nullopt;
   if (n.inputs.size() < 2 || (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue)) return std::nullopt;
   const ir::Model& m = L.model;
-  if (is_pointwise_conv(m, n)) return std::nullopt;
+  if (!pointwise_on_cudnn(opt) && is_pointwise_conv(m, n)) return std::nullopt;  // lower_pointwise_conv's
   const ir::Value& yv = m.value(n.outputs[0]);
   if (!yv.shape || !ir::is_static(*yv.shape) || yv.shape->size() < 3) return std::nullopt;
   const DType dt = yv.dtype;
@@ -97,7 +98,7 @@ std::optional<ConvLowered> lower_conv_fused(Lowering& L, int i, const std::vecto
   if (z != ir::kNoValue) inputs.push_back(z);
   ConvSpec s = conv_spec_for(L, n, opt);
   if (s.transposed) return std::nullopt;
-  auto e = tune_conv_graph(s, ep, opt.tuning, opt.device, n.label(), L.tuning);
+  auto e = tune_conv_graph(s, ep, opt.tuning, opt.device, n.label(), L.tuning, pointwise_on_cudnn(opt));
   if (!e) {
     log().debug("{}: no cuDNN engine fuses {}: the epilogue stays a separate kernel", n.label(), ep.describe());
     return std::nullopt;

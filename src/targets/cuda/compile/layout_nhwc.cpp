@@ -82,7 +82,7 @@ bool elementwise_candidate(const Lowering& L, const ir::Node& n) {
 
 class NhwcPass {
  public:
-  explicit NhwcPass(ir::Model& m) : m_(m), L_{m} {}
+  NhwcPass(ir::Model& m, bool pointwise_as_matmul) : m_(m), L_{m}, pointwise_as_matmul_(pointwise_as_matmul) {}
 
   int run() {
     const auto& nodes = m_.main.nodes;
@@ -125,6 +125,7 @@ class NhwcPass {
  private:
   ir::Model& m_;
   Lowering L_;
+  bool pointwise_as_matmul_;  ///< 1x1 unstrided convolutions become MatMuls (cuBLASLt); else cuDNN NHWC Convs
   std::set<ir::ValueId> nhwc_;                  ///< original ids of values the region produces
   std::map<ir::ValueId, ir::ValueId> renamed_;  ///< original id -> its NHWC value
   std::map<ir::ValueId, ir::ValueId> const_;    ///< constant -> permuted constant
@@ -331,6 +332,7 @@ class NhwcPass {
     for (auto v : n.ints("strides", {1, 1})) pointwise &= v == 1;
     for (auto v : n.ints("pads", {0, 0, 0, 0})) pointwise &= v == 0;
     pointwise &= n.s("auto_pad", "NOTSET") == "NOTSET";
+    pointwise &= pointwise_as_matmul_;
     ir::Value nw = wv;
     nw.name += pointwise ? "_kc_t" : "_krsc";
     if (pointwise) {
@@ -386,8 +388,8 @@ class NhwcPass {
 
 }  // namespace
 
-int to_nhwc(ir::Model& m) {
-  int moved = NhwcPass(m).run();
+int to_nhwc(ir::Model& m, bool pointwise_as_matmul) {
+  int moved = NhwcPass(m, pointwise_as_matmul).run();
   if (moved) log().debug("cuda: {} node(s) run in NHWC", moved);
   return moved;
 }

@@ -10,6 +10,7 @@
 #include "support/error.h"
 #include "support/log.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/pointwise_cudnn.h"
 #include "targets/cuda/compile/tuning.h"
 #include "targets/cuda/run/cuda_ops.h"
 #include "targets/cuda/run/cudnn_conv.h"
@@ -162,7 +163,7 @@ ir::Node graph_conv_node(const ir::Node& n, const ConvSpec& s, const ConvEpilogu
 ir::Node lower_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
   ConvSpec s = conv_spec_for(L, n, opt);
   if (!s.transposed && graph_convs_enabled(opt))
-    if (auto e = tune_conv_graph(s, ConvEpilogue{}, opt.tuning, opt.device, n.label(), L.tuning)) {
+    if (auto e = tune_conv_graph(s, ConvEpilogue{}, opt.tuning, opt.device, n.label(), L.tuning, pointwise_on_cudnn(opt))) {
       // Timed tuning compares the graph engine with the legacy API's best
       // algorithm (cudnnFind tries every one; the graph side only the
       // heuristic's best few) and keeps the faster.

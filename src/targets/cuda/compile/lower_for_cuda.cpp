@@ -15,6 +15,7 @@
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/merge_qkv.h"
 #include "targets/cuda/compile/patch_conv.h"
+#include "targets/cuda/compile/pointwise_cudnn.h"
 #include "targets/cuda/compile/rms_norm.h"
 #include "targets/cuda/compile/stem_pad.h"
 #include "targets/cuda/compile/nvrtc.h"
@@ -313,8 +314,13 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
   // float32, so s and t are not rounded to 16 bits) and before to_nhwc (whose
   // region the Mul and Add join).
   batch_norm_to_affine(m);
-  patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
-  const int nhwc = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32) ? to_nhwc(m) : 0;
+  // KILN_CUDA_POINTWISE=cudnn: no cuBLASLt for 1x1 convolutions and matmuls
+  // by constant weights (pointwise_cudnn.cpp says why); patch convolutions
+  // stay cuDNN's too.
+  const bool on_cudnn = pointwise_on_cudnn(opt);
+  if (!on_cudnn) patch_convs_to_gemm(m);  // before to_nhwc: the patches come back NHWC-ordered
+  const bool nhwc_on = opt.nhwc.value_or(opt.dtype != DType::f32 || opt.tf32);
+  const int nhwc = nhwc_on ? to_nhwc(m, /*pointwise_as_matmul=*/!on_cudnn) : 0;
   if (nhwc) merge_layout_transposes(m);  // ConvNeXt: the region's exits meet the model's own transposes
   // After the merge (which would fold the reordered entry Transpose back into
   // another): image stems (C = 3) read zero-padded channels, for cuDNN's fast
@@ -324,6 +330,7 @@ LowerStats lower_for_cuda(artifact::CompiledProgram& cp, const LowerOptions& opt
     if (int s = pad_stem_channels(m, multiple))
       log().info("cuda: {} convolution(s) with fewer than {} input channels read them zero-padded to {}", s, multiple, multiple);
   }
+  if (on_cudnn) gemms_to_convs(m, nhwc_on);
   fuse_rms_norms(m);  // after the precision pass: the fused node takes the program's dtypes
   if (fused_attention_enabled(opt))
     if (int q = merge_qkv_matmuls(m)) log().debug("cuda: {} attention projection group(s) merged into one matmul each", q);

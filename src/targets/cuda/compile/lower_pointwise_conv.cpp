@@ -1,6 +1,7 @@
 // 1x1 convolutions as cuBLASLt matmuls (lowering.h: lower_pointwise_conv).
 #include "support/error.h"
 #include "targets/cuda/compile/lowering.h"
+#include "targets/cuda/compile/pointwise_cudnn.h"
 #include "targets/cuda/run/cuda_ops.h"
 
 namespace kiln::targets::cuda {
@@ -28,7 +29,7 @@ bool is_pointwise_conv(const ir::Model& m, const ir::Node& n) {
 }
 
 std::optional<ir::Node> lower_pointwise_conv(Lowering& L, const ir::Node& n, const LowerOptions& opt) {
-  if (!is_pointwise_conv(L.model, n)) return std::nullopt;
+  if (pointwise_on_cudnn(opt) || !is_pointwise_conv(L.model, n)) return std::nullopt;
   const ir::Model& m = L.model;
   const DType dt = m.value(n.inputs[0]).dtype;
   auto x = ir::to_sizes(*m.value(n.inputs[0]).shape), w = ir::to_sizes(*m.value(n.inputs[1]).shape);

@@ -38,6 +38,11 @@ struct LowerOptions {
   /// float16 / bfloat16 and TF32 programs (tensor-core convolutions, whose
   /// NCHW forms transpose inside cuDNN), not for strict float32.
   std::optional<bool> nhwc;
+  /// 1x1 convolutions and matmuls by constant weights on cuDNN (1x1
+  /// convolutions, gemms_to_convs) instead of cuBLASLt, so that a
+  /// ResNet-class program loads without starting cuBLASLt. nullopt: the
+  /// environment's KILN_CUDA_POINTWISE (pointwise_on_cudnn; default: no).
+  std::optional<bool> pointwise_cudnn;
   /// 16-bit programs: called with the graph the precision pass is about to
   /// convert; returns the nodes (precision_node_key) it keeps in float32
   /// (runtime/precision_check.h). Empty: none.
@@ -357,7 +362,9 @@ int batch_norm_to_affine(ir::Model& m);
 /// shapes are unchanged. A model's own Transpose(perm 0,3,1,2) of a rank-4
 /// value that a region node reads joins as an Identity (its input is the
 /// output's NHWC data). Returns the number of nodes moved.
-int to_nhwc(ir::Model& m);
+/// With `pointwise_as_matmul` false (KILN_CUDA_POINTWISE=cudnn) a 1x1
+/// convolution stays a channels-last Conv for cuDNN like the others.
+int to_nhwc(ir::Model& m, bool pointwise_as_matmul = true);
 
 /// After to_nhwc: the region's entry / exit transposes that meet a model's
 /// own (ConvNeXt: Conv -> exit -> Transpose(0,2,3,1)) merge, and a chain

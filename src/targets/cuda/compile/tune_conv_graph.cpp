@@ -19,8 +19,9 @@ namespace {
 /// artifact to this GPU and cuDNN more tightly.
 constexpr float kRuntimeCompiledMargin = 0.9f;
 
-std::string problem_key(const ConvSpec& s, const ConvEpilogue& ep, Tuning mode, int device) {
-  return fmt::format("graph|{}|{}|x{} w{} y{} p{} s{} d{} g{} {} tf32 {} nhwc {}|{}", tuning_name(mode), device,
+std::string problem_key(const ConvSpec& s, const ConvEpilogue& ep, Tuning mode, int device, bool avoid_cublaslt) {
+  return fmt::format("graph{}|{}|{}|x{} w{} y{} p{} s{} d{} g{} {} tf32 {} nhwc {}|{}", avoid_cublaslt ? "-nolt" : "",
+                     tuning_name(mode), device,
                      fmt::join(s.x, ","), fmt::join(s.w, ","), fmt::join(s.y, ","), fmt::join(s.pads, ","),
                      fmt::join(s.strides, ","), fmt::join(s.dilations, ","), s.group, dtype_name(s.dtype), s.tf32,
                      s.nhwc, ep.describe());
@@ -50,8 +51,9 @@ struct Candidate {
 }  // namespace
 
 std::optional<GraphEngine> tune_conv_graph(const ConvSpec& s, const ConvEpilogue& ep, Tuning mode, int device,
-                                           const std::string& where, TuningStats& st) {
-  return memoized<std::optional<GraphEngine>>(problem_key(s, ep, mode, device), st, [&]() -> std::optional<GraphEngine> {
+                                           const std::string& where, TuningStats& st, bool avoid_cublaslt) {
+  return memoized<std::optional<GraphEngine>>(problem_key(s, ep, mode, device, avoid_cublaslt), st,
+                                              [&]() -> std::optional<GraphEngine> {
     use_device(device);
     std::vector<GraphEngine> ranked;
     std::string why;
@@ -61,6 +63,13 @@ std::optional<GraphEngine> tune_conv_graph(const ConvSpec& s, const ConvEpilogue
     } catch (const Error& e) {
       log().debug("{}: cuDNN graph for {}: {}", where, ep.describe(), e.what());
       return std::nullopt;
+    }
+    if (avoid_cublaslt && std::any_of(ranked.begin(), ranked.end(), [](const GraphEngine& e) { return !e.cublaslt; })) {
+      const size_t before = ranked.size();
+      ranked.erase(std::remove_if(ranked.begin(), ranked.end(), [](const GraphEngine& e) { return e.cublaslt; }),
+                   ranked.end());
+      if (ranked.size() != before)
+        log().debug("{}: {} cuDNN engine configuration(s) that run cuBLASLt dropped", where, before - ranked.size());
     }
     std::vector<GraphEngine> pre, rtc;
     for (auto& e : ranked) (e.runtime_compiled ? rtc : pre).push_back(e);

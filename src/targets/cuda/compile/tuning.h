@@ -69,9 +69,11 @@ ConvAlgo tune_conv(const ConvSpec& s, Tuning mode, int device, const std::string
 /// precompiled one, or there is none; its serialized plan is then stored.
 /// nullopt when cuDNN has no usable engine (the caller keeps the
 /// unfused form). Memoized like tune_gemm. Logs each candidate's build
-/// (finalize) and run times at debug level.
+/// (finalize) and run times at debug level. With `avoid_cublaslt`
+/// (KILN_CUDA_POINTWISE=cudnn) engines that run cuBLASLt inside cuDNN
+/// (GraphEngine::cublaslt) are dropped while another one is left.
 std::optional<GraphEngine> tune_conv_graph(const ConvSpec& s, const ConvEpilogue& ep, Tuning mode, int device,
-                                           const std::string& where, TuningStats& st);
+                                           const std::string& where, TuningStats& st, bool avoid_cublaslt = false);
 
 /// The decision for `key` from a process-wide memo (one per call site), or
 /// `decide()` run once and remembered; counts st.reused, or st.tuned and

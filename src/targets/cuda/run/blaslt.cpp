@@ -86,11 +86,20 @@ cublasComputeType_t blaslt_compute(const GemmSpec& s) {
   return s.dtype == DType::f32 && s.tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
 }
 
+namespace {
+std::atomic<bool> handle_created{false};
+}  // namespace
+
+bool blaslt_handle_created() { return handle_created; }
+
 cublasLtHandle_t blaslt_handle() {
   static std::once_flag once;
   static cublasLtHandle_t h = nullptr;
   static cublasStatus_t status = CUBLAS_STATUS_SUCCESS;
-  std::call_once(once, [] { status = blaslt_api().cublasLtCreate(&h); });
+  std::call_once(once, [] {
+    handle_created = true;
+    status = blaslt_api().cublasLtCreate(&h);
+  });
   check_blaslt(status, "cublasLtCreate");
   return h;
 }

@@ -62,6 +62,9 @@ void set_gemm_attrs(ir::Node& n, const GemmSpec& s);
 /// The process-wide cuBLASLt handle (created once, with the device current).
 /// Throws Error(unsupported) when cublasLtCreate fails.
 cublasLtHandle_t blaslt_handle();
+/// Whether blaslt_handle() has been called in this process (a load logs
+/// it: a program without kiln.cuda.Gemm nodes never calls it).
+bool blaslt_handle_created();
 
 /// Throws Error(internal / unsupported) "<what>: cuBLASLt status N" unless ok.
 void check_blaslt(cublasStatus_t s, const std::string& what);

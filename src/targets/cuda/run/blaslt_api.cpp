@@ -68,6 +68,12 @@ const BlasLtApi& blaslt_api() {
   return l.api;
 }
 
+bool blaslt_library_mapped() {
+  void* h = dlopen(fmt::format("libcublasLt.so.{}", CUBLAS_VER_MAJOR).c_str(), RTLD_NOW | RTLD_NOLOAD);
+  if (h) dlclose(h);  // RTLD_NOLOAD took a reference
+  return h != nullptr;
+}
+
 void preload_blaslt() {
   struct Joined {
     std::thread t{[] {

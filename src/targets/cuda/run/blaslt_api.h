@@ -49,6 +49,10 @@ BlasLtLibrary open_blaslt_library(const std::string& lib);
 /// same error.
 const BlasLtApi& blaslt_api();
 
+/// Whether libcublasLt.so.<CUBLAS_VER_MAJOR> is mapped in this process
+/// (by kiln or by cuDNN), without opening it (dlopen RTLD_NOLOAD).
+bool blaslt_library_mapped();
+
 /// Starts blaslt_api() on a background thread, once per process, so that
 /// opening the library overlaps other start-up work; blaslt_api() callers
 /// then wait only for what is left. Never throws.

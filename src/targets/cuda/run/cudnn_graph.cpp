@@ -101,7 +101,12 @@ GraphEngine read_config(cudnnBackendDescriptor_t cfg, std::vector<int>& numerica
   cudnnBackendBehaviorNote_t behavior[CUDNN_BEHAVIOR_NOTE_TYPE_COUNT];
   if (cudnnBackendGetAttribute(ed, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE,
                                CUDNN_BEHAVIOR_NOTE_TYPE_COUNT, &n, behavior) == CUDNN_STATUS_SUCCESS)
-    for (int64_t i = 0; i < n; ++i) e.runtime_compiled |= behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+    for (int64_t i = 0; i < n; ++i) {
+      e.runtime_compiled |= behavior[i] == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION;
+      // By number: the note is 4 from cuDNN 9.15's headers on; a cuDNN that
+      // does not know it never reports it.
+      e.cublaslt |= static_cast<int>(behavior[i]) == 4;
+    }
   cudnnBackendNumericalNote_t notes[CUDNN_NUMERICAL_NOTE_TYPE_COUNT];
   numerical.clear();
   if (cudnnBackendGetAttribute(ed, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
@@ -161,6 +166,7 @@ void set_graph_conv_attrs(ir::Node& n, const ConvEpilogue& ep, const GraphEngine
   n.attrs["knobs"] = e.knobs;
   n.attrs["workspace"] = static_cast<int64_t>(e.workspace);
   n.attrs["runtime_compiled"] = int64_t{e.runtime_compiled};
+  if (e.cublaslt) n.attrs["cublaslt"] = int64_t{1};  // only where cuDNN said so (a load logs it)
   if (!e.plan_json.empty()) n.attrs["plan_json"] = e.plan_json;
 }
 
@@ -184,6 +190,7 @@ GraphEngine graph_engine_from(const ir::Node& n) {
   e.knobs = n.ints("knobs", {});
   const int64_t ws = n.i("workspace", 0);
   e.runtime_compiled = n.i("runtime_compiled", 0) != 0;
+  e.cublaslt = n.i("cublaslt", 0) != 0;
   e.plan_json = n.s("plan_json", "");
   if (e.knobs.size() % 2 || ws < 0 || e.engine < -1)
     fail(ErrorCode::invalid_model, "{}: inconsistent cuDNN engine attributes (engine {}, {} knob values, workspace {})",
@@ -204,8 +211,8 @@ std::string GraphEngine::describe() const {
   if (engine < 0) return plan_json.empty() ? "cuDNN's heuristic at load" : "a serialized execution plan";
   std::string k;
   for (size_t i = 0; i + 1 < knobs.size(); i += 2) k += fmt::format("{}{}={}", k.empty() ? "" : " ", knobs[i], knobs[i + 1]);
-  return fmt::format("engine {} (knobs {}){}", engine, k.empty() ? "none" : k,
-                     runtime_compiled ? ", runtime-compiled" : "");
+  return fmt::format("engine {} (knobs {}){}{}", engine, k.empty() ? "none" : k,
+                     runtime_compiled ? ", runtime-compiled" : "", cublaslt ? ", runs cuBLASLt" : "");
 }
 
 BackendDesc::BackendDesc(cudnnBackendDescriptorType_t type) {

@@ -45,6 +45,10 @@ struct GraphEngine {
   std::vector<int64_t> knobs;  ///< (cudnnBackendKnobType_t, value) pairs, flattened
   size_t workspace = 0;        ///< bytes the execution plan needs
   bool runtime_compiled = false;  ///< CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION (its kernel is built by NVRTC inside cuDNN)
+  /// CUDNN_BEHAVIOR_NOTE_CUBLASLT_DEPENDENCY (cuDNN 9.15's note; never set
+  /// by older cuDNN): the engine runs cuBLASLt inside cuDNN, so a program
+  /// using it pays cuBLASLt's one-time start after all.
+  bool cublaslt = false;
   /// A runtime-compiled engine's execution plan, serialized by cuDNN
   /// (CUDNN_ATTR_EXECUTION_PLAN_JSON_REPRESENTATION; cuDNN serializes only
   /// those), so that a load does not compile it again. Empty otherwise.

@@ -1,5 +1,8 @@
 // prewarm(): the CUDA context and the library handles started on a thread
 // before the first load needs them (program.h).
+#include <dlfcn.h>
+
+#include <atomic>
 #include <cstdlib>
 #include <future>
 #include <mutex>
@@ -26,7 +29,44 @@ Prewarm& prewarm_state() {
   return p;
 }
 
+/// KILN_CUDA_PRELOAD_CUDNN=1 (a measurement aid, off by default).
+bool preload_cudnn_wanted() {
+  const char* e = std::getenv("KILN_CUDA_PRELOAD_CUDNN");
+  return e && std::string(e) == "1";
+}
+
+std::atomic<bool> cudnn_preload_started{false};
+std::shared_future<void>& cudnn_preload() {
+  static std::shared_future<void> f;
+  return f;
+}
+
 }  // namespace
+
+void preload_cudnn() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    try {
+      cudnn_preload() = std::async(std::launch::async, [] {
+                          Stopwatch sw;
+                          // cuDNN 9 opens these itself at its first graph plan
+                          // (engines, heuristics) and legacy call (cnn, ops); its
+                          // dlopen of a library already here only counts a reference.
+                          int opened = 0;
+                          for (const char* lib : {"libcudnn_graph.so.9", "libcudnn_engines_precompiled.so.9",
+                                                  "libcudnn_heuristic.so.9", "libcudnn_engines_runtime_compiled.so.9",
+                                                  "libcudnn_ops.so.9", "libcudnn_cnn.so.9"})
+                            opened += dlopen(lib, RTLD_NOW | RTLD_LOCAL) != nullptr;
+                          log().debug("cuda: {} cuDNN libraries opened in {:.1f} ms on the preload thread ({:.0f} ms "
+                                      "after the process started)",
+                                      opened, sw.ms(), ms_since_process_start());
+                        }).share();
+      cudnn_preload_started = true;
+    } catch (const std::exception& e) {
+      log().debug("cuda: cuDNN preload not started: {}", e.what());
+    }
+  });
+}
 
 void await_prewarm() {
   std::shared_future<void> f;
@@ -65,10 +105,13 @@ bool prewarm(int device) {
                Stopwatch sw;
                (void)device_present();  // libcuda opened, cuInit
                const double init_ms = sw.ms();
+               if (preload_cudnn_wanted()) preload_cudnn();  // after cuInit, beside the primary context
                use_device(device);
                const double context_ms = sw.ms();
                const double ready_at = log().should_log(spdlog::level::debug) ? ms_since_process_start() : 0;
-               blaslt_handle();
+               // No cuBLASLt handle here: a program without kiln.cuda.Gemm
+               // nodes (KILN_CUDA_POINTWISE=cudnn) never starts cuBLASLt;
+               // the load creates the handle when its program has one.
                cudnn_handle();
                log().debug("cuda: prewarm: cuInit {:.1f} ms, primary context {:.1f} ms (ready {:.0f} ms after the "
                            "process started), cuBLASLt / cuDNN handles {:.1f} ms",
@@ -87,6 +130,7 @@ bool prewarm(int device) {
 void settle_prewarm() {
   await_prewarm();
   await_blaslt_preload();
+  if (cudnn_preload_started) cudnn_preload().wait();  // library initialisers must not run into the exit
 }
 
 }  // namespace kiln::targets::cuda

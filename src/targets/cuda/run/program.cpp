@@ -238,6 +238,16 @@ class CudaProgram final : public DeviceProgram {
                   v.size(), k == 1 ? "cuBLASLt" : "cuDNN", v[v.size() / 2].first, v.back().first, v.back().second,
                   v.front().first);
     }
+    if (log().should_log(spdlog::level::debug)) {
+      // Whether this load started cuBLASLt (KILN_CUDA_POINTWISE=cudnn: it
+      // should not), and which cuDNN engines say they run it themselves.
+      int lt_engines = 0;
+      for (auto& n : m.main.nodes) lt_engines += n.domain == kCudaDomain && n.op_type == "Conv" && n.i("cublaslt", 0) != 0;
+      log().debug("cuda: cuBLASLt: {} matmul plan(s), handle created {}, library in the process {}; {} cuDNN "
+                  "engine(s) that run cuBLASLt",
+                  gemms_.size(), blaslt_handle_created() ? "yes" : "no", blaslt_library_mapped() ? "yes" : "no",
+                  lt_engines);
+    }
     make_phases(m);
     const char* g = std::getenv("KILN_CUDA_GRAPH");
     use_graph_ = !(g && std::string(g) == "0");

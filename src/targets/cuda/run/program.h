@@ -32,8 +32,11 @@ std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp,
 /// Starts, once per process and on a background thread, what the first
 /// load_program on `device` needs before it can do anything else: the CUDA
 /// context (cuInit ~100 ms, then the primary context ~115 ms on an H200) and
-/// the cuBLASLt / cuDNN handles, so that they overlap the model digest and
-/// the artifact's read. cuBLASLt is opened by the caller's compatibility
+/// the cuDNN handle, so that they overlap the model digest and the
+/// artifact's read (the cuBLASLt handle is the load's, for a program that
+/// has matmuls: KILN_CUDA_POINTWISE=cudnn programs may have none).
+/// KILN_CUDA_PRELOAD_CUDNN=1 (a measurement aid) also opens cuDNN's
+/// libraries on a thread of their own once cuInit is done (preload_cudnn). cuBLASLt is opened by the caller's compatibility
 /// facts once cuInit is done (opening it during cuInit slows cuInit);
 /// KILN_CUDA_PRELOAD_BLASLT=early opens it here on a second thread
 /// (preload_blaslt, a measurement aid). load_program waits for it. Returns
@@ -43,8 +46,15 @@ std::unique_ptr<DeviceProgram> load_program(const artifact::CompiledProgram& cp,
 /// throws: errors are left for the load to report.
 bool prewarm(int device);
 
+/// Opens cuDNN 9's sub-libraries (graph, engines, heuristics, ops, cnn)
+/// once per process on a background thread, so that their relocations
+/// (libcudnn_engines_precompiled alone has ~140,000) are paid while the
+/// primary context is created rather than in the first cuDNN plan. Never
+/// throws; settle_prewarm waits for it.
+void preload_cudnn();
+
 /// Waits for prewarm()'s threads (the context, the handles, opening
-/// cuBLASLt) to finish, if they were started: what a session that started
+/// cuBLASLt and cuDNN's libraries) to finish, if they were started: what a session that started
 /// them does before it returns or throws, so that no library initialiser is
 /// still running when the process exits. Never throws.
 void settle_prewarm();
