@@ -318,6 +318,46 @@ ModelBuilder packed_qkv_attention_model(const std::string& form) {
   b.initializer("Bp", {3 * D}, ramp(3 * D, 0.1f, 0.2f));
   b.initializer("scale", {}, {0.25f});
   b.initializer_i64("model", {3}, {B, S, D});
+  if (form == "mha") {
+    // torch.nn.MultiheadAttention as torch.onnx (dynamo) writes it for batch_first inputs: tokens
+    // first, packed projection, Q / K / V selected, then heads split across the batch ([S, B*H, Dh]:
+    // no strided view alone) and merged back to [B, H, S, Dh] after a Transpose.
+    b.initializer_i64("s1", {4}, {S, B, 3, D});
+    b.initializer_i64("ax0", {1}, {0});
+    b.initializer_i64("axm2", {1}, {-2});
+    for (int64_t i = 0; i < 3; ++i) b.initializer_i64("i" + std::to_string(i), {}, {i});
+    b.initializer_i64("s2", {3}, {S, -1, Dh});
+    b.initializer_i64("s3", {4}, {-1, H, S, Dh});
+    b.initializer_i64("s4", {3}, {B * H, S, Dh});
+    b.initializer_i64("s5", {4}, {B, H, Dh, S});
+    b.initializer_i64("s6", {2}, {-1, D});
+    ModelBuilder::attr_ints(b.node("Transpose", {"x"}, {"xt"}), "perm", {1, 0, 2});
+    b.node("MatMul", {"xt", "W"}, {"m_mm"});
+    b.node("Add", {"m_mm", "Bp"}, {"lin"});
+    b.node("Reshape", {"lin", "s1"}, {"v1"});
+    b.node("Unsqueeze", {"v1", "ax0"}, {"u"});
+    ModelBuilder::attr_ints(b.node("Transpose", {"u"}, {"t1"}), "perm", {3, 1, 2, 0, 4});
+    b.node("Squeeze", {"t1", "axm2"}, {"sq"});
+    for (int64_t i = 0; i < 3; ++i) {
+      const std::string w(1, "qkv"[i]);
+      ModelBuilder::attr_int(b.node("Gather", {"sq", "i" + std::to_string(i)}, {w + "0"}), "axis", 0);
+      b.node("Reshape", {w + "0", "s2"}, {w + "r"});
+      ModelBuilder::attr_ints(b.node("Transpose", {w + "r"}, {w + "t"}), "perm", {1, 0, 2});
+    }
+    b.node("Reshape", {"qt", "s3"}, {"q4"});
+    b.node("Reshape", {"vt", "s3"}, {"v4"});
+    b.node("Reshape", {"kt", "s4"}, {"k3"});
+    ModelBuilder::attr_ints(b.node("Transpose", {"k3"}, {"k3t"}), "perm", {0, 2, 1});
+    b.node("Reshape", {"k3t", "s5"}, {"k4"});
+    b.node("Mul", {"q4", "scale"}, {"qs"});
+    b.node("MatMul", {"qs", "k4"}, {"sc4"});
+    ModelBuilder::attr_int(b.node("Softmax", {"sc4"}, {"probs"}), "axis", -1);
+    b.node("MatMul", {"probs", "v4"}, {"o"});
+    ModelBuilder::attr_ints(b.node("Transpose", {"o"}, {"ot"}), "perm", {2, 0, 1, 3});
+    b.node("Reshape", {"ot", "s6"}, {"y"});
+    b.output("y", 1, {S * B, D});
+    return b;
+  }
   b.node("MatMul", {"x", "W"}, {"p_mm"});
   b.node("Add", {"p_mm", "Bp"}, {"p"});
   if (form == "split") {

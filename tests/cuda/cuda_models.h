@@ -78,6 +78,12 @@ ModelBuilder attention_mask_model();
 ///     Reshape [2,10,2,16] and Transpose [0,2,1,3];
 ///   form "gather-q-out": "gather" with Q also a graph output "q" [2,2,10,16];
 /// then Softmax(Q K^T * 0.25) V, Transpose [0,2,1,3], Reshape -> y [2,10,32].
+/// Form "mha" (torch.nn.MultiheadAttention as torch.onnx's dynamo exporter
+/// writes it): x transposed to [10,2,32] first, P Reshape [10,2,3,32],
+/// Unsqueeze 0, Transpose [3,1,2,0,4], Squeeze -2, Gathers, each Reshape
+/// [10,4,16] (heads across the batch) and Transpose [1,0,2], Q and V Reshape
+/// [2,2,10,16], K Reshape [4,10,16] / Transpose / Reshape [2,2,16,10]; the
+/// context Transpose [2,0,1,3] and Reshape -> y [20,32].
 ModelBuilder packed_qkv_attention_model(const std::string& form);
 
 /// Self-attention with a scaling after the mask (fused by the cuda target,

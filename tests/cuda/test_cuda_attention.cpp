@@ -197,6 +197,15 @@ TEST(CudaAttention, PackedProjectionGathersAndTheirTransposeFold) {
   EXPECT_EQ(l.st.gemms, 1);
 }
 
+TEST(CudaAttention, MultiheadAttentionHeadsAcrossTheBatchFold) {
+  // [S, B, E] -> [S, B*H, Dh] is no strided view of the packed projection;
+  // with the Transpose and the reshape to [B, H, S, Dh] after it, it is.
+  Lowered l = lower(import(packed_qkv_attention_model("mha")), DType::f16);
+  EXPECT_EQ(l.st.attentions, 1);
+  EXPECT_EQ(l.kernels["Gather"], 0);
+  EXPECT_EQ(l.kernels["Transpose"], 1) << "only the model's own x -> [S, B, E]";
+}
+
 TEST(CudaAttention, PackedProjectionSplitFolds) {
   // GPT-2's c_attn form: Split into Q, K, V, each reshaped and transposed.
   Lowered l = lower(import(packed_qkv_attention_model("split")), DType::f16);

@@ -116,6 +116,8 @@ std::vector<Case> cases() {
        [] { return std::map<std::string, Tensor>{{"x", wave({2, 10, 32}, 1.f, 0.5f)}}; }, {}},
       {"attention-packed-split", [] { return packed_qkv_attention_model("split"); },
        [] { return std::map<std::string, Tensor>{{"x", wave({2, 10, 32}, 1.f, 0.5f)}}; }, {}},
+      {"attention-packed-mha", [] { return packed_qkv_attention_model("mha"); },
+       [] { return std::map<std::string, Tensor>{{"x", wave({2, 10, 32}, 1.f, 0.5f)}}; }, {}},
       {"attention-packed-q-out", [] { return packed_qkv_attention_model("gather-q-out"); },
        [] { return std::map<std::string, Tensor>{{"x", wave({2, 10, 32}, 1.f, 0.5f)}}; }, {}},
       {"attention-scaled-mask", [] { return scaled_after_mask_model("Mul", -2.f); },

@@ -135,7 +135,68 @@ struct Operand {
   int64_t offset = 0;  // elements from value's start to the operand's first
   std::vector<int> absorbed;
   float scale = 1.f;
+  /// A reshape that is no strided view on its own, e.g. [S, B, H*D] ->
+  /// [S, B*H, D] of a slice whose rows hold Q, K and V side by side (B*H
+  /// mixes two strides), which a Transpose and a second reshape make one
+  /// again ([B*H, S, D] -> [B, H, S, D]): then `strides` is empty and the
+  /// operand is a view of finer dims (`fine_dims`, `fine_strides`), `groups[j]`
+  /// consecutive ones making dim j of `dims`.
+  std::vector<int64_t> fine_dims, fine_strides;
+  std::vector<int> groups;
+  bool refined() const { return !groups.empty(); }
 };
+
+/// The coarsest dims that refine both `from` (with `strides`) and `to`: each
+/// dim of either is a product of consecutive ones (numpy-style reshape with
+/// every dim split at the other's boundaries). Fills `fine_dims`,
+/// `fine_strides` and `groups` (per dim of `to`) of `o`; false when a dim
+/// boundary of one falls inside a dim of the other that it does not divide.
+bool refine(const std::vector<int64_t>& from, const std::vector<int64_t>& strides, const std::vector<int64_t>& to,
+            Operand& o) {
+  std::vector<int64_t> f, fs;
+  std::vector<int> g(to.size(), 0);
+  size_t i = 0, j = 0;
+  int64_t ra = i < from.size() ? from[0] : 1, rb = j < to.size() ? to[0] : 1;
+  while (i < from.size() || j < to.size()) {
+    if (i < from.size() && ra == 1) {
+      if (++i < from.size()) ra = from[i];
+      continue;
+    }
+    if (j < to.size() && rb == 1) {
+      if (g[j] == 0) f.push_back(1), fs.push_back(0), g[j] = 1;  // a unit dim of `to`
+      if (++j < to.size()) rb = to[j];
+      continue;
+    }
+    if (i >= from.size() || j >= to.size()) return false;
+    const int64_t part = ra % rb == 0 ? rb : rb % ra == 0 ? ra : 0;
+    if (part == 0) return false;
+    f.push_back(part);
+    fs.push_back(strides[i] * (ra / part));  // the outer factor of what is left of dim i
+    ++g[j];
+    ra /= part;
+    rb /= part;
+  }
+  o.fine_dims = std::move(f);
+  o.fine_strides = std::move(fs);
+  o.groups = std::move(g);
+  o.strides.clear();
+  return true;
+}
+
+/// `in` reshaped to `to`: a strided view when there is one, else a refined
+/// view (see Operand); nullopt when neither exists.
+std::optional<Operand> reshaped(Operand in, const std::vector<int64_t>& to) {
+  const auto& d = in.refined() ? in.fine_dims : in.dims;
+  const auto& st = in.refined() ? in.fine_strides : in.strides;
+  if (auto exact = reshape_strides(d, st, to)) {
+    in.strides = *exact;
+    in.fine_dims.clear(), in.fine_strides.clear(), in.groups.clear();
+  } else if (!refine(std::vector<int64_t>(d), std::vector<int64_t>(st), to, in)) {
+    return std::nullopt;
+  }
+  in.dims = to;
+  return in;
+}
 
 Operand trace_operand(const Match& mt, ir::ValueId v, int reader);
 
@@ -262,7 +323,23 @@ std::optional<Operand> selected_part(const Match& mt, const ir::Node& n, ir::Val
   return std::nullopt;
 }
 
+Operand trace_any(const Match& mt, ir::ValueId v, int reader);
+
+/// trace_any, and the operand itself (no node folded) when what that found
+/// is no strided view (a refined one).
 Operand trace_operand(const Match& mt, ir::ValueId v, int reader) {
+  Operand o = trace_any(mt, v, reader);
+  if (!o.refined()) return o;
+  Operand base;
+  base.value = v;
+  base.dims = mt.dims(v);
+  base.strides = strides_of(base.dims);
+  return base;
+}
+
+/// `v` traced back through the nodes fuse_attention folds; the result may be
+/// a refined view (Operand), which only a Transpose or a reshape reads on.
+Operand trace_any(const Match& mt, ir::ValueId v, int reader) {
   Operand base;
   base.value = v;
   base.dims = mt.dims(v);
@@ -279,22 +356,37 @@ Operand trace_operand(const Match& mt, ir::ValueId v, int reader) {
     o = *part;
   } else if (auto sc = scalar_scaling(mt.m, n); sc && mt.dims(n.inputs[sc->first]) == base.dims &&
                                          mt.m.value(n.inputs[sc->first]).dtype == mt.m.value(v).dtype) {
-    o = trace_operand(mt, n.inputs[sc->first], p);
+    o = trace_any(mt, n.inputs[sc->first], p);
     o.scale *= sc->second;
   } else if (n.op_type == "Transpose" && n.inputs.size() == 1) {
-    Operand in = trace_operand(mt, n.inputs[0], p);
+    Operand in = trace_any(mt, n.inputs[0], p);
     auto tp = perm_of(n, in.dims.size());
     if (tp.size() != in.dims.size()) return base;
-    o = permuted(in, tp);
+    if (!in.refined()) {
+      o = permuted(in, tp);
+    } else {  // permute the groups of fine dims, then try to make it a strided view again
+      std::vector<size_t> start(in.groups.size(), 0);
+      for (size_t j = 1; j < start.size(); ++j) start[j] = start[j - 1] + static_cast<size_t>(in.groups[j - 1]);
+      Operand r = in;
+      r.fine_dims.clear(), r.fine_strides.clear(), r.groups.clear();
+      for (int64_t t : tp) {
+        const size_t a = static_cast<size_t>(t);
+        for (int k = 0; k < in.groups[a]; ++k) {
+          r.fine_dims.push_back(in.fine_dims[start[a] + static_cast<size_t>(k)]);
+          r.fine_strides.push_back(in.fine_strides[start[a] + static_cast<size_t>(k)]);
+        }
+        r.groups.push_back(in.groups[a]);
+      }
+      auto back = reshaped(r, base.dims);
+      if (!back) return base;
+      o = *back;
+    }
   } else if (auto rt = n.op_type == "Reshape" ? merged_round_trip(mt, p) : std::nullopt) {
     o = *rt;
   } else if (reshapes.count(n.op_type) && (n.op_type != "Reshape" || n.inputs.size() == 2)) {
-    Operand in = trace_operand(mt, n.inputs[0], p);
-    auto st = reshape_strides(in.dims, in.strides, base.dims);
-    if (!st) return base;
-    o = in;
-    o.dims = base.dims;
-    o.strides = *st;
+    auto r = reshaped(trace_any(mt, n.inputs[0], p), base.dims);
+    if (!r) return base;
+    o = *r;
   } else {
     return base;
   }
