@@ -6,6 +6,11 @@
 
 #include "nhwc_models.h"
 
+#include <gtest/gtest.h>
+
+#include "artifact/artifact.h"
+#include "runtime/program.h"
+
 namespace kiln::testing {
 
 namespace {
@@ -220,6 +225,24 @@ ModelBuilder resnet_tail_model(int64_t n) {
   b.node("Gemm", {"f", "Wg", "Cg"}, {"y3"});
   b.output("y", 1, {n, 10}).output("y2", 1, {n, 4}).output("y3", 1, {n, 4});
   return b;
+}
+
+std::map<std::string, Tensor> run_ref(const ir::Model& m, const std::map<std::string, Tensor>& in) {
+  artifact::CompiledProgram cp;
+  cp.model = m;
+  cp.compat.target = "ref";
+  Program p(std::move(cp));
+  return p.run(in, 1);
+}
+
+void expect_all_near(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want, double rel) {
+  for (auto& [name, w] : want) {
+    ASSERT_TRUE(got.count(name)) << "no output " << name;
+    ASSERT_EQ(got.at(name).shape(), w.shape()) << name;
+    for (int64_t i = 0; i < w.numel(); ++i)
+      ASSERT_NEAR(got.at(name).data<float>()[i], w.data<float>()[i], rel * (1 + std::fabs(w.data<float>()[i])))
+          << name << "[" << i << "]";
+  }
 }
 
 }  // namespace kiln::testing

@@ -53,6 +53,14 @@ ModelBuilder shared_stem_model(int64_t n);
 /// the ref target can run it: the layout rewrites' semantics are checked on
 /// the CPU, independently of the cuda kernels.
 ir::Model nchw_shim(ir::Model m);
+
+/// Runs `m` (an ir::Model, e.g. after a cuda graph rewrite) on the ref target
+/// with `in`: its outputs by name.
+std::map<std::string, Tensor> run_ref(const ir::Model& m, const std::map<std::string, Tensor>& in);
+
+/// Every float32 output in `want` is in `got` with its shape, each element
+/// within rel * (1 + |want|) (gtest failures name the output and index).
+void expect_all_near(const std::map<std::string, Tensor>& got, const std::map<std::string, Tensor>& want, double rel);
 /// A ResNet-style tail for KILN_CUDA_POINTWISE=cudnn (pointwise_cudnn.cpp),
 /// batch `n`: x float32[n,8,6,6] ->
 ///   r  = Relu(Conv 3x3 pad 1 (8 -> 8) + B1)

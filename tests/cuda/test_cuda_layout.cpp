@@ -107,14 +107,6 @@ TEST(CudaLayout, ConvolutionRegionBecomesNhwcWithTransposesOnlyAtItsEdges) {
   EXPECT_EQ(dims(m, exit->inputs[0]), (std::vector<int64_t>{2, 9, 9, 8}));
 }
 
-std::map<std::string, Tensor> run_ref(const ir::Model& m, const std::map<std::string, Tensor>& in) {
-  artifact::CompiledProgram cp;
-  cp.model = m;
-  cp.compat.target = "ref";
-  Program p(std::move(cp));
-  return p.run(in, 1);
-}
-
 Tensor wave_tensor(std::vector<int64_t> shape, float phase) {
   Tensor t(DType::f32, shape);
   for (int64_t i = 0; i < t.numel(); ++i) t.data<float>()[i] = std::sin(0.37f * static_cast<float>(i) + phase);

@@ -21,14 +21,6 @@ namespace {
 
 ir::Model import(const ModelBuilder& b) { return imported_model(b); }
 
-std::map<std::string, Tensor> run_ref(const ir::Model& m, const std::map<std::string, Tensor>& in) {
-  artifact::CompiledProgram cp;
-  cp.model = m;
-  cp.compat.target = "ref";
-  Program p(std::move(cp));
-  return p.run(in, 1);
-}
-
 /// Counts of the lowered program's nodes: "Gemm", "Conv" and each Kernel's source_op.
 std::map<std::string, int> lowered_counts(DType dt) {
   artifact::CompiledProgram cp;
@@ -81,13 +73,7 @@ TEST(CudaPatchConv, RewriteKeepsTheModelsMeaningOnRef) {
   EXPECT_EQ(convs, 0);
   EXPECT_EQ(matmuls, 2);
   EXPECT_EQ(adds, 1);
-  const auto got = run_ref(m, {{"x", x}});
-  for (auto& [name, w] : want) {
-    ASSERT_EQ(got.at(name).shape(), w.shape()) << name;
-    for (int64_t i = 0; i < w.numel(); ++i)
-      ASSERT_NEAR(got.at(name).data<float>()[i], w.data<float>()[i], 1e-4 * (1 + std::fabs(w.data<float>()[i])))
-          << name << "[" << i << "]";
-  }
+  expect_all_near(run_ref(m, {{"x", x}}), want, 1e-4);
   // A Conv that is not a patch convolution (padding, overlap) is left alone.
   ModelBuilder b(17);
   b.input("x", 1, {1, 3, 16, 16});

@@ -20,14 +20,6 @@
 namespace kiln::testing {
 namespace {
 
-std::map<std::string, Tensor> run_ref(const ir::Model& m, const std::map<std::string, Tensor>& in) {
-  artifact::CompiledProgram cp;
-  cp.model = m;
-  cp.compat.target = "ref";
-  Program p(std::move(cp));
-  return p.run(in, 1);
-}
-
 /// Counts of the lowered (cross-compiled) program's nodes: "Gemm", "Conv",
 /// and "Kernel" for generated kernels.
 std::map<std::string, int> lowered_counts(DType dt, std::optional<bool> on_cudnn) {
@@ -95,13 +87,7 @@ TEST(CudaPointwiseCudnn, RewriteKeepsTheModelsMeaningOnRef) {
   }
   EXPECT_EQ(convs, 6);
   EXPECT_EQ(adds, 3);
-  const auto got = run_ref(m, {{"x", x}});
-  for (auto& [name, w] : want) {
-    ASSERT_EQ(got.at(name).shape(), w.shape()) << name;
-    for (int64_t i = 0; i < w.numel(); ++i)
-      ASSERT_NEAR(got.at(name).data<float>()[i], w.data<float>()[i], 1e-5 * (1 + std::fabs(w.data<float>()[i])))
-          << name << "[" << i << "]";
-  }
+  expect_all_near(run_ref(m, {{"x", x}}), want, 1e-5);
   // The channels-last form: x [M,1,1,K], filter [N,1,1,K], bias [1,1,1,N].
   ir::Model h = imported_model(resnet_tail_model(3));
   EXPECT_EQ(targets::cuda::gemms_to_convs(h, /*nhwc=*/true), 3);

@@ -49,6 +49,29 @@ Uses uses_of(const ir::Model& m) {
   return u;
 }
 
+std::vector<int64_t> static_dims(const ir::Model& m, ir::ValueId v) {
+  if (v == ir::kNoValue) return {};
+  const ir::Value& val = m.value(v);
+  if (!val.shape || !ir::is_static(*val.shape)) return {};
+  return ir::to_sizes(*val.shape);
+}
+
+ir::ValueId new_value(ir::Model& m, const std::string& name, DType dtype, const std::vector<int64_t>& dims,
+                      std::optional<Tensor> constant) {
+  ir::Value v;
+  v.name = name;
+  v.dtype = dtype;
+  v.shape = ir::static_shape(dims);
+  if (constant) v.constant = std::move(*constant);
+  return m.add_value(std::move(v));
+}
+
+ir::ValueId shape_constant(ir::Model& m, const std::string& name, const std::vector<int64_t>& dims) {
+  const auto n = static_cast<int64_t>(dims.size());
+  return new_value(m, name, DType::i64, {n},
+                   Tensor::from_bytes(DType::i64, {n}, dims.data(), dims.size() * sizeof(int64_t)));
+}
+
 int alias_copies(ir::Model& m) {
   std::vector<bool> is_output(m.values.size(), false);  // values whose Copy stays
   for (auto v : m.main.outputs) is_output[v] = true;

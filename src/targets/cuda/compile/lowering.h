@@ -205,6 +205,16 @@ struct Uses {
 };
 Uses uses_of(const ir::Model& m);
 
+/// The static dims of value `v`; empty when it has no shape, a symbolic dim,
+/// or is kNoValue. (The graph rewrites before the lowering proper use it.)
+std::vector<int64_t> static_dims(const ir::Model& m, ir::ValueId v);
+/// A new value named `name` of `dtype` and static `dims`, holding `constant`
+/// when given (its shape must be `dims`); returns its id.
+ir::ValueId new_value(ir::Model& m, const std::string& name, DType dtype, const std::vector<int64_t>& dims,
+                      std::optional<Tensor> constant = std::nullopt);
+/// A new int64 [dims.size()] constant holding `dims` (a Reshape's shape input).
+ir::ValueId shape_constant(ir::Model& m, const std::string& name, const std::vector<int64_t>& dims);
+
 /// A MatMul / Gemm lowered to kiln.cuda.Gemm, with the nodes whose work it
 /// absorbed (a following Add of a [n] constant as the bias epilogue, a
 /// residual Add as C, then a Relu, or a Gelu as cuBLASLt's tanh-form GELU

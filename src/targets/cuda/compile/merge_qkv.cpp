@@ -32,11 +32,6 @@ struct Projection {
   int64_t n = 0;
 };
 
-std::vector<int64_t> static_dims(const ir::Model& m, ir::ValueId v) {
-  const ir::Value& val = m.value(v);
-  return val.shape && ir::is_static(*val.shape) ? ir::to_sizes(*val.shape) : std::vector<int64_t>{};
-}
-
 bool scalar_constant(const ir::Model& m, ir::ValueId v) {
   const ir::Value& c = m.value(v);
   return c.constant && c.constant->numel() == 1;
@@ -119,16 +114,6 @@ Tensor concat_last(const std::vector<const Tensor*>& parts, int64_t rows) {
   return out;
 }
 
-ir::ValueId add_value(ir::Model& m, const std::string& name, DType dt, const std::vector<int64_t>& dims,
-                      std::optional<Tensor> constant = std::nullopt) {
-  ir::Value v;
-  v.name = name;
-  v.dtype = dt;
-  v.shape = ir::static_shape(dims);
-  if (constant) v.constant = std::move(*constant);
-  return m.add_value(std::move(v));
-}
-
 }  // namespace
 
 int merge_qkv_matmuls(ir::Model& m) {
@@ -164,9 +149,9 @@ int merge_qkv_matmuls(ir::Model& m) {
     int64_t total = 0;
     for (auto s : sizes) total += s;
     const std::string base = first.name + "_qkv";
-    const ir::ValueId w = add_value(m, base + "_w", dt, {k, total}, concat_last(ws, k));
+    const ir::ValueId w = new_value(m, base + "_w", dt, {k, total}, concat_last(ws, k));
     yd.back() = total;
-    ir::ValueId y = add_value(m, base + "_y", dt, yd);
+    ir::ValueId y = new_value(m, base + "_y", dt, yd);
     std::vector<ir::Node> out;
     ir::Node mm;
     mm.op_type = "MatMul";
@@ -176,8 +161,8 @@ int merge_qkv_matmuls(ir::Model& m) {
     mm.outputs = {y};
     out.push_back(std::move(mm));
     if (!bs.empty()) {
-      const ir::ValueId b = add_value(m, base + "_b", dt, {total}, concat_last(bs, 1));
-      const ir::ValueId z = add_value(m, base + "_biased", dt, yd);
+      const ir::ValueId b = new_value(m, base + "_b", dt, {total}, concat_last(bs, 1));
+      const ir::ValueId z = new_value(m, base + "_biased", dt, yd);
       ir::Node add;
       add.op_type = "Add";
       add.name = base + "_bias";
@@ -192,9 +177,7 @@ int merge_qkv_matmuls(ir::Model& m) {
     split.name = base + "_split";
     split.opset = 13;  // sizes as input 1
     split.attrs["axis"] = static_cast<int64_t>(yd.size()) - 1;
-    Tensor st = Tensor::from_bytes(DType::i64, {static_cast<int64_t>(sizes.size())}, sizes.data(),
-                                   sizes.size() * sizeof(int64_t));
-    split.inputs = {y, add_value(m, base + "_sizes", DType::i64, {static_cast<int64_t>(sizes.size())}, std::move(st))};
+    split.inputs = {y, shape_constant(m, base + "_sizes", sizes)};
     for (auto& p : ps) split.outputs.push_back(p.result);
     out.push_back(std::move(split));
     emit_at[ps[0].mm] = std::move(out);

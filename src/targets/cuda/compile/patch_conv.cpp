@@ -69,26 +69,6 @@ bool y_same(const ir::Model& m, ir::ValueId a, ir::ValueId b) {
          ir::to_sizes(*va.shape) == ir::to_sizes(*vb.shape);
 }
 
-/// An int64 shape constant named `name`.
-ir::ValueId shape_constant(ir::Model& m, const std::string& name, const std::vector<int64_t>& dims) {
-  ir::Value v;
-  v.name = name;
-  v.dtype = DType::i64;
-  v.shape = ir::static_shape({static_cast<int64_t>(dims.size())});
-  v.constant = Tensor::from_bytes(DType::i64, {static_cast<int64_t>(dims.size())}, dims.data(),
-                                  dims.size() * sizeof(int64_t));
-  return m.add_value(std::move(v));
-}
-
-/// A non-constant value of `dtype` and static `dims`, named `name`.
-ir::ValueId tensor_value(ir::Model& m, const std::string& name, DType dtype, const std::vector<int64_t>& dims) {
-  ir::Value v;
-  v.name = name;
-  v.dtype = dtype;
-  v.shape = ir::static_shape(dims);
-  return m.add_value(std::move(v));
-}
-
 /// Filter w [K, C, kh, kw] as the matmul's B [C*kh*kw, K] (element size
 /// only matters: a transpose of a [K, C*kh*kw] matrix).
 Tensor filter_as_b(const Tensor& w, const std::vector<int64_t>& dims) {
@@ -166,11 +146,11 @@ int patch_convs_to_gemm(ir::Model& m) {
     const int64_t N = x[0], C = x[1], kh = w[2], kw = w[3], K = w[0], OH = y[2], OW = y[3];
     const std::string base = m.value(n.outputs[0]).name + "_patch";
     // x [N, C, OH, kh, OW, kw] -> [N, OH, OW, C, kh, kw] -> rows of C*kh*kw, one per patch.
-    const ir::ValueId x6 = tensor_value(m, base + "_x6", dt, {N, C, OH, kh, OW, kw});
-    const ir::ValueId xt = tensor_value(m, base + "_xt", dt, {N, OH, OW, C, kh, kw});
-    const ir::ValueId a = tensor_value(m, base + "_rows", dt, {N * OH * OW, C * kh * kw});
-    ir::ValueId d = tensor_value(m, base + "_gemm", dt, {N * OH * OW, K});
-    const ir::ValueId d4 = tensor_value(m, base + "_nhwc", dt, {N, OH, OW, K});
+    const ir::ValueId x6 = new_value(m, base + "_x6", dt, {N, C, OH, kh, OW, kw});
+    const ir::ValueId xt = new_value(m, base + "_xt", dt, {N, OH, OW, C, kh, kw});
+    const ir::ValueId a = new_value(m, base + "_rows", dt, {N * OH * OW, C * kh * kw});
+    ir::ValueId d = new_value(m, base + "_gemm", dt, {N * OH * OW, K});
+    const ir::ValueId d4 = new_value(m, base + "_nhwc", dt, {N, OH, OW, K});
     ir::Value bv;
     bv.name = base + "_filter";
     bv.dtype = dt;
@@ -188,7 +168,7 @@ int patch_convs_to_gemm(ir::Model& m) {
     const int add = bias_reader(m, nodes, i, n.outputs[0], K, bias);
     if (add >= 0) {
       ir::ValueId dm = d;
-      d = tensor_value(m, base + "_biased", dt, {N * OH * OW, K});
+      d = new_value(m, base + "_biased", dt, {N * OH * OW, K});
       out.push_back(make_node(n, "MatMul", "", {a, b}, dm));  // keeps the Conv's name (profiles, notes)
       out.push_back(make_node(nodes[add], "Add", "", {dm, bias}, d));
       absorbed[add] = true;

@@ -42,32 +42,6 @@ bool pointwise_on_cudnn(const LowerOptions& opt) {
 
 namespace {
 
-/// Static dims of value v, or empty.
-std::vector<int64_t> static_dims(const ir::Model& m, ir::ValueId v) {
-  if (v == ir::kNoValue) return {};
-  const ir::Value& val = m.value(v);
-  if (!val.shape || !ir::is_static(*val.shape)) return {};
-  return ir::to_sizes(*val.shape);
-}
-
-ir::ValueId shape_constant(ir::Model& m, const std::string& name, const std::vector<int64_t>& dims) {
-  ir::Value v;
-  v.name = name;
-  v.dtype = DType::i64;
-  v.shape = ir::static_shape({static_cast<int64_t>(dims.size())});
-  v.constant = Tensor::from_bytes(DType::i64, {static_cast<int64_t>(dims.size())}, dims.data(),
-                                  dims.size() * sizeof(int64_t));
-  return m.add_value(std::move(v));
-}
-
-ir::ValueId tensor_value(ir::Model& m, const std::string& name, DType dtype, const std::vector<int64_t>& dims) {
-  ir::Value v;
-  v.name = name;
-  v.dtype = dtype;
-  v.shape = ir::static_shape(dims);
-  return m.add_value(std::move(v));
-}
-
 /// A constant of exactly n values of dtype dt shaped [n] or [1, .., 1, n]
 /// (a bias over the last axis), else nullptr.
 const Tensor* row_constant(const ir::Model& m, ir::ValueId v, int64_t n, DType dt) {
@@ -208,7 +182,7 @@ class GemmsToConvs {
     auto four = [&](int64_t rows, int64_t ch) {
       return nhwc_ ? std::vector<int64_t>{rows, 1, 1, ch} : std::vector<int64_t>{rows, ch, 1, 1};
     };
-    const ir::ValueId x4 = tensor_value(m_, base + "_x", dt, four(mt.M, mt.K));
+    const ir::ValueId x4 = new_value(m_, base + "_x", dt, four(mt.M, mt.K));
     out.push_back(make(n, "Reshape", "_to_conv", {mt.a, shape_constant(m_, base + "_xs", four(mt.M, mt.K))}, x4));
     ir::Value wv;
     wv.name = base + "_w";
@@ -216,7 +190,7 @@ class GemmsToConvs {
     const std::vector<int64_t> wd = nhwc_ ? std::vector<int64_t>{mt.N, 1, 1, mt.K} : std::vector<int64_t>{mt.N, mt.K, 1, 1};
     wv.shape = ir::static_shape(wd);
     wv.constant = mt.w.reshaped(wd);  // [N, K] row-major is both [N,1,1,K] and [N,K,1,1]
-    ir::ValueId y4 = tensor_value(m_, base + "_y", dt, four(mt.M, mt.N));
+    ir::ValueId y4 = new_value(m_, base + "_y", dt, four(mt.M, mt.N));
     ir::Node conv = make(n, "Conv", "", {x4, m_.add_value(std::move(wv))}, y4);  // keeps the matmul's name (profiles)
     conv.attrs["kernel_shape"] = std::vector<int64_t>{1, 1};
     if (nhwc_) conv.attrs["kiln_nhwc"] = int64_t{1};
@@ -228,7 +202,7 @@ class GemmsToConvs {
       const std::vector<int64_t> cd = nhwc_ ? std::vector<int64_t>{1, 1, 1, mt.N} : std::vector<int64_t>{1, mt.N, 1, 1};
       cv.shape = ir::static_shape(cd);
       cv.constant = mt.bias->reshaped(cd);
-      const ir::ValueId yb = tensor_value(m_, base + "_yb", dt, four(mt.M, mt.N));
+      const ir::ValueId yb = new_value(m_, base + "_yb", dt, four(mt.M, mt.N));
       out.push_back(make(n, "Add", "_bias", {y4, m_.add_value(std::move(cv))}, yb));
       y4 = yb;
     }

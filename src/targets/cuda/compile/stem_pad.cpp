@@ -31,13 +31,6 @@ namespace kiln::targets::cuda {
 
 namespace {
 
-/// Static dims of v, or empty.
-std::vector<int64_t> static_dims(const ir::Model& m, ir::ValueId v) {
-  const ir::Value& val = m.value(v);
-  if (!val.shape || !ir::is_static(*val.shape)) return {};
-  return ir::to_sizes(*val.shape);
-}
-
 /// Filter w [K, R, S, C] as [K, R, S, cp] with zero weights in channels C..cp-1.
 Tensor pad_filter(const Tensor& w, int64_t cp) {
   const auto& d = w.shape();
@@ -49,15 +42,6 @@ Tensor pad_filter(const Tensor& w, int64_t cp) {
   for (int64_t r = 0; r < rows; ++r)
     std::memcpy(dst + static_cast<size_t>(r * cp) * e, src + static_cast<size_t>(r * c) * e, static_cast<size_t>(c) * e);
   return out;
-}
-
-/// A non-constant value of `dtype` and static `dims`, named `name`.
-ir::ValueId tensor_value(ir::Model& m, const std::string& name, DType dtype, const std::vector<int64_t>& dims) {
-  ir::Value v;
-  v.name = name;
-  v.dtype = dtype;
-  v.shape = ir::static_shape(dims);
-  return m.add_value(std::move(v));
 }
 
 /// ONNX Pad (constant 0) of rank-4 `x` adding `extra` entries at the end of axis 3.
@@ -125,7 +109,7 @@ int pad_stem_channels(ir::Model& m, int multiple) {
     ir::Value nw = m.value(n.inputs[1]);
     const std::string base = fmt::format("{}_cpad{}", xname, multiple);
     const std::vector<int64_t> pd = {xd[0], xd[1], xd[2], multiple};
-    const ir::ValueId xp = tensor_value(m, base, dt, pd);
+    const ir::ValueId xp = new_value(m, base, dt, pd);
     // The entry of the region: Cast(x32) -> Transpose(0,2,3,1) -> this Conv,
     // each value read only by the next. Reordered to Transpose (float32) ->
     // Pad -> Cast: Cast and Pad commute (Cast(0) is 0), and so the Pad, a
@@ -138,8 +122,8 @@ int pad_stem_channels(ir::Model& m, int multiple) {
                        nodes[c].outputs.size() == 1 && m.value(nodes[c].inputs[0]).dtype == DType::f32;
     if (entry) {
       const ir::ValueId x32 = nodes[c].inputs[0];
-      const ir::ValueId xt = tensor_value(m, fmt::format("{}_f32", xname), DType::f32, xd);
-      const ir::ValueId xp32 = tensor_value(m, fmt::format("{}_f32", base), DType::f32, pd);
+      const ir::ValueId xt = new_value(m, fmt::format("{}_f32", xname), DType::f32, xd);
+      const ir::ValueId xp32 = new_value(m, fmt::format("{}_f32", base), DType::f32, pd);
       ir::Node tr = nodes[t];
       tr.inputs = {x32};
       tr.outputs = {xt};
