@@ -4,6 +4,8 @@
 // for the small-m matmuls of batch-1 inference.
 #include <fmt/format.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <map>
 #include <mutex>
 
@@ -69,10 +71,43 @@ GemmAlgo time_candidates(const GemmSpec& s, const std::vector<GemmAlgo>& cands, 
   return best;
 }
 
+/// Whether split-K forms are timed (KILN_CUDA_GEMM_SPLIT_K=0: not, for
+/// measuring; part of the memo key so one process can compare both).
+bool split_k_enabled() {
+  const char* e = std::getenv("KILN_CUDA_GEMM_SPLIT_K");
+  return !(e && std::string(e) == "0");
+}
+
+/// Output tiles of 128 x 128 (a typical Hopper cuBLASLt tile) over all batches.
+int64_t output_tiles(const GemmSpec& s) { return ((s.m + 127) / 128) * ((s.n + 127) / 128) * s.batch; }
+
+/// The split-K forms worth timing for `s`: only when its output tiles fill
+/// fewer than the device's multiprocessors (batch-1 projections, small-spatial
+/// 1x1 convolutions) and k is long enough to split; the first `bases`
+/// heuristic candidates, each split in 2, 4, 8 and 16 (exhaustive: 3, 6 and 12 too).
+std::vector<GemmAlgo> split_k_candidates(const GemmSpec& s, const GemmDescs& descs, const std::vector<GemmAlgo>& cands,
+                                         Tuning mode, int device) {
+  if (mode == Tuning::heuristic || !split_k_enabled() || s.k < 256) return {};
+  int sm = 0;
+  CUdevice dev = 0;
+  const DriverApi& drv = driver();
+  check(drv.cuDeviceGet(&dev, device), "cuDeviceGet");
+  check(drv.cuDeviceGetAttribute(&sm, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, dev), "cuDeviceGetAttribute");
+  if (output_tiles(s) >= sm) return {};
+  const size_t bases = mode == Tuning::fast ? 2 : cands.size();
+  const std::vector<int> splits =
+      mode == Tuning::fast ? std::vector<int>{2, 4, 8, 16} : std::vector<int>{2, 3, 4, 6, 8, 12, 16};
+  std::vector<GemmAlgo> out;
+  for (size_t i = 0; i < std::min(bases, cands.size()); ++i)
+    for (auto& v : gemm_split_k_variants(descs, s, cands[i], splits, kMaxWorkspace)) out.push_back(v);
+  return out;
+}
+
 }  // namespace
 
 GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string& where, TuningStats& st) {
-  return memoized<GemmAlgo>(problem_key(s, mode, device), st, [&] {
+  const std::string key = problem_key(s, mode, device) + (split_k_enabled() ? "" : " nosplitk");
+  return memoized<GemmAlgo>(key, st, [&] {
     use_device(device);
     GemmDescs descs(s, s.has_bias ? CUdeviceptr{256} : 0);
     int count = mode == Tuning::heuristic ? 1 : mode == Tuning::fast ? 4 : 24;
@@ -80,6 +115,11 @@ GemmAlgo tune_gemm(const GemmSpec& s, Tuning mode, int device, const std::string
     if (cands.empty())
       fail(ErrorCode::unsupported, "{}: cuBLASLt has no algorithm for this {} matmul (m={} n={} k={} batch={})", where,
            dtype_name(s.dtype), s.m, s.n, s.k, s.batch);
+    const size_t heuristic = cands.size();
+    for (auto& v : split_k_candidates(s, descs, cands, mode, device)) cands.push_back(v);
+    if (cands.size() > heuristic)
+      log().debug("{}: cuBLASLt m={} n={} k={} batch={}: {} split-K forms timed besides the heuristic's {}", where, s.m,
+                  s.n, s.k, s.batch, cands.size() - heuristic, heuristic);
     return cands.size() == 1 ? cands.front() : time_candidates(s, cands, mode == Tuning::fast ? 5 : 20, where, st);
   });
 }

@@ -187,6 +187,49 @@ std::vector<GemmAlgo> gemm_heuristic(const GemmDescs& d, size_t max_workspace, i
   return out;
 }
 
+std::vector<GemmAlgo> gemm_split_k_variants(const GemmDescs& d, const GemmSpec& s, const GemmAlgo& base,
+                                            const std::vector<int>& splits, size_t max_workspace) {
+  const BlasLtApi& api = blaslt_api();
+  cublasLtMatmulAlgo_t algo;
+  std::memcpy(&algo, base.words.data(), sizeof algo);
+  int32_t support = 0, current = 1;
+  uint32_t schemes = 0;
+  size_t written = 0;
+  if (api.cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_SPLITK_SUPPORT, &support, sizeof support,
+                                            &written) != CUBLAS_STATUS_SUCCESS ||
+      !support)
+    return {};
+  if (api.cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_REDUCTION_SCHEME_MASK, &schemes, sizeof schemes,
+                                            &written) != CUBLAS_STATUS_SUCCESS ||
+      !(schemes & CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE))
+    return {};
+  if (api.cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &current, sizeof current,
+                                               &written) != CUBLAS_STATUS_SUCCESS ||
+      current > 1)
+    return {};
+  std::vector<GemmAlgo> out;
+  for (int split : splits) {
+    if (split < 2 || s.k / split < 64) continue;
+    cublasLtMatmulAlgo_t v = algo;
+    const int32_t n = split;
+    const uint32_t scheme = CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE;
+    if (api.cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &n, sizeof n) !=
+            CUBLAS_STATUS_SUCCESS ||
+        api.cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME, &scheme, sizeof scheme) !=
+            CUBLAS_STATUS_SUCCESS)
+      continue;
+    cublasLtMatmulHeuristicResult_t r{};
+    if (api.cublasLtMatmulAlgoCheck(blaslt_handle(), d.op, d.a, d.b, d.c, d.d, &v, &r) != CUBLAS_STATUS_SUCCESS ||
+        r.workspaceSize > max_workspace)
+      continue;
+    GemmAlgo a;
+    std::memcpy(a.words.data(), &v, sizeof a.words);
+    a.workspace = r.workspaceSize;
+    out.push_back(a);
+  }
+  return out;
+}
+
 GemmPlan::GemmPlan(const GemmSpec& s, const std::optional<std::array<uint64_t, 8>>& algo, size_t workspace,
                    CUdeviceptr bias, const std::string& where)
     : spec_(s), descs_(s, bias) {

@@ -97,6 +97,20 @@ struct GemmAlgo {
 /// and inputs are at least 256-byte aligned). Best first; empty when cuBLASLt has none.
 std::vector<GemmAlgo> gemm_heuristic(const GemmDescs& d, size_t max_workspace, int count);
 
+/// Split-K forms of `base` (Hopper's cuBLASLt heuristic rarely offers them,
+/// yet a matmul with few output tiles and a long k, e.g. m=128 n=768 k=3072
+/// at batch 1, leaves most multiprocessors idle without one): for each
+/// `splits` value s > 1 with k / s >= 64, `base` with
+/// CUBLASLT_ALGO_CONFIG_SPLITK_NUM = s and the partial sums reduced in the
+/// compute type (float32; CUBLASLT_REDUCTION_SCHEME_COMPUTE_TYPE, never
+/// INPLACE or OUTPUT_TYPE, which sum in 16 bits). Empty when `base` cannot
+/// split k or already does. Each variant is checked with
+/// cublasLtMatmulAlgoCheck and kept only when it needs at most
+/// `max_workspace` bytes (its workspace recorded). A current device and
+/// handle are needed; never throws for a refused variant.
+std::vector<GemmAlgo> gemm_split_k_variants(const GemmDescs& d, const GemmSpec& s, const GemmAlgo& base,
+                                            const std::vector<int>& splits, size_t max_workspace);
+
 /// A matmul ready to run: descriptors plus the stored algorithm, checked
 /// with cublasLtMatmulAlgoCheck at construction.
 class GemmPlan {
