@@ -52,7 +52,9 @@ GemmAlgo time_candidates(const GemmSpec& s, const std::vector<GemmAlgo>& cands, 
   TimingStream stream;
   GemmAlgo best = cands.front();
   float best_ms = -1;
-  for (auto& c : cands) {
+  size_t best_i = 0;
+  for (size_t i = 0; i < cands.size(); ++i) {
+    const GemmAlgo& c = cands[i];
     std::optional<GemmPlan> plan;
     try {
       plan.emplace(s, c.words, c.workspace, s.has_bias ? buf.bias.get() : 0, where);
@@ -64,10 +66,10 @@ GemmAlgo time_candidates(const GemmSpec& s, const std::vector<GemmAlgo>& cands, 
         [&](CUstream str) { plan->run(str, buf.a.get(), buf.b.get(), buf.c.get(), buf.d.get(), buf.ws.get(), buf.ws.bytes()); },
         1, reps);
     ++st.timed;
-    if (best_ms < 0 || ms < best_ms) best_ms = ms, best = c;
+    if (best_ms < 0 || ms < best_ms) best_ms = ms, best = c, best_i = i;
   }
-  log().debug("{}: cuBLASLt m={} n={} k={} batch={}: {} candidates, best {:.4f} ms", where, s.m, s.n, s.k, s.batch,
-              cands.size(), best_ms);
+  log().debug("{}: cuBLASLt m={} n={} k={} batch={}: {} candidates, best #{} {:.4f} ms", where, s.m, s.n, s.k, s.batch,
+              cands.size(), best_i, best_ms);
   return best;
 }
 
