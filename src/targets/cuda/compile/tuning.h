@@ -112,9 +112,15 @@ class TimingStream {
   CUstream stream_ = nullptr;
 };
 
-/// Median time (ms) of `reps` runs of `enqueue` on `stream`, after `warmup`
-/// untimed runs, measured with CUDA events around each run. Throws
-/// Error(internal) when a driver call fails.
+/// Median time (ms) of one run of `enqueue` on `stream`, after `warmup`
+/// untimed runs: `reps` samples, each CUDA events around a CUDA graph of 16
+/// captured runs (divided by 16), so that the host's submission of a short
+/// kernel is not measured as its time; single launches between events when
+/// the calls cannot be captured or KILN_CUDA_TUNE_GRAPH=0 (the earlier
+/// timing, for measuring). Throws Error(internal) when a driver call fails.
 float time_median_ms(CUstream stream, const std::function<void(CUstream)>& enqueue, int warmup, int reps);
+
+/// False when KILN_CUDA_TUNE_GRAPH=0 (tuning times single launches).
+bool graph_timing_enabled();
 
 }  // namespace kiln::targets::cuda
