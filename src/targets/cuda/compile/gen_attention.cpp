@@ -22,7 +22,6 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <string>
 
 #include "support/error.h"
 #include "targets/cuda/compile/codegen.h"
@@ -44,58 +43,6 @@ std::string vec_condition(const AttentionView& v, int64_t cols, const std::strin
   bool ok = v.strides[3] == 1 && cols % 8 == 0 && v.strides[0] % 8 == 0 && v.strides[1] % 8 == 0 &&
             v.strides[2] % 8 == 0 && v.offset % 8 == 0;
   return ok ? "(" + aligned_condition({{ptr, 16}}) + ")" : std::string("false");
-}
-
-/// Whether Q's and K's fragments come from shared memory through ldmatrix
-/// (KILN_CUDA_ATTN_LDMATRIX=0: one 32-bit load per register, the earlier
-/// form, for measuring). Nsight Compute on BERT-base batch 32 showed the
-/// kernel bound by L1 / shared-memory instructions (68% of L1 throughput,
-/// 24% of the SMs' compute): ldmatrix .x4 moves four registers per lane in
-/// one instruction, where the 32-bit loads took four (Q) and two per score
-/// tile (K).
-bool attention_ldmatrix() {
-  const char* e = std::getenv("KILN_CUDA_ATTN_LDMATRIX");
-  return !(e && std::string(e) == "0");
-}
-
-/// The score tile S = Q K^T of one 16-column step kk of the head dim, for
-/// the warp's 16 query rows and the chunk's 64 keys (s[8][4]). Fragment
-/// layouts as in the file comment. With ldmatrix .x4, lane L names row L % 8
-/// of 8x8 matrix L / 8 and receives, in register j, its (g, 2t..2t+1) pair
-/// of matrix j: Q's A fragment is matrices (rows r0.., cols kk*16),
-/// (r0+8.., kk*16), (r0.., kk*16+8), (r0+8.., kk*16+8); K stored row-major
-/// [key][d] is B = K^T column-major, so keys n*8.. at d kk*16 and kk*16+8
-/// are b0 and b1 of score tile n, and one .x4 serves tiles n and n+1.
-std::string score_mma(const std::string& fn, int64_t qld) {
-  if (!attention_ldmatrix())
-    return fmt::format(R"(      unsigned a[4];
-      a[0] = *(const unsigned*)&Qs[(r0 + g) * {QLD} + kk * 16 + 2 * t];
-      a[1] = *(const unsigned*)&Qs[(r0 + g + 8) * {QLD} + kk * 16 + 2 * t];
-      a[2] = *(const unsigned*)&Qs[(r0 + g) * {QLD} + kk * 16 + 2 * t + 8];
-      a[3] = *(const unsigned*)&Qs[(r0 + g + 8) * {QLD} + kk * 16 + 2 * t + 8];
-#pragma unroll
-      for (int n = 0; n < 8; ++n)
-        {fn}_mma(s[n], a, *(const unsigned*)&Ks[(n * 8 + g) * {QLD} + kk * 16 + 2 * t],
-                 *(const unsigned*)&Ks[(n * 8 + g) * {QLD} + kk * 16 + 2 * t + 8]);)",
-                       fmt::arg("fn", fn), fmt::arg("QLD", qld));
-  return fmt::format(R"(      unsigned a[4];
-      {{
-        const int mat = lane >> 3, r = lane & 7;
-        const unsigned qa = (unsigned)__cvta_generic_to_shared(&Qs[(r0 + r + (mat & 1) * 8) * {QLD} + kk * 16 + (mat >> 1) * 8]);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];"
-                     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(qa));
-      }}
-#pragma unroll
-      for (int n = 0; n < 8; n += 2) {{
-        unsigned bk[4];
-        const int mat = lane >> 3, r = lane & 7;
-        const unsigned ka = (unsigned)__cvta_generic_to_shared(&Ks[((n + (mat >> 1)) * 8 + r) * {QLD} + kk * 16 + (mat & 1) * 8]);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {{%0, %1, %2, %3}}, [%4];"
-                     : "=r"(bk[0]), "=r"(bk[1]), "=r"(bk[2]), "=r"(bk[3]) : "r"(ka));
-        {fn}_mma(s[n], a, bk[0], bk[1]);
-        {fn}_mma(s[n + 1], a, bk[2], bk[3]);
-      }})",
-                     fmt::arg("fn", fn), fmt::arg("QLD", qld));
 }
 
 }  // namespace
@@ -226,7 +173,15 @@ extern "C" __global__ void __launch_bounds__({threads}{min_blocks}) {fn}(const u
     for (int n = 0; n < 8; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.f;
 #pragma unroll
     for (int kk = 0; kk < {DP} / 16; ++kk) {{
-{score_mma}
+      unsigned a[4];
+      a[0] = *(const unsigned*)&Qs[(r0 + g) * {QLD} + kk * 16 + 2 * t];
+      a[1] = *(const unsigned*)&Qs[(r0 + g + 8) * {QLD} + kk * 16 + 2 * t];
+      a[2] = *(const unsigned*)&Qs[(r0 + g) * {QLD} + kk * 16 + 2 * t + 8];
+      a[3] = *(const unsigned*)&Qs[(r0 + g + 8) * {QLD} + kk * 16 + 2 * t + 8];
+#pragma unroll
+      for (int n = 0; n < 8; ++n)
+        {fn}_mma(s[n], a, *(const unsigned*)&Ks[(n * 8 + g) * {QLD} + kk * 16 + 2 * t],
+                 *(const unsigned*)&Ks[(n * 8 + g) * {QLD} + kk * 16 + 2 * t + 8]);
     }}
     float mx[2] = {{-__int_as_float(0x7f800000), -__int_as_float(0x7f800000)}};
 #pragma unroll
@@ -313,7 +268,7 @@ extern "C" __global__ void __launch_bounds__({threads}{min_blocks}) {fn}(const u
       fmt::arg("mask_scale", s.mask && s.mask_scale != 1.f
                                  ? fmt::format("\n        m0 *= {0}; m1 *= {0};", float_literal(s.mask_scale))
                                  : std::string()),
-      fmt::arg("score_mma", score_mma(fn, qld)), fmt::arg("QLD", qld), fmt::arg("VLD", vld), fmt::arg("ROWS", kRows), fmt::arg("CHUNK", kChunk),
+      fmt::arg("QLD", qld), fmt::arg("VLD", vld), fmt::arg("ROWS", kRows), fmt::arg("CHUNK", kChunk),
       fmt::arg("DP", dp), fmt::arg("DVP", dvp), fmt::arg("TILES", tiles),
       fmt::arg("qbase", base(s.q)), fmt::arg("kbase", base(s.k)), fmt::arg("vbase", base(s.v)),
       fmt::arg("qvec", vec_condition(s.q, s.d, "q")), fmt::arg("kvec", vec_condition(s.k, s.d, "k")),
