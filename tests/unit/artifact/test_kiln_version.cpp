@@ -1,4 +1,4 @@
-// kiln's version is "<release>+<build id>" (support/version.h,
+// kiln's version (the compat field kiln_version) is "<release>+<build id>" (support/version.h,
 // cmake/build_id.cmake): the build id tells builds from different sources
 // apart, so the artifacts and cache entries of one are never run by another.
 #include <gtest/gtest.h>
