@@ -154,7 +154,7 @@ OrtNode* make_epcontext_node(KilnEp& ep, const Partition& part, const OrtNode* f
   // made before such a failure are then left (kiln declares no ReleaseOpAttr
   // that it would call on that path alone).
   int64_t one = 1, embed = o.context_embed ? 1 : 0;
-  std::string version = KILN_VERSION_STRING;
+  std::string version = kiln::version();
   add("main_context", &one, 1, ORT_OP_ATTR_INT);
   add("embed_mode", &embed, 1, ORT_OP_ATTR_INT);
   add("ep_cache_context", cache.data(), static_cast<int>(cache.size()), ORT_OP_ATTR_STRING);
@@ -173,7 +173,7 @@ OrtNode* make_epcontext_node(KilnEp& ep, const Partition& part, const OrtNode* f
 }
 
 std::string compatibility_string(const EpOptions& o) {
-  return fmt::format("kiln={};format={};target={};precision={}", KILN_VERSION_STRING, artifact::kFormatVersion,
+  return fmt::format("kiln={};format={};target={};precision={}", kiln::version(), artifact::kFormatVersion,
                      o.kiln.target.name(), precision_text(o.kiln.precision, o.kiln.allow_tf32));
 }
 
@@ -186,8 +186,8 @@ std::string compatibility_problem(const std::string& info) {
     pos = end == std::string::npos ? info.size() : end + 1;
     if (auto eq = item.find('='); eq != std::string::npos) f[item.substr(0, eq)] = item.substr(eq + 1);
   }
-  if (f["kiln"] != KILN_VERSION_STRING)
-    return fmt::format("kiln_version: compiled by kiln '{}', this is kiln {}", f["kiln"], KILN_VERSION_STRING);
+  if (f["kiln"] != kiln::version())
+    return fmt::format("kiln_version: compiled by kiln '{}', this is kiln {}", f["kiln"], kiln::version());
   if (f["format"] != std::to_string(artifact::kFormatVersion))
     return fmt::format("format_version: '{}', this kiln writes {}", f["format"], artifact::kFormatVersion);
   return "";

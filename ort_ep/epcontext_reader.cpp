@@ -43,10 +43,10 @@ EpContextNode parse_epcontext(const std::string& node_name, const std::map<std::
 }
 
 void check_compat_fields(const artifact::CompatInfo& c, const std::string& want_precision, const std::string& what) {
-  if (c.kiln_version != KILN_VERSION_STRING)
+  if (c.kiln_version != kiln::version())
     fail(ErrorCode::incompatible_artifact,
          "{}: field 'kiln_version': the artifact was compiled by kiln {}, this is kiln {}; compile the model again",
-         what, c.kiln_version, KILN_VERSION_STRING);
+         what, c.kiln_version, kiln::version());
   if (!want_precision.empty() && c.precision != want_precision)
     fail(ErrorCode::invalid_option,
          "{}: EP option 'precision' = '{}' contradicts the artifact's field 'precision' = '{}' (it was compiled "

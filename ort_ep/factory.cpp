@@ -41,7 +41,7 @@ uint32_t F_GetVendorId(const OrtEpFactory*) {
 }
 const char* F_GetVersion(const OrtEpFactory*) {
   mark_callback("OrtEpFactory::GetVersion");
-  return KILN_VERSION_STRING;
+  return kiln::version();
 }
 
 OrtStatus* F_GetSupportedDevices(OrtEpFactory* self, const OrtHardwareDevice* const* devices, size_t num_devices,
@@ -184,7 +184,7 @@ __attribute__((visibility("default"))) OrtStatus* CreateEpFactories(const char* 
   auto* f = new Factory();
   f->default_logger = default_logger;
   log_to(default_logger, ORT_LOGGING_LEVEL_INFO,
-         fmt::format("kiln {} plugin EP registered as '{}' in ONNX Runtime {}", KILN_VERSION_STRING,
+         fmt::format("kiln {} plugin EP registered as '{}' in ONNX Runtime {}", kiln::version(),
                      registered_name ? registered_name : "", ort_api_base->GetVersionString()));
   factories[0] = f;
   *num_factories = 1;

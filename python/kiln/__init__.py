@@ -41,6 +41,11 @@ from ._errors import (
 from . import _kiln
 from ._tensors import DeviceArray, host_input, is_device_tensor, stream_handle, to_numpy, export_capsule
 
+# kiln's whole version, "<release>+<build id>" (e.g. "0.1.0+3f9a2c1d0b4e"): the
+# build id is a hash of the sources the extension was built from, the value
+# artifacts record as kiln_version. A valid PEP 440 version (a local label);
+# the distribution's own version (importlib.metadata.version("kiln-onnx")) is
+# the release part alone, read from CMakeLists.txt before anything is built.
 __version__: str = _kiln.version()
 
 __all__ = [

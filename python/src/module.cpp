@@ -468,7 +468,7 @@ NB_MODULE(_kiln, m) {
         return json_text(check_json(check_artifact(path, target)));
       },
       nb::arg("path"), nb::arg("target"));
-  m.def("version", [] { return std::string(KILN_VERSION_STRING); });
+  m.def("version", [] { return std::string(kiln::version()); });
   m.def("has_cuda", [] {
 #ifdef KILN_WITH_CUDA
     return true;

@@ -25,10 +25,22 @@ def test_installed_package_is_tested():
         pytest.skip("KILN_TEST_SOURCE_TREE is set")
     assert not Path(kiln.__file__).resolve().is_relative_to(REPO / "python"), kiln.__file__
     version = re.search(r"project\(kiln VERSION ([0-9.]+)", (REPO / "CMakeLists.txt").read_text()).group(1)
-    assert kiln.__version__ == version
+    # The whole version: release + build id (a PEP 440 local label); the
+    # distribution's version is the release alone.
+    assert re.fullmatch(re.escape(version) + r"\+[0-9a-f]{12}", kiln.__version__), kiln.__version__
     from importlib.metadata import version as dist_version
 
     assert dist_version("kiln-onnx") == version
+
+
+def test_version_is_what_artifacts_record_and_the_cli_prints(demo, tmp_path):
+    """kiln.__version__ is the compat block's kiln_version, and the command
+    line installed with the package (same sources) prints the same."""
+    out = tmp_path / "demo.kiln"
+    kiln.compile(demo, out)
+    assert kiln.inspect(out)["compat"]["kiln_version"] == kiln.__version__
+    r = subprocess.run([cli(), "--version"], capture_output=True, text=True, check=True)
+    assert r.stdout.strip() == kiln.__version__
 
 
 def test_inputs_outputs_and_stats(demo, demo_input, tmp_path):

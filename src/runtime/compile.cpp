@@ -62,7 +62,7 @@ artifact::CompatInfo build_facts(const SessionOptions& opt) {
                                   ? targets::compile_facts_for_arch(target, opt.arch)
                                   : targets::host_facts(target);
   artifact::CompatInfo f;
-  f.kiln_version = KILN_VERSION_STRING;
+  f.kiln_version = kiln::version();
   f.format_version = artifact::kFormatVersion;
   f.target = target.name();
   f.device_arch = host.device_arch;

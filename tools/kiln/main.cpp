@@ -17,7 +17,7 @@ bool is_subcommand(CLI::App& app, const std::string& name) {
 int main(int argc, char** argv) {
   using namespace kiln;
   CLI::App app{
-      "kiln " KILN_VERSION_STRING
+      std::string("kiln ") + version() +
       " - ahead-of-time compiler and runtime for ONNX models.\n"
       "Compiles a model once for a target (cpu: x86-64 with oneDNN; cuda: NVIDIA GPUs, in a build\n"
       "that found the CUDA toolkit; ref: the reference kernels), saves a self-describing .kiln artifact,\n"
@@ -26,7 +26,11 @@ int main(int argc, char** argv) {
       "Exit codes: 0 ok, 1 internal error, 2 invalid option, 3 incompatible artifact,\n"
       "4 invalid model, 5 unsupported operator/dtype, 6 invalid input, 7 corrupt artifact, 8 I/O error,\n"
       "9 kiln verify: some value is outside the tolerance."};
-  app.set_version_flag("--version", KILN_VERSION_STRING);
+  // The whole version, build id included: artifacts and cache entries record
+  // it, so it is all anyone needs to say which kiln made a program.
+  app.set_version_flag("--version", std::string(version()),
+                       "Print kiln's version, <release>+<build id> (a hash of the sources it was built from; "
+                       "artifacts record it and another build's are recompiled or refused), and exit");
   app.require_subcommand(1);
   cli::Common common;
   bool perf_child = false;

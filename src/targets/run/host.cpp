@@ -53,7 +53,7 @@ std::vector<std::string> required_isa(const Target& t) {
 
 artifact::CompatInfo host_facts(const Target& target) {
   artifact::CompatInfo c;
-  c.kiln_version = KILN_VERSION_STRING;
+  c.kiln_version = kiln::version();
   c.target = target.name();
   if (target.kind == Target::Kind::cuda) {
     // The GPU's architecture and name, and the exact driver / runtime /

@@ -20,6 +20,7 @@
 #include "kiln/compile.h"
 #include "runtime/compile.h"
 #include "runtime/program.h"
+#include "support/version.h"
 #include "targets/host.h"
 
 namespace kiln::testing {
@@ -117,6 +118,60 @@ TEST_F(SessionCacheTest, MismatchingEntryIsRecompiledOrRefusedByPolicy) {
   EXPECT_TRUE(has_note(s.stats(), "does not match")) << all_notes(s.stats());
   EXPECT_TRUE(has_note(s.stats(), "device_arch")) << all_notes(s.stats());
   expect_mlp_y(s.run({{"x", mlp_x()}}));
+  EXPECT_EQ(Session(model, opt).stats().cache, SessionStats::Cache::hit);
+}
+
+// kiln_version is "<release>+<build id>": a program compiled by another build
+// of kiln (other sources, same release number) is refused as an explicit
+// artifact, naming the field and both values, and recompiled by the cache.
+TEST_F(SessionCacheTest, ProgramFromAnotherKilnBuildIsRefusedOrRecompiled) {
+  compile(model, dir / "m.kiln", opt);
+  EXPECT_EQ(artifact::read_compat(dir / "m.kiln").kiln_version, version());
+  EXPECT_EQ(build_facts(opt.target).kiln_version, version());
+  EXPECT_EQ(targets::host_facts(opt.target).kiln_version, version());
+
+  // The same release, another build id (a build id differing in one digit).
+  std::string other_build = std::string(project_version()) + "+" + build_id();
+  other_build.back() = other_build.back() == '0' ? '1' : '0';
+  auto facts = build_facts(opt.target);
+  auto request = request_compat(cache::digest_model(model).digest, opt, facts);
+  auto other = request;
+  other.kiln_version = other_build;
+  auto program = compile_program(model, opt, other, key(), nullptr);
+  artifact::write_file(dir / "other.kiln", program);
+  try {
+    Session::load(dir / "other.kiln", opt);
+    FAIL() << "loaded another build's artifact";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
+    std::string m = e.what();
+    EXPECT_NE(m.find("kiln_version"), std::string::npos) << m;
+    EXPECT_NE(m.find(other_build), std::string::npos) << m;
+    EXPECT_NE(m.find(version()), std::string::npos) << m;
+  }
+
+  // Its key differs from this build's (kiln_version is a key field); even an
+  // entry published under this build's key is not run.
+  facts.kiln_version = other_build;
+  EXPECT_NE(cache::derive_key(key_fields(cache::digest_model(model).digest, opt, facts)), key());
+  fs::create_directories(cache_dir);
+  cache::Cache(cache_dir).publish(key(), program);
+  SessionOptions strict = opt;
+  strict.cache_mismatch = MismatchPolicy::error;
+  try {
+    Session s(model, strict);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
+    std::string m = e.what();
+    EXPECT_NE(m.find("kiln_version"), std::string::npos) << m;
+    EXPECT_NE(m.find(other_build), std::string::npos) << m;
+  }
+  Session s(model, opt);  // recompiled (the default policy)
+  EXPECT_EQ(s.stats().cache, SessionStats::Cache::miss);
+  EXPECT_TRUE(has_note(s.stats(), "kiln_version")) << all_notes(s.stats());
+  expect_mlp_y(s.run({{"x", mlp_x()}}));
+  EXPECT_EQ(artifact::read_compat(s.stats().artifact_path).kiln_version, version());
   EXPECT_EQ(Session(model, opt).stats().cache, SessionStats::Cache::hit);
 }
 
