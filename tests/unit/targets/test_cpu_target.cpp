@@ -313,6 +313,57 @@ TEST(CpuTarget, ConstantWeightMatMulsRunAs1x1ConvolutionsOnTheSgemmPath) {
   expect_matches_ref(one, {{"a", filled({1, 40}, 57)}});
 }
 
+// Programs of one set (shape buckets) follow the reference program's choice
+// per node: a 4-row program after a 16-row one runs the product as a 1x1
+// convolution too, and a 16-row one after a 4-row one as a matmul, so both
+// pack the weights alike (the artifact stores them once).
+TEST(CpuTarget, BucketProgramsFollowTheReferenceMatMulOrConvChoice) {
+  auto make = [](int64_t rows) {
+    ModelBuilder b;
+    b.input("a", 1, {rows, 40});
+    b.initializer("w", {40, 24}, floats({40, 24}, 60));
+    b.node("MatMul", {"a", "w"}, {"y"}, "proj");
+    b.output("y");
+    return b;
+  };
+  auto compile_with = [](const ModelBuilder& b, const ir::Model* ref) {
+    auto bytes = b.bytes();
+    artifact::CompiledProgram cp;
+    cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+    passes::bind_input_shapes(cp.model, {});
+    SessionOptions opt;
+    opt.target = Target::cpu();
+    targets::run_pipeline(cp, opt, /*bucketed=*/true, ref);
+    cp.compat = targets::host_facts(opt.target);
+    return cp;
+  };
+  auto big = compile_with(make(16), nullptr), small = compile_with(make(4), nullptr);
+  ASSERT_EQ(count(small.model, "MatMul"), 1);  // under 8 rows: a matmul on its own
+  if (count(big.model, "Conv") == 0) {
+    GTEST_LOG_(INFO) << "this machine's matmul is not the sgemm path: nothing to follow";
+    return;
+  }
+  auto small_after_big = compile_with(make(4), &big.model), big_after_small = compile_with(make(16), &small.model);
+  EXPECT_EQ(count(small_after_big.model, "Conv"), 1);
+  EXPECT_EQ(count(small_after_big.model, "MatMul"), 0);
+  EXPECT_EQ(count(big_after_small.model, "MatMul"), 1);
+  EXPECT_EQ(count(big_after_small.model, "Conv"), 0);
+  auto packed = [](const artifact::CompiledProgram& cp) {
+    const Tensor& t = *cp.model.value(cp.model.main.nodes[0].inputs[1]).constant;
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  EXPECT_EQ(packed(small_after_big), packed(big));
+  EXPECT_EQ(packed(big_after_small), packed(small));
+  for (auto* cp : {&small_after_big, &big_after_small}) {
+    int64_t rows = cp == &small_after_big ? 4 : 16;
+    Tensor a = filled({rows, 40}, 61);
+    auto ref = run(compile_for(make(rows), Target::ref()), {{"a", a}}).at("y");
+    auto got = run(*cp, {{"a", a}}).at("y");
+    for (int64_t i = 0; i < ref.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], ref.data<float>()[i], 1e-5 + 1e-4 * std::fabs(ref.data<float>()[i])) << rows << " " << i;
+  }
+}
+
 // Conv -> `act` with a bias: the activation becomes the convolution's oneDNN
 // post-op (no separate node), for each activation issue #5 lists that has
 // no other test here: HardSwish, Clip (as ReLU6 and with other bounds),
