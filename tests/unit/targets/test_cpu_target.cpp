@@ -4,6 +4,7 @@
 // computed by the ref target (the plain reference kernels) on the same model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cmath>
 #include <memory>
@@ -17,6 +18,7 @@
 #include "onnx/importer.h"
 #include "passes/passes.h"
 #include "runtime/program.h"
+#include "targets/cpu/run/cpu_kernels.h"
 #include "targets/cpu/run/dnnl_util.h"
 #include "targets/host.h"
 #include "targets/pipeline.h"
@@ -232,6 +234,134 @@ TEST(CpuTarget, PadsTheRowsOfPlainMatMulWeights) {
   ModelBuilder::attr_int(g.node("Gemm", {"a", "w", "c"}, {"y"}), "transB", 1);
   g.output("y");
   expect_matches_ref(g, {{"a", filled({3, 96}, 44)}});
+}
+
+// Without AVX-512 oneDNN's only f32 matmul kernel is its sgemm on plain
+// weights; a MatMul with constant weights and at least 8 rows then runs as a
+// 1x1 convolution over a width of M in the channels-last layout
+// (matmul_as_conv.cpp), weights packed blocked, bias and post-ops carried
+// over. W[k][n] = 1 where k = n % 64, else 0, so
+// y[i][n] = max(0, a[i][n % 64] + c[n]) + r[i][n] exactly.
+TEST(CpuTarget, ConstantWeightMatMulsRunAs1x1ConvolutionsOnTheSgemmPath) {
+  constexpr int64_t K = 64, N = 96, B = 2, S = 16;
+  std::vector<float> w(K * N, 0.f);
+  for (int64_t n = 0; n < N; ++n) w[(n % K) * N + n] = 1.f;
+  ModelBuilder b;
+  b.input("a", 1, {B, S, K});
+  b.input("r", 1, {B, S, N});
+  b.initializer("w", {K, N}, w);
+  b.initializer("c", {N}, floats({N}, 50));
+  b.node("MatMul", {"a", "w"}, {"m"});
+  b.node("Add", {"m", "c"}, {"p"});
+  b.node("Relu", {"p"}, {"q"});
+  b.node("Add", {"q", "r"}, {"y"});
+  b.output("y");
+  auto cp = compile_for(b, Target::cpu());
+  ASSERT_EQ(cp.model.main.nodes.size(), 1u);
+  const ir::Node& n = cp.model.main.nodes[0];
+  ir::Node probe;  // the matmul this machine would run: its implementation decides
+  probe.op_type = "MatMul";
+  probe.domain = "kiln.cpu";
+  targets::cpu::set_md_attr(probe, "md.src", targets::cpu::plain_md({B * S, K}));
+  targets::cpu::set_md_attr(probe, "md.wei", targets::cpu::plain_md({K, N}));
+  targets::cpu::set_md_attr(probe, "md.dst", targets::cpu::plain_md({B * S, N}));
+  const bool sgemm = std::string(targets::cpu::matmul_pd(probe).impl_info_str()).find("gemm") != std::string::npos;
+  if (sgemm) {
+    ASSERT_EQ(n.op_type, "Conv");
+    EXPECT_EQ(count(cp.model, "MatMul"), 0);
+    EXPECT_EQ(targets::cpu::md_attr(n, "md.src"),
+              targets::cpu::md_t({1, K, B * S}, dnnl::memory::data_type::f32, dnnl::memory::format_tag::nwc));
+    EXPECT_GT(targets::cpu::md_attr(n, "md.wei").data.format_desc.blocking.inner_nblks, 0);  // packed blocked
+    EXPECT_EQ(n.attrs.count("md.bias"), 1u);
+    EXPECT_EQ(n.inputs.size(), 4u);  // a, packed w, c, r: one node, no separate add / relu
+  } else {
+    ASSERT_EQ(n.op_type, "MatMul");
+    GTEST_LOG_(INFO) << "oneDNN runs this matmul on " << targets::cpu::matmul_pd(probe).impl_info_str()
+                     << ": it stays a MatMul";
+  }
+  Tensor a = filled({B, S, K}, 51), r = filled({B, S, N}, 52);
+  auto bias = floats({N}, 50);
+  const Tensor y = run(cp, {{"a", a}, {"r", r}}).at("y");
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{B, S, N}));
+  for (int64_t i = 0; i < B * S; ++i)
+    for (int64_t j = 0; j < N; ++j) {
+      float want = std::max(0.f, a.data<float>()[i * K + j % K] + bias[j]) + r.data<float>()[i * N + j];
+      ASSERT_NEAR(y.data<float>()[i * N + j], want, 1e-6) << i << " " << j;
+    }
+  // Through the artifact format: the load builds the same convolution.
+  auto bytes = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(cp));
+  const Tensor back = run(artifact::read_bytes(bytes, "test"), {{"a", a}, {"r", r}}).at("y");
+  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(back.data<float>()[i], y.data<float>()[i]) << i;
+  // A transposed Gemm (weights [N, K]) of 12 rows with dense weights, against ref.
+  ModelBuilder g;
+  g.input("a", 1, {12, 40});
+  g.initializer("w", {24, 40}, floats({24, 40}, 53));
+  g.initializer("c", {24}, floats({24}, 54));
+  ModelBuilder::attr_int(g.node("Gemm", {"a", "w", "c"}, {"y"}), "transB", 1);
+  g.output("y");
+  EXPECT_EQ(count(compile_for(g, Target::cpu()).model, "Conv"), sgemm ? 1 : 0);
+  expect_matches_ref(g, {{"a", filled({12, 40}, 55)}});
+  // A single row stays a matmul: the 1x1 kernel is slower there.
+  ModelBuilder one;
+  one.input("a", 1, {1, 40});
+  one.initializer("w", {40, 24}, floats({40, 24}, 56));
+  one.node("MatMul", {"a", "w"}, {"y"});
+  one.output("y");
+  auto cp1 = compile_for(one, Target::cpu());
+  EXPECT_EQ(count(cp1.model, "MatMul"), 1);
+  EXPECT_EQ(count(cp1.model, "Conv"), 0);
+  expect_matches_ref(one, {{"a", filled({1, 40}, 57)}});
+}
+
+// Programs of one set (shape buckets) follow the reference program's choice
+// per node: a 4-row program after a 16-row one runs the product as a 1x1
+// convolution too, and a 16-row one after a 4-row one as a matmul, so both
+// pack the weights alike (the artifact stores them once).
+TEST(CpuTarget, BucketProgramsFollowTheReferenceMatMulOrConvChoice) {
+  auto make = [](int64_t rows) {
+    ModelBuilder b;
+    b.input("a", 1, {rows, 40});
+    b.initializer("w", {40, 24}, floats({40, 24}, 60));
+    b.node("MatMul", {"a", "w"}, {"y"}, "proj");
+    b.output("y");
+    return b;
+  };
+  auto compile_with = [](const ModelBuilder& b, const ir::Model* ref) {
+    auto bytes = b.bytes();
+    artifact::CompiledProgram cp;
+    cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
+    passes::bind_input_shapes(cp.model, {});
+    SessionOptions opt;
+    opt.target = Target::cpu();
+    targets::run_pipeline(cp, opt, /*bucketed=*/true, ref);
+    cp.compat = targets::host_facts(opt.target);
+    return cp;
+  };
+  auto big = compile_with(make(16), nullptr), small = compile_with(make(4), nullptr);
+  ASSERT_EQ(count(small.model, "MatMul"), 1);  // under 8 rows: a matmul on its own
+  if (count(big.model, "Conv") == 0) {
+    GTEST_LOG_(INFO) << "this machine's matmul is not the sgemm path: nothing to follow";
+    return;
+  }
+  auto small_after_big = compile_with(make(4), &big.model), big_after_small = compile_with(make(16), &small.model);
+  EXPECT_EQ(count(small_after_big.model, "Conv"), 1);
+  EXPECT_EQ(count(small_after_big.model, "MatMul"), 0);
+  EXPECT_EQ(count(big_after_small.model, "MatMul"), 1);
+  EXPECT_EQ(count(big_after_small.model, "Conv"), 0);
+  auto packed = [](const artifact::CompiledProgram& cp) {
+    const Tensor& t = *cp.model.value(cp.model.main.nodes[0].inputs[1]).constant;
+    return std::vector<float>(t.data<float>(), t.data<float>() + t.numel());
+  };
+  EXPECT_EQ(packed(small_after_big), packed(big));
+  EXPECT_EQ(packed(big_after_small), packed(small));
+  for (auto* cp : {&small_after_big, &big_after_small}) {
+    int64_t rows = cp == &small_after_big ? 4 : 16;
+    Tensor a = filled({rows, 40}, 61);
+    auto ref = run(compile_for(make(rows), Target::ref()), {{"a", a}}).at("y");
+    auto got = run(*cp, {{"a", a}}).at("y");
+    for (int64_t i = 0; i < ref.numel(); ++i)
+      ASSERT_NEAR(got.data<float>()[i], ref.data<float>()[i], 1e-5 + 1e-4 * std::fabs(ref.data<float>()[i])) << rows << " " << i;
+  }
 }
 
 // Conv -> `act` with a bias: the activation becomes the convolution's oneDNN

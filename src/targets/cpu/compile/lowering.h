@@ -30,10 +30,12 @@ struct LowerStats {
   int restored = 0;       ///< tiny element-wise nodes given back to the reference kernels
   int concats_in_place = 0;  ///< Concat nodes whose inputs may be produced in place
   int views_in_place = 0;    ///< Reshape-like nodes whose output may alias their input
+  int matmuls_as_conv = 0;   ///< MatMul nodes run as 1x1 convolutions (matmuls_as_conv)
 };
 
 /// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
-/// lower_transposes, assign_layouts, mark_concat_in_place, mark_views_in_place, restore_small_elementwise, pack_weights, then dead-code
+/// lower_transposes, assign_layouts, mark_concat_in_place, mark_views_in_place, restore_small_elementwise,
+/// matmuls_as_conv, pack_weights, then dead-code
 /// elimination. Shapes must be inferred (infer_and_fold) before.
 /// How weights are laid out when a program is one of several sharing constants.
 struct LowerOptions {
@@ -106,6 +108,17 @@ int mark_concat_in_place(ir::Model& m);
 /// place the input inside the output, and the reference kernel, finding its
 /// output already holding the input, copies nothing. Returns the number marked.
 int mark_views_in_place(ir::Model& m);
+
+/// Rewrites each kiln.cpu.MatMul with constant weights, plain 2-D [M, K] source
+/// and [M, N] destination, at least 8 rows, that oneDNN runs on its sgemm
+/// (gemm:jit: no AVX-512) as a kiln.cpu.Conv: a 1x1 convolution over a width
+/// of M in the channels-last layout (the same bytes), with weights packed
+/// into the jit 1x1 kernel's blocked layout; bias and post-ops carried over
+/// (a residual operand [M, N] as nwc too). Only where oneDNN runs that
+/// convolution on its jit 1x1 kernel. With `layout_reference` (another program
+/// of the set), a node named like one of its nodes makes the same choice, so
+/// both pack the weights alike. Run before pack_weights. Returns the number rewritten.
+int matmuls_as_conv(ir::Model& m, const ir::Model* layout_reference = nullptr);
 
 /// Reorders each constant weight of Conv / MatMul into the layout its
 /// primitive wants (chosen by oneDNN for the final source/destination
