@@ -18,21 +18,12 @@
 #include "support/half.h"
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/nvrtc.h"
+#include "scoped_env.h"
 
 namespace kiln::testing {
 namespace {
 
 namespace cu = targets::cuda;
-
-/// Sets KILN_CUDA_DWCONV for one scope (unset: the lowering decides).
-class DwConvEnv {
- public:
-  explicit DwConvEnv(const char* value) {
-    if (value) setenv("KILN_CUDA_DWCONV", value, 1);
-    else unsetenv("KILN_CUDA_DWCONV");
-  }
-  ~DwConvEnv() { unsetenv("KILN_CUDA_DWCONV"); }
-};
 
 /// mixed_convs_model(n) lowered without a device, in `dt`.
 struct Lowered {
@@ -66,7 +57,7 @@ const ir::Node* kernel_writing(const ir::Model& m, const std::string& output) {
 }
 
 TEST(CudaDwConv, Float16AtBatch8LowersOnlyTheDepthwiseConvolutionsToKilnsKernel) {
-  DwConvEnv env(nullptr);
+  ScopedEnv env("KILN_CUDA_DWCONV", nullptr);
   Lowered r = lower(8, DType::f16);
   EXPECT_EQ(r.dw_kernels, 2);  // a (3x3 + bias + Clip) and e (5x5 stride 2 + bias + Relu)
   EXPECT_EQ(r.convs, 3);       // b (group 1), m (channel multiplier 2), d (dilated) stay on cuDNN
@@ -108,7 +99,7 @@ TEST(CudaDwConv, Float16AtBatch8LowersOnlyTheDepthwiseConvolutionsToKilnsKernel)
 }
 
 TEST(CudaDwConv, RuleKeepsCudnnAtBatch1AndInFloat32) {
-  DwConvEnv env(nullptr);
+  ScopedEnv env("KILN_CUDA_DWCONV", nullptr);
   Lowered b1 = lower(1, DType::f16);
   EXPECT_EQ(b1.dw_kernels, 0);
   EXPECT_EQ(b1.convs, 5);
@@ -121,13 +112,13 @@ TEST(CudaDwConv, RuleKeepsCudnnAtBatch1AndInFloat32) {
 
 TEST(CudaDwConv, EnvironmentSwitchesTheKernelOnAndOff) {
   {
-    DwConvEnv env("0");
+    ScopedEnv env("KILN_CUDA_DWCONV", "0");
     Lowered r = lower(8, DType::f16);
     EXPECT_EQ(r.dw_kernels, 0);
     EXPECT_EQ(r.convs, 5);
   }
   {
-    DwConvEnv env("1");
+    ScopedEnv env("KILN_CUDA_DWCONV", "1");
     Lowered r = lower(1, DType::f32);  // NCHW float32 at batch 1: only when forced
     EXPECT_EQ(r.dw_kernels, 2);
     EXPECT_EQ(r.convs, 3);
@@ -141,7 +132,7 @@ TEST(CudaDwConv, EnvironmentSwitchesTheKernelOnAndOff) {
 }
 
 TEST(CudaDwConv, WithoutBiasOrActivationTheConvolutionAloneJoins) {
-  DwConvEnv env("1");
+  ScopedEnv env("KILN_CUDA_DWCONV", "1");
   for (const std::string act : {"", "Relu"}) {
     DwConvConfig c;
     c.n = 2, c.c = 17, c.bias = false, c.act = act;
@@ -166,7 +157,7 @@ TEST(CudaDwConv, WithoutBiasOrActivationTheConvolutionAloneJoins) {
 }
 
 TEST(CudaDwConv, InspectCountsWhichConvolutionsRunWhere) {
-  DwConvEnv env(nullptr);
+  ScopedEnv env("KILN_CUDA_DWCONV", nullptr);
   TempDir dir;
   mixed_convs_model(8).save(dir / "m.onnx");
   SessionOptions o = cross_options();

@@ -36,6 +36,7 @@
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/compile/nvrtc.h"
 #include "targets/cuda/run/driver.h"
+#include "scoped_env.h"
 
 namespace kiln::testing {
 namespace {
@@ -51,16 +52,6 @@ constexpr Tol kF16{2e-2, 2e-2, true};
 constexpr Tol kBf16{1e-1, 1e-1, true};
 
 Tol tol_for(DType dt) { return dt == DType::f32 ? kF32 : dt == DType::f16 ? kF16 : kBf16; }
-
-/// Sets KILN_CUDA_DWCONV for one scope (unset: the lowering decides).
-class DwConvEnv {
- public:
-  explicit DwConvEnv(const char* value) {
-    if (value) setenv("KILN_CUDA_DWCONV", value, 1);
-    else unsetenv("KILN_CUDA_DWCONV");
-  }
-  ~DwConvEnv() { unsetenv("KILN_CUDA_DWCONV"); }
-};
 
 SessionOptions options(Target t, Precision p = Precision::fp32, bool tf32 = false) {
   SessionOptions o;
@@ -332,7 +323,7 @@ int compile_and_compare(const ModelBuilder& model, const SessionOptions& o, Tol 
 }
 
 TEST(CudaDwConvGpu, ProgramsOnTheKernelMatchRef) {
-  DwConvEnv env("1");
+  ScopedEnv env("KILN_CUDA_DWCONV", "1");
   std::vector<DwConvConfig> cfgs(3);
   cfgs[0].n = 32, cfgs[0].c = 17, cfgs[0].k = 3, cfgs[0].stride = 2, cfgs[0].act = "Clip";
   cfgs[1].n = 1, cfgs[1].c = 96, cfgs[1].k = 7, cfgs[1].stride = 1, cfgs[1].act = "";
@@ -352,13 +343,13 @@ TEST(CudaDwConvGpu, TimedChoiceAndSwitchedOffBothMatchRef) {
   DwConvConfig mobile;  // MobileNetV2's first depthwise convolution at batch 32
   mobile.n = 32, mobile.c = 32, mobile.h = 112, mobile.w = 112, mobile.k = 3, mobile.stride = 1, mobile.act = "Clip";
   {
-    DwConvEnv env(nullptr);
+    ScopedEnv env("KILN_CUDA_DWCONV", nullptr);
     compile_and_compare(mixed_convs_model(32), options(Target::cuda(), Precision::fp16), kF16, "mixed b32 fp16 (timed)");
     compile_and_compare(mixed_convs_model(1), options(Target::cuda()), kF32, "mixed b1 fp32 (timed)");
     compile_and_compare(dwconv_model(mobile), options(Target::cuda(), Precision::fp16), kF16, mobile.label() + " fp16 (timed)");
   }
   {
-    DwConvEnv env("0");
+    ScopedEnv env("KILN_CUDA_DWCONV", "0");
     EXPECT_EQ(compile_and_compare(mixed_convs_model(32), options(Target::cuda(), Precision::fp16), kF16, "mixed b32 fp16 (off)"), 0);
   }
 }

@@ -23,22 +23,12 @@
 #include "targets/cuda/compile/lowering.h"
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/cuda_ops.h"
+#include "scoped_env.h"
 
 namespace kiln::testing {
 namespace {
 
 using targets::cuda::GemmSpec;
-
-/// Sets KILN_CUDA_GEMM_PAD_N for a scope (nullptr: unset); unsets it after.
-struct PadEnv {
-  explicit PadEnv(const char* value) {
-    if (value) setenv("KILN_CUDA_GEMM_PAD_N", value, 1);
-    else unsetenv("KILN_CUDA_GEMM_PAD_N");
-  }
-  ~PadEnv() { unsetenv("KILN_CUDA_GEMM_PAD_N"); }
-  PadEnv(const PadEnv&) = delete;
-  PadEnv& operator=(const PadEnv&) = delete;
-};
 
 /// `b` lowered for sm_90 without a device, as the cuda pipeline does after
 /// its graph passes (dtype: the program's float type; tf32 with float32).
@@ -152,7 +142,7 @@ std::string compaction_fn(const artifact::CompiledProgram& cp) {
 // kernel compacts D into y. In 16-bit programs that kernel also casts to
 // float32: it reads 16-bit D and writes float32 y.
 TEST(CudaGemmPad, MatMulWithBiasAndReluPadsNInEveryPrecision) {
-  PadEnv env("1");
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", "1");
   for (auto [dt, tf32] : std::vector<std::pair<DType, bool>>{
            {DType::f32, false}, {DType::f32, true}, {DType::f16, false}, {DType::bf16, false}}) {
     const std::string what = label(dt, tf32);
@@ -187,7 +177,7 @@ TEST(CudaGemmPad, MatMulWithBiasAndReluPadsNInEveryPrecision) {
 // An LM head (no bias) in fp16: today's out_dtype fusion would write float32
 // D; padded, D stays 16-bit and the compaction kernel casts.
 TEST(CudaGemmPad, Float16LmHeadCompactsAndCastsInOneKernel) {
-  PadEnv env("1");
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", "1");
   auto cp = lowered(pad_matmul_model(0, 64, 96, 1001, false, ""), DType::f16);
   GemmSpec s = expect_padded(cp, 1001, 1008, "fp16 lm head");
   EXPECT_FALSE(s.out_dtype.has_value()) << "D is 16-bit: the cast is the compaction kernel's";
@@ -199,7 +189,7 @@ TEST(CudaGemmPad, Float16LmHeadCompactsAndCastsInOneKernel) {
 // Gemm with transB (B stored [n, k], torch.nn.Linear's layout), alpha and a
 // bias C with beta 2: B gets zero rows, the folded bias (2 C) zero entries.
 TEST(CudaGemmPad, GemmTransBPadsRowsAndTheBias) {
-  PadEnv env("1");
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", "1");
   const auto C = pad_weights(1001, 0.5f, 1.1f);
   for (DType dt : {DType::f32, DType::f16}) {
     const std::string what(dtype_name(dt));
@@ -224,7 +214,7 @@ TEST(CudaGemmPad, GemmTransBPadsRowsAndTheBias) {
 // with m 64 (6M) is not, nor one with k 32 (bound by writing D), nor an n
 // of 9 (padding to 12 / 16 adds more than an eighth).
 TEST(CudaGemmPad, SizeRuleTakesLargeMatmulsOnly) {
-  PadEnv env(nullptr);
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", nullptr);
   for (DType dt : {DType::f32, DType::f16}) {
     const std::string what(dtype_name(dt));
     auto big = lowered(pad_matmul_model(4, 256, 96, 1001, false, ""), dt);
@@ -249,7 +239,7 @@ TEST(CudaGemmPad, SizeRuleTakesLargeMatmulsOnly) {
 // KILN_CUDA_GEMM_PAD_N=0 gives today's program: the large fp16 LM head is
 // one Gemm of n 1001 writing float32 (the fused cast), no kernel after it.
 TEST(CudaGemmPad, SwitchedOffGivesTodaysProgram) {
-  PadEnv env("0");
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", "0");
   auto cp = lowered(pad_matmul_model(4, 256, 96, 1001, false, ""), DType::f16);
   const ir::Node* g = only_gemm(cp, "off");
   ASSERT_NE(g, nullptr);
@@ -265,7 +255,7 @@ TEST(CudaGemmPad, SwitchedOffGivesTodaysProgram) {
 // A's rows not 16-byte aligned (k 95: padding n cannot give cuBLASLt its
 // vectorized kernels).
 TEST(CudaGemmPad, AlignedResidualAndMisalignedAAreLeftAlone) {
-  PadEnv env("1");
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", "1");
   for (DType dt : {DType::f32, DType::f16}) {
     const std::string what(dtype_name(dt));
     struct Case {
@@ -294,7 +284,7 @@ TEST(CudaGemmPad, AlignedResidualAndMisalignedAAreLeftAlone) {
 // Through the whole pipeline (graph passes, precision pass, artifact) for
 // sm_90 without a GPU: the padding and the compaction are in the artifact.
 TEST(CudaGemmPad, CrossCompiledArtifactHoldsThePaddedGemm) {
-  PadEnv env("1");
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", "1");
   TempDir dir;
   pad_matmul_model(2, 32, 96, 1001, true, "Relu").save(dir / "m.onnx");
   SessionOptions o;

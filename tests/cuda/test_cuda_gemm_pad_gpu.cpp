@@ -28,6 +28,7 @@
 #include "kiln/options.h"
 #include "kiln/session.h"
 #include "pad_models.h"
+#include "scoped_env.h"
 
 namespace kiln::testing {
 namespace {
@@ -46,17 +47,6 @@ const std::vector<Precisions>& precisions() {
   return all;
 }
 
-/// Sets KILN_CUDA_GEMM_PAD_N for a scope (nullptr: unset); unsets it after.
-struct PadEnv {
-  explicit PadEnv(const char* value) {
-    if (value) setenv("KILN_CUDA_GEMM_PAD_N", value, 1);
-    else unsetenv("KILN_CUDA_GEMM_PAD_N");
-  }
-  ~PadEnv() { unsetenv("KILN_CUDA_GEMM_PAD_N"); }
-  PadEnv(const PadEnv&) = delete;
-  PadEnv& operator=(const PadEnv&) = delete;
-};
-
 SessionOptions options(Target t, Precision p = Precision::fp32, bool tf32 = false) {
   SessionOptions o;
   o.target = t;
@@ -70,7 +60,7 @@ SessionOptions options(Target t, Precision p = Precision::fp32, bool tf32 = fals
 /// `pad`) and for ref, runs both on the same smooth signed inputs and checks
 /// every output. Returns the worst error / tolerance.
 double compare(const std::string& name, const ModelBuilder& model, const char* pad) {
-  PadEnv env(pad);
+  ScopedEnv env("KILN_CUDA_GEMM_PAD_N", pad);
   TempDir dir;
   model.save(dir / "m.onnx");
   Session ref(dir / "m.onnx", options(Target::ref()));

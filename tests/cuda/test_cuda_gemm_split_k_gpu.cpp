@@ -36,6 +36,7 @@
 #include "targets/cuda/run/blaslt.h"
 #include "targets/cuda/run/blaslt_api.h"
 #include "targets/cuda/run/driver.h"
+#include "scoped_env.h"
 
 namespace kiln::testing {
 namespace {
@@ -45,17 +46,6 @@ using targets::cuda::GemmAlgo;
 using targets::cuda::GemmDescs;
 using targets::cuda::GemmPlan;
 using targets::cuda::GemmSpec;
-
-/// Sets KILN_CUDA_GEMM_SPLIT_K for a scope (nullptr: unset); unsets it after.
-struct SplitKEnv {
-  explicit SplitKEnv(const char* value) {
-    if (value) setenv("KILN_CUDA_GEMM_SPLIT_K", value, 1);
-    else unsetenv("KILN_CUDA_GEMM_SPLIT_K");
-  }
-  ~SplitKEnv() { unsetenv("KILN_CUDA_GEMM_SPLIT_K"); }
-  SplitKEnv(const SplitKEnv&) = delete;
-  SplitKEnv& operator=(const SplitKEnv&) = delete;
-};
 
 /// n values of 0.5 sin(0.37 i + phase) + 0.1 cos(0.011 i), rounded to float16.
 std::vector<uint16_t> half_wave(size_t n, float phase) {
@@ -134,7 +124,7 @@ TEST(CudaGemmSplitK, VariantsOfTheAttentionOutputProjectionMatchAHostProduct) {
 /// Compiles `model` for cuda in float32 and fp16 with KILN_CUDA_GEMM_SPLIT_K
 /// `split` and for ref, and checks every output on the same inputs.
 void compare(const std::string& name, const ModelBuilder& model, const char* split) {
-  SplitKEnv env(split);
+  ScopedEnv env("KILN_CUDA_GEMM_SPLIT_K", split);
   TempDir dir;
   model.save(dir / "m.onnx");
   Session ref(dir / "m.onnx", uncached_options(Target::ref(), Precision::fp32));

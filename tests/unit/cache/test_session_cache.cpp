@@ -10,7 +10,10 @@
 #include <atomic>
 #include <csignal>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "cache/cache.h"
 #include "cache/lock.h"
@@ -36,6 +39,18 @@ std::string all_notes(const SessionStats& st) {
 
 bool has_note(const SessionStats& st, const std::string& needle) {
   return all_notes(st).find(needle) != std::string::npos;
+}
+
+/// Expects `f` to throw kiln::Error with `code` and a message containing each
+/// of `parts` (the field it names, the values it shows, the file).
+void expect_refused(const std::function<void()>& f, ErrorCode code, const std::vector<std::string>& parts) {
+  try {
+    f();
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    for (const auto& p : parts) EXPECT_NE(std::string(e.what()).find(p), std::string::npos) << p << ": " << e.what();
+  }
 }
 
 struct SessionCacheTest : ::testing::Test {
@@ -103,16 +118,7 @@ TEST_F(SessionCacheTest, MismatchingEntryIsRecompiledOrRefusedByPolicy) {
 
   SessionOptions strict = opt;
   strict.cache_mismatch = MismatchPolicy::error;
-  try {
-    Session s(model, strict);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
-    std::string m = e.what();
-    EXPECT_NE(m.find("device_arch"), std::string::npos) << m;
-    EXPECT_NE(m.find("riscv64"), std::string::npos) << m;
-    EXPECT_NE(m.find("x86-64"), std::string::npos) << m;
-  }
+  expect_refused([&] { Session s(model, strict); }, ErrorCode::incompatible_artifact, {"device_arch", "riscv64", "x86-64"});
   Session s(model, opt);  // recompile (the default)
   EXPECT_EQ(s.stats().cache, SessionStats::Cache::miss);
   EXPECT_TRUE(has_note(s.stats(), "does not match")) << all_notes(s.stats());
@@ -139,16 +145,8 @@ TEST_F(SessionCacheTest, ProgramFromAnotherKilnBuildIsRefusedOrRecompiled) {
   other.kiln_version = other_build;
   auto program = compile_program(model, opt, other, key(), nullptr);
   artifact::write_file(dir / "other.kiln", program);
-  try {
-    Session::load(dir / "other.kiln", opt);
-    FAIL() << "loaded another build's artifact";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
-    std::string m = e.what();
-    EXPECT_NE(m.find("kiln_version"), std::string::npos) << m;
-    EXPECT_NE(m.find(other_build), std::string::npos) << m;
-    EXPECT_NE(m.find(version()), std::string::npos) << m;
-  }
+  expect_refused([&] { Session::load(dir / "other.kiln", opt); }, ErrorCode::incompatible_artifact,
+                 {"kiln_version", other_build, version()});
 
   // Its key differs from this build's (kiln_version is a key field); even an
   // entry published under this build's key is not run.
@@ -158,15 +156,7 @@ TEST_F(SessionCacheTest, ProgramFromAnotherKilnBuildIsRefusedOrRecompiled) {
   cache::Cache(cache_dir).publish(key(), program);
   SessionOptions strict = opt;
   strict.cache_mismatch = MismatchPolicy::error;
-  try {
-    Session s(model, strict);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact);
-    std::string m = e.what();
-    EXPECT_NE(m.find("kiln_version"), std::string::npos) << m;
-    EXPECT_NE(m.find(other_build), std::string::npos) << m;
-  }
+  expect_refused([&] { Session s(model, strict); }, ErrorCode::incompatible_artifact, {"kiln_version", other_build});
   Session s(model, opt);  // recompiled (the default policy)
   EXPECT_EQ(s.stats().cache, SessionStats::Cache::miss);
   EXPECT_TRUE(has_note(s.stats(), "kiln_version")) << all_notes(s.stats());
@@ -181,13 +171,7 @@ TEST_F(SessionCacheTest, DamagedEntryUnderErrorPolicyIsCorruptArtifact) {
   bytes[bytes.size() / 2] ^= 0x01;
   write_bytes(entry, bytes);
   opt.cache_mismatch = MismatchPolicy::error;
-  try {
-    Session s(model, opt);
-    FAIL() << "no error";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::corrupt_artifact);
-    EXPECT_NE(std::string(e.what()).find(entry), std::string::npos) << e.what();
-  }
+  expect_refused([&] { Session s(model, opt); }, ErrorCode::corrupt_artifact, {entry});
   EXPECT_TRUE(fs::exists(entry));  // refused, left as it is
   EXPECT_FALSE(fs::exists(entry + ".bad"));
 }
@@ -206,12 +190,7 @@ TEST_F(SessionCacheTest, CheckReadsOnlyTheHeaderAndCompatBlock) {
   EXPECT_EQ(compat.target, "cpu");
   EXPECT_EQ(compat.cache_key, key());
   EXPECT_TRUE(targets::check_runnable(compat, opt.target).empty());
-  try {
-    Session::load(dir / "m.kiln", opt);
-    FAIL() << "loaded a damaged artifact";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::corrupt_artifact) << e.what();
-  }
+  expect_refused([&] { Session::load(dir / "m.kiln", opt); }, ErrorCode::corrupt_artifact, {});
 }
 
 TEST_F(SessionCacheTest, UntrustedDirectoryIsNotUsedUnlessTrusted) {

@@ -26,14 +26,18 @@
 namespace kiln::testing {
 namespace {
 
-artifact::CompiledProgram compile_for(const ModelBuilder& b, const Target& t) {
+/// `b` through target `t`'s pipeline, with this host's compat block; `bucketed`
+/// and `ref` as run_pipeline's (a program of a shape-bucket set and the
+/// set's reference program).
+artifact::CompiledProgram compile_for(const ModelBuilder& b, const Target& t, bool bucketed = false,
+                                      const ir::Model* ref = nullptr) {
   auto bytes = b.bytes();
   artifact::CompiledProgram cp;
   cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
   passes::bind_input_shapes(cp.model, {});
   SessionOptions opt;
   opt.target = t;
-  targets::run_pipeline(cp, opt);
+  targets::run_pipeline(cp, opt, bucketed, ref);
   cp.compat = targets::host_facts(t);
   return cp;
 }
@@ -327,15 +331,7 @@ TEST(CpuTarget, BucketProgramsFollowTheReferenceMatMulOrConvChoice) {
     return b;
   };
   auto compile_with = [](const ModelBuilder& b, const ir::Model* ref) {
-    auto bytes = b.bytes();
-    artifact::CompiledProgram cp;
-    cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-    passes::bind_input_shapes(cp.model, {});
-    SessionOptions opt;
-    opt.target = Target::cpu();
-    targets::run_pipeline(cp, opt, /*bucketed=*/true, ref);
-    cp.compat = targets::host_facts(opt.target);
-    return cp;
+    return compile_for(b, Target::cpu(), /*bucketed=*/true, ref);
   };
   auto big = compile_with(make(16), nullptr), small = compile_with(make(4), nullptr);
   ASSERT_EQ(count(small.model, "MatMul"), 1);  // under 8 rows: a matmul on its own
