@@ -184,8 +184,36 @@ ModelBuilder gemm_gelu() {
 TEST(CpuTarget, GemmWithBiasAndGeluIsOneMatMul) {
   auto cp = compile_for(gemm_gelu(), Target::cpu());
   EXPECT_EQ(cp.model.main.nodes.size(), 1u);
-  EXPECT_EQ(count(cp.model, "MatMul"), 1);
+  // A matmul, or on oneDNN's sgemm path its 1x1-convolution form (matmul_as_conv.cpp).
+  EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "Conv"), 1);
   expect_matches_ref(gemm_gelu(), {{"a", filled({3, 8}, 7)}});
+}
+
+// GPT-2's MLP as exported (HF Conv1D): Gemm on a 2-D view, Reshape back to
+// 3-D, then the activation. The activation commutes with the view, so it
+// becomes the product's post-op (fuse_post_ops.cpp) and the Reshape follows
+// the fused node: 2 nodes, no separate activation (under 16K elements it
+// would otherwise run on the reference kernel).
+TEST(CpuTarget, AnActivationAfterAReshapeOfAProductIsItsPostOp) {
+  for (const char* act : {"Relu", "Tanh"}) {
+    ModelBuilder b;
+    b.input("a", 1, {2, 3, 16});
+    b.initializer_i64("shape2", {2}, {6, 16});
+    b.initializer_i64("shape3", {3}, {2, 3, 24});
+    b.initializer("w", {16, 24}, floats({16, 24}, 62));
+    b.initializer("c", {24}, floats({24}, 63));
+    b.node("Reshape", {"a", "shape2"}, {"a2"});
+    b.node("Gemm", {"a2", "w", "c"}, {"g"});
+    b.node("Reshape", {"g", "shape3"}, {"g3"});
+    b.node(act, {"g3"}, {"y"});
+    b.output("y");
+    auto cp = compile_for(b, Target::cpu());
+    EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "Conv"), 1) << act;
+    EXPECT_EQ(count(cp.model, "Eltwise"), 0) << act;
+    EXPECT_EQ(count(cp.model, act, ""), 0) << act;
+    EXPECT_EQ(cp.model.main.nodes.size(), 2u) << act;  // the product, then the Reshape
+    expect_matches_ref(b, {{"a", filled({2, 3, 16}, 64)}});
+  }
 }
 
 // Plain matmul weights whose rows are a multiple of 256 bytes (128 floats
@@ -193,11 +221,11 @@ TEST(CpuTarget, GemmWithBiasAndGeluIsOneMatMul) {
 // such rows alias in the cache while oneDNN's sgemm copies them). W[k][n] = 1
 // where k = n % 64, else 0, so y[i][n] = a[i][n % 64] + c[n] exactly.
 TEST(CpuTarget, PadsTheRowsOfPlainMatMulWeights) {
-  constexpr int64_t K = 64, N = 128;
+  constexpr int64_t K = 64, N = 128, M = 1;  // one row: a matmul (two or more run as a 1x1 convolution)
   std::vector<float> w(K * N, 0.f);
   for (int64_t n = 0; n < N; ++n) w[(n % K) * N + n] = 1.f;
   ModelBuilder b;
-  b.input("a", 1, {5, K});
+  b.input("a", 1, {M, K});
   b.initializer("w", {K, N}, w);
   b.initializer("c", {N}, floats({N}, 40));
   b.node("MatMul", {"a", "w"}, {"m"});
@@ -219,11 +247,11 @@ TEST(CpuTarget, PadsTheRowsOfPlainMatMulWeights) {
   } else {
     GTEST_LOG_(INFO) << "oneDNN chose blocked matmul weights here (brgemm): nothing to pad";
   }
-  Tensor a = filled({5, K}, 41);
+  Tensor a = filled({M, K}, 41);
   auto bias = floats({N}, 40);
   const Tensor y = run(cp, {{"a", a}}).at("y");
-  ASSERT_EQ(y.shape(), (std::vector<int64_t>{5, N}));
-  for (int64_t i = 0; i < 5; ++i)
+  ASSERT_EQ(y.shape(), (std::vector<int64_t>{M, N}));
+  for (int64_t i = 0; i < M; ++i)
     for (int64_t n = 0; n < N; ++n)
       EXPECT_NEAR(y.data<float>()[i * N + n], a.data<float>()[i * K + n % K] + bias[n], 1e-6) << i << " " << n;
   // Through the artifact format: the load accepts the padded layout and gives the same values.
@@ -241,7 +269,7 @@ TEST(CpuTarget, PadsTheRowsOfPlainMatMulWeights) {
 }
 
 // Without AVX-512 oneDNN's only f32 matmul kernel is its sgemm on plain
-// weights; a MatMul with constant weights and at least 8 rows then runs as a
+// weights; a MatMul with constant weights and at least 2 rows then runs as a
 // 1x1 convolution over a width of M in the channels-last layout
 // (matmul_as_conv.cpp), weights packed blocked, bias and post-ops carried
 // over. W[k][n] = 1 where k = n % 64, else 0, so
@@ -315,11 +343,19 @@ TEST(CpuTarget, ConstantWeightMatMulsRunAs1x1ConvolutionsOnTheSgemmPath) {
   EXPECT_EQ(count(cp1.model, "MatMul"), 1);
   EXPECT_EQ(count(cp1.model, "Conv"), 0);
   expect_matches_ref(one, {{"a", filled({1, 40}, 57)}});
+  // Two rows (a decode step at batch 2) already run as a convolution.
+  ModelBuilder two;
+  two.input("a", 1, {2, 40});
+  two.initializer("w", {40, 24}, floats({40, 24}, 58));
+  two.node("MatMul", {"a", "w"}, {"y"});
+  two.output("y");
+  EXPECT_EQ(count(compile_for(two, Target::cpu()).model, "Conv"), sgemm ? 1 : 0);
+  expect_matches_ref(two, {{"a", filled({2, 40}, 59)}});
 }
 
 // Programs of one set (shape buckets) follow the reference program's choice
-// per node: a 4-row program after a 16-row one runs the product as a 1x1
-// convolution too, and a 16-row one after a 4-row one as a matmul, so both
+// per node: a 1-row program after a 16-row one runs the product as a 1x1
+// convolution too, and a 16-row one after a 1-row one as a matmul, so both
 // pack the weights alike (the artifact stores them once).
 TEST(CpuTarget, BucketProgramsFollowTheReferenceMatMulOrConvChoice) {
   auto make = [](int64_t rows) {
@@ -333,13 +369,13 @@ TEST(CpuTarget, BucketProgramsFollowTheReferenceMatMulOrConvChoice) {
   auto compile_with = [](const ModelBuilder& b, const ir::Model* ref) {
     return compile_for(b, Target::cpu(), /*bucketed=*/true, ref);
   };
-  auto big = compile_with(make(16), nullptr), small = compile_with(make(4), nullptr);
-  ASSERT_EQ(count(small.model, "MatMul"), 1);  // under 8 rows: a matmul on its own
+  auto big = compile_with(make(16), nullptr), small = compile_with(make(1), nullptr);
+  ASSERT_EQ(count(small.model, "MatMul"), 1);  // a single row: a matmul on its own
   if (count(big.model, "Conv") == 0) {
     GTEST_LOG_(INFO) << "this machine's matmul is not the sgemm path: nothing to follow";
     return;
   }
-  auto small_after_big = compile_with(make(4), &big.model), big_after_small = compile_with(make(16), &small.model);
+  auto small_after_big = compile_with(make(1), &big.model), big_after_small = compile_with(make(16), &small.model);
   EXPECT_EQ(count(small_after_big.model, "Conv"), 1);
   EXPECT_EQ(count(small_after_big.model, "MatMul"), 0);
   EXPECT_EQ(count(big_after_small.model, "MatMul"), 1);
@@ -351,7 +387,7 @@ TEST(CpuTarget, BucketProgramsFollowTheReferenceMatMulOrConvChoice) {
   EXPECT_EQ(packed(small_after_big), packed(big));
   EXPECT_EQ(packed(big_after_small), packed(small));
   for (auto* cp : {&small_after_big, &big_after_small}) {
-    int64_t rows = cp == &small_after_big ? 4 : 16;
+    int64_t rows = cp == &small_after_big ? 1 : 16;
     Tensor a = filled({rows, 40}, 61);
     auto ref = run(compile_for(make(rows), Target::ref()), {{"a", a}}).at("y");
     auto got = run(*cp, {{"a", a}}).at("y");
@@ -830,7 +866,8 @@ TEST(CpuTarget, LayerNormSoftmaxAndAttentionMask) {
   b.output("y");
   auto cp = compile_for(b, Target::cpu());
   EXPECT_EQ(count(cp.model, "LayerNorm"), 1);
-  EXPECT_EQ(count(cp.model, "MatMul"), 1);
+  // The matmul, or on oneDNN's sgemm path its 1x1-convolution form (matmul_as_conv.cpp).
+  EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "Conv"), 1);
   EXPECT_EQ(count(cp.model, "Softmax"), 1);
   EXPECT_EQ(cp.model.main.nodes.size(), 3u);  // Div and Add are post-ops of the matmul
   expect_matches_ref(b, {{"x", filled({1, 4, 8}, 21)}, {"mask", filled({1, 1, 4}, 22)}});

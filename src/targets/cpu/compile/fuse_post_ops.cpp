@@ -102,7 +102,49 @@ class Fuser {
     const ir::Node& c = g_.nodes[j];
     if (is_cpu(c, "Eltwise")) return fuse_eltwise(i, j);
     if (is_cpu(c, "Binary")) return fuse_binary(i, j, static_cast<size_t>(u[0].input));
+    if (u[0].input == 0 && is_view(c)) return fuse_eltwise_through_view(i, j);
     return false;
+  }
+
+  /// ONNX views that keep the element order: an element-wise function commutes with them.
+  static bool is_view(const ir::Node& n) {
+    if (!(n.domain.empty() || n.domain == "ai.onnx") || n.outputs.size() != 1) return false;
+    return n.op_type == "Reshape" || n.op_type == "Flatten" || n.op_type == "Squeeze" || n.op_type == "Unsqueeze";
+  }
+
+  // Producer i -> view j -> Eltwise k (each the only use of the value before
+  // it): the activation becomes the producer's post-op and the view moves
+  // after it. HF's Conv1D (GPT-2) exports Gemm on a 2-D view -> Reshape back
+  // to 3-D -> activation, which would otherwise leave the activation a
+  // separate pass over memory (or, under 16K elements, a reference kernel).
+  bool fuse_eltwise_through_view(size_t i, size_t j) {
+    ir::ValueId w = g_.nodes[j].outputs[0];
+    if (w == ir::kNoValue || is_output(g_, w)) return false;
+    auto uses = uses_of(g_, m_.values.size());
+    if (uses[w].size() != 1 || uses[w][0].input != 0) return false;
+    const size_t k = static_cast<size_t>(uses[w][0].node);
+    const ir::Node& e = g_.nodes[k];
+    if (!is_cpu(e, "Eltwise") || e.outputs.size() != 1) return false;
+    ir::Node f = g_.nodes[i];
+    auto post = read_post_ops(f);
+    if (!append_eltwise(post, static_cast<A>(e.i("alg")), e.f("alpha", 0.f), e.f("beta", 0.f))) return false;
+    for (auto& q : read_post_ops(e))  // a second step (HardSigmoid's clip); binary operands have the view's shape
+      if (q.kind != PostOp::eltwise || !append_eltwise(post, static_cast<A>(q.alg), q.alpha, q.beta)) return false;
+    write_post_ops(f, post);
+    if (!primitive_ok(f)) return false;
+    // The producer's output now holds activated values: a value of its own, so
+    // that nothing (kiln verify, by value name) takes it for the ONNX one.
+    const ir::Value& v = m_.value(f.outputs[0]);
+    auto dims = static_dims(m_, f.outputs[0]);
+    if (!dims) return false;
+    ir::ValueId act = add_value(m_, v.name + "/" + e.name, v.dtype, *dims);
+    f.outputs[0] = act;
+    ir::ValueId y = e.outputs[0];
+    g_.nodes[i] = std::move(f);
+    g_.nodes[j].inputs[0] = act;
+    g_.nodes[j].outputs[0] = y;
+    g_.nodes.erase(g_.nodes.begin() + static_cast<std::ptrdiff_t>(k));
+    return true;
   }
 
   bool commit(size_t i, size_t j, ir::Node f, size_t extra = SIZE_MAX) {

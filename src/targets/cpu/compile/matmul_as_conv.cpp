@@ -9,8 +9,13 @@
 // Measured on 2 AVX2 cores (EPYC, oneDNN 2.6, 2 threads, minimum of 20-30
 // runs): 128x768 by 768x768 + residual add 1.16 -> 0.98 ms, 128x768 by
 // 768x3072 + GELU 4.98 -> 4.25 ms, 128x3072 by 768 and 128x768 by 2304 the
-// same; one thread 3-8% faster. With a single row (M = 1) the 1x1 kernel is
-// slower (0.047 -> 0.062 ms), hence kMinRows.
+// same; one thread 3-8% faster. With a single row (M = 1) the sgemm runs a
+// GEMV that streams the weights once and stays faster (GPT-2 decode step,
+// batch 1: 7.9 ms as matmuls, 9.5 ms as 1x1 convolutions), hence kMinRows.
+// From two rows on the sgemm copies weight panels: a decode step at batch 2
+// (optimum with-past export, M = 2) ran GPT-2 in 17.9 -> 10.1 ms, its
+// 50257-wide lm_head 11.7 -> 5.4 ms, Qwen2 9.8 -> 6.9, OPT 13.5 -> 10.1; at
+// batch 4 GPT-2 20.4 -> 12.9 ms.
 #include <map>
 #include <optional>
 #include <string>
@@ -23,8 +28,9 @@ namespace kiln::targets::cpu {
 
 namespace {
 
-/// Fewer rows than this stay a matmul: the 1x1 kernel has no width to unroll over.
-constexpr int64_t kMinRows = 8;
+/// A single row stays a matmul: oneDNN's GEMV reads plain weights as fast as
+/// the 1x1 kernel reads packed ones, with less set-up per call.
+constexpr int64_t kMinRows = 2;
 
 bool plain_2d(const md_t& md) {
   return md.data.ndims == 2 && md.data.format_kind == dnnl_blocked && md == plain_md(md.dims());
