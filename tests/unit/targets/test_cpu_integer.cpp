@@ -3,8 +3,10 @@
 // (0, 128, 255 and their int8 counterparts, per tensor / row / column /
 // channel), padding, groups and strides, every result equal bit for bit to
 // the ref target's; large sums that wrap int32; and the forms left to the
-// reference kernel. On a machine without VNNI / AMX nothing is lowered (the
-// tests check that instead).
+// reference kernel. On a machine without VNNI / AMX the products run on
+// oneDNN's float32 kernels where the weights' sums are small enough for them
+// to be exact (int8_products_exact_in_f32), else on the reference kernel; the
+// tests check which, and bit-exact results either way.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -13,6 +15,7 @@
 
 #include "cpu_test_util.h"
 #include "targets/cpu/run/cpu_kernels.h"
+#include "targets/cpu/run/int8_matmul.h"
 
 namespace kiln::testing {
 namespace {
@@ -60,6 +63,31 @@ std::string element(const Tensor& t, int64_t i) {
   if (t.dtype() == DType::u8) return std::to_string(int{t.data<uint8_t>()[i]});
   if (t.dtype() == DType::f32) return std::to_string(t.data<float>()[i]);
   return std::to_string(t.data<int32_t>()[i]);
+}
+
+/// Whether the cpu target lowers the integer product whose 8-bit weights are
+/// initializer `name` of b: always with VNNI / AMX (int8_exact_isa); else
+/// when float32 sums them exactly (int8_products_exact_in_f32, on the weights
+/// as the kernels store them: uint8 shifted by -128). `columns`: each slice
+/// [K, N] of the trailing two dims sums over K per column (MatMulInteger,
+/// DynamicQuantizeLSTM's directions), else each output channel over the rest
+/// of its dims (ConvInteger).
+bool lowered_here(ModelBuilder& b, const std::string& name, bool columns) {
+  if (targets::cpu::int8_exact_isa()) return true;
+  for (const auto& t : b.proto().graph().initializer()) {
+    if (t.name() != name) continue;
+    std::vector<int8_t> w;
+    for (char c : t.raw_data())
+      w.push_back(t.data_type() == kU8 ? static_cast<int8_t>(int{static_cast<uint8_t>(c)} - 128) : static_cast<int8_t>(c));
+    std::vector<int64_t> d(t.dims().begin(), t.dims().end());
+    if (!columns) return targets::cpu::int8_products_exact_in_f32(w.data(), d[0], numel(d) / d[0], numel(d) / d[0], 1);
+    const int64_t K = d[d.size() - 2], N = d.back();
+    for (int64_t off = 0; off < numel(d); off += K * N)
+      if (!targets::cpu::int8_products_exact_in_f32(w.data() + off, N, K, 1, N)) return false;
+    return true;
+  }
+  ADD_FAILURE() << "no initializer " << name;
+  return false;
 }
 
 /// Runs b on cpu and ref and expects every output equal byte for byte.
@@ -156,7 +184,7 @@ TEST(CpuMatMulInteger, RandomShapesTypesAndZeroPointsMatchRef) {
           s.b_zp = bzp < 0 ? -1 : zp_for(b_elem, bzp);
           std::map<std::string, Tensor> in;
           ModelBuilder b = matmul_integer(s, rng, in);
-          EXPECT_EQ(cpu_nodes(b, "MatMulInteger"), targets::cpu::int8_exact_isa() ? 1 : 0) << describe(s);
+          EXPECT_EQ(cpu_nodes(b, "MatMulInteger"), lowered_here(b, "b", true) ? 1 : 0) << describe(s);
           expect_exact(b, in, describe(s));
           ++cases;
         }
@@ -178,7 +206,7 @@ TEST(CpuMatMulInteger, PerRowAndPerColumnZeroPointsMatchRef) {
       s.b_per_column = true;
       std::map<std::string, Tensor> in;
       ModelBuilder b = matmul_integer(s, rng, in);
-      EXPECT_EQ(cpu_nodes(b, "MatMulInteger"), targets::cpu::int8_exact_isa() ? 1 : 0) << describe(s);
+      EXPECT_EQ(cpu_nodes(b, "MatMulInteger"), lowered_here(b, "b", true) ? 1 : 0) << describe(s);
       expect_exact(b, in, describe(s));
     }
 }
@@ -197,7 +225,44 @@ TEST(CpuMatMulInteger, LargeSumsWrapLikeRef) {
     s.extreme_b = extreme_b;
     std::map<std::string, Tensor> in;
     ModelBuilder b = matmul_integer(s, rng, in);
+    // Column sums of 8192 extreme weights: too large for float32 without VNNI.
+    if (!targets::cpu::int8_exact_isa()) EXPECT_FALSE(lowered_here(b, "b", true));
+    EXPECT_EQ(cpu_nodes(b, "MatMulInteger"), lowered_here(b, "b", true) ? 1 : 0) << describe(s);
     expect_exact(b, in, describe(s));
+  }
+}
+
+// The float32 bound: 255 * max column sum of |w| <= 2^24 (16777216).
+TEST(CpuMatMulInteger, Float32ExactnessBoundIsTwoToThe24) {
+  std::vector<int8_t> w127(600, 127), w128(600, -128);
+  EXPECT_TRUE(targets::cpu::int8_products_exact_in_f32(w127.data(), 1, 518, 0, 1));   // 16774530
+  EXPECT_FALSE(targets::cpu::int8_products_exact_in_f32(w127.data(), 1, 519, 0, 1));  // 16806915
+  EXPECT_TRUE(targets::cpu::int8_products_exact_in_f32(w128.data(), 1, 514, 0, 1));   // 16773120
+  EXPECT_FALSE(targets::cpu::int8_products_exact_in_f32(w128.data(), 1, 515, 0, 1));  // 16805760
+  // Per output: one column over the bound is enough to refuse.
+  std::vector<int8_t> two(2 * 600, 0);
+  for (int64_t k = 0; k < 600; ++k) two[static_cast<size_t>(k * 2 + 1)] = 127;
+  EXPECT_FALSE(targets::cpu::int8_products_exact_in_f32(two.data(), 2, 600, 1, 2));
+  EXPECT_TRUE(targets::cpu::int8_products_exact_in_f32(two.data(), 1, 600, 1, 2));
+}
+
+// At the bound's edge (all-255 A, all-127 int8 B: every sum 255 * 127 * K)
+// the products are exact on whichever kernel runs them; one row more and,
+// without VNNI, the node stays on the reference kernel.
+TEST(CpuMatMulInteger, SumsAtTheFloat32BoundAreExact) {
+  for (int64_t K : {518, 519}) {
+    ModelBuilder b(17);
+    b.input("a", kU8, {3, K});
+    int8_initializer(b, "b", kI8, {K, 5}, std::vector<int32_t>(static_cast<size_t>(K * 5), 127));
+    b.node("MatMulInteger", {"a", "b"}, {"y"});
+    b.output("y");
+    const bool here = lowered_here(b, "b", true);
+    if (!targets::cpu::int8_exact_isa()) EXPECT_EQ(here, K == 518);
+    EXPECT_EQ(cpu_nodes(b, "MatMulInteger"), here ? 1 : 0) << K;
+    std::map<std::string, Tensor> in{{"a", int8_tensor(kU8, {3, K}, std::vector<int32_t>(static_cast<size_t>(3 * K), 255))}};
+    expect_exact(b, in, "K " + std::to_string(K));
+    auto y = run_on(b, Target::cpu(), in).at("y");
+    EXPECT_EQ(y.data<int32_t>()[0], 255 * 127 * K);
   }
 }
 
@@ -287,7 +352,7 @@ TEST(CpuConvInteger, PaddedConvolutionWithZeroPointsIsLoweredAndExact) {
       s.w_zp = wzp;
       std::map<std::string, Tensor> in;
       ModelBuilder b = conv_integer(s, rng, in);
-      EXPECT_EQ(cpu_nodes(b, "ConvInteger"), targets::cpu::int8_exact_isa() ? 1 : 0) << describe(s);
+      EXPECT_EQ(cpu_nodes(b, "ConvInteger"), lowered_here(b, "w", false) ? 1 : 0) << describe(s);
       expect_exact(b, in, describe(s));
     }
 }
@@ -325,14 +390,15 @@ TEST(CpuConvInteger, RandomGeometryTypesAndZeroPointsMatchRef) {
     ModelBuilder b = conv_integer(s, rng, in);
     const int c = cpu_nodes(b, "ConvInteger");
     EXPECT_LE(c, 1) << describe(s);
+    if (!lowered_here(b, "w", false)) EXPECT_EQ(c, 0) << describe(s);
     lowered += c;
     expect_exact(b, in, describe(s));
     ++cases;
   }
   EXPECT_EQ(cases, 48);
   // Most forms run on oneDNN (a few tiny grouped ones may get only a reference kernel there).
-  if (targets::cpu::int8_exact_isa()) EXPECT_GE(lowered, 36);
-  else EXPECT_EQ(lowered, 0);
+  // Without VNNI: on the float32 convolution (these weights' sums are small).
+  EXPECT_GE(lowered, 36);
 }
 
 TEST(CpuConvInteger, NonConstantWeightsStayOnReference) {
@@ -444,7 +510,8 @@ TEST(CpuDynamicQuantizeLstm, DirectionsTypesStatesAndLengthsMatchRefBitForBit) {
         std::map<std::string, Tensor> in;
         ModelBuilder b = dq_lstm(s, rng, in);
         const std::string what = std::string(dir) + (elem == kU8 ? " u8" : " s8") + " variant " + std::to_string(variant);
-        EXPECT_EQ(cpu_nodes(b, "DynamicQuantizeLSTM"), targets::cpu::int8_exact_isa() ? 1 : 0) << what;
+        EXPECT_EQ(cpu_nodes(b, "DynamicQuantizeLSTM"), lowered_here(b, "w", true) && lowered_here(b, "r", true) ? 1 : 0)
+            << what;
         expect_exact(b, in, what);
         ++cases;
       }

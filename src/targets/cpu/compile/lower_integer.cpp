@@ -4,7 +4,10 @@
 // MatMulInteger is lowered when B is a constant 2-D uint8/int8 matrix with a constant zero
 // point (per tensor or per column), A is uint8/int8 of static shape with a
 // zero point per tensor (or per row when A is 2-D), and oneDNN multiplies int8
-// exactly here (int8_exact_isa, an optimised implementation). oneDNN takes
+// exactly here (int8_exact_isa, an optimised implementation) or, without VNNI,
+// the weights are small enough for exact float32 products
+// (int8_products_exact_in_f32: the kernels then run oneDNN's float32 matmul /
+// convolution on the 8-bit values converted). oneDNN takes
 // int8 weights only: uint8 B and its zero point are stored shifted by -128
 // (B - 128 as int8; (B - 128) - (bz - 128) = B - bz, so the products are
 // unchanged). ConvInteger is lowered for constant uint8/int8 weights with a
@@ -80,7 +83,7 @@ struct IntegerProduct {
 };
 
 std::optional<IntegerProduct> integer_product(const ir::Model& m, const ir::Node& n) {
-  if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1 || !int8_exact_isa()) return std::nullopt;
+  if (n.inputs.size() < 2 || n.inputs.size() > 4 || n.outputs.size() != 1) return std::nullopt;
   auto in = [&](size_t i) { return i < n.inputs.size() ? n.inputs[i] : ir::kNoValue; };
   IntegerProduct p;
   p.a = in(0);
@@ -123,6 +126,8 @@ std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir
   }
   // Copy the constants out before add_value (it may reallocate m.values).
   Tensor w = int8_weights(*bt), wz = int8_weight_zero(bzt, bt->dtype());
+  const bool f32 = !int8_exact_isa();  // products on oneDNN's float32 matmul (Int8Matmul)
+  if (f32 && !int8_products_exact_in_f32(w.data<int8_t>(), N, K, 1, N)) return std::nullopt;
   const std::string b_name = m.value(b).name;
   bt = bzt = nullptr;
   ir::Node c = cpu_node(n, "MatMulInteger");
@@ -134,7 +139,7 @@ std::optional<std::vector<ir::Node>> lower_matmul_integer(ir::Model& m, const ir
   c.attrs["N"] = N;
   try {
     auto pd = matmul_integer_pd(c, m);
-    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return std::nullopt;
+    if (!f32 && std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return std::nullopt;
   } catch (const Error&) {
     return std::nullopt;
   }
@@ -204,6 +209,9 @@ std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::
   for (int64_t i = 0; i < O; ++i) zc.data<int32_t>()[i] = z.data<int32_t>()[z.numel() == 1 ? 0 : i];
   const bool corrected = !all_zero_i32(zc);
   Tensor ws = conv_weights(*wt, group, corrected);
+  const bool f32 = !int8_exact_isa();  // products on oneDNN's float32 convolution (conv_integer.cpp)
+  if (f32 && !int8_products_exact_in_f32(ws.data<int8_t>(), ws.dim(0), ws.numel() / ws.dim(0), ws.numel() / ws.dim(0), 1))
+    return std::nullopt;
   const std::string w_name = m.value(w).name;
   wt = wzt = nullptr;
   ir::Node c = cpu_node(n, "ConvInteger");
@@ -216,7 +224,7 @@ std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::
   c.attrs["pads_begin"] = pb;
   c.attrs["pads_end"] = pe;
   try {
-    auto pd = conv_integer_pd(c, m);
+    auto pd = conv_integer_pd(c, m, f32);
     if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0) return std::nullopt;
   } catch (const Error&) {
     return std::nullopt;
@@ -225,8 +233,8 @@ std::optional<std::vector<ir::Node>> lower_conv_integer(ir::Model& m, const ir::
 }
 
 std::optional<std::vector<ir::Node>> lower_dynamic_quantize_lstm(ir::Model& m, const ir::Node& n) {
-  if (n.domain != "com.microsoft" || n.op_type != "DynamicQuantizeLSTM" || n.inputs.size() != 12 || !int8_exact_isa())
-    return std::nullopt;
+  if (n.domain != "com.microsoft" || n.op_type != "DynamicQuantizeLSTM" || n.inputs.size() != 12) return std::nullopt;
+  const bool f32 = !int8_exact_isa();  // products on oneDNN's float32 matmul (Int8Matmul)
   // W (1) / R (2) with their zero points (9 / 11): constant, 3-D, 8-bit, zero points typed like the weight.
   for (auto [wi, zi] : {std::pair<size_t, size_t>{1, 9}, {2, 11}}) {
     const Tensor* w = constant_of(m, n.inputs[wi]);
@@ -234,8 +242,15 @@ std::optional<std::vector<ir::Node>> lower_dynamic_quantize_lstm(ir::Model& m, c
     if (!w || !z || w->rank() != 3 || !is_int8(w->dtype()) || z->dtype() != w->dtype() || z->numel() == 0 ||
         z->numel() % w->dim(0) != 0 || w->numel() == 0)
       return std::nullopt;
+    if (f32) {  // each direction's [K, N] as the kernel stores it (int8_weights), column sums bounded
+      const Tensor s8 = int8_weights(*w);
+      const int64_t per = w->dim(1) * w->dim(2);
+      for (int64_t d = 0; d < w->dim(0); ++d)
+        if (!int8_products_exact_in_f32(s8.data<int8_t>() + d * per, w->dim(2), w->dim(1), 1, w->dim(2)))
+          return std::nullopt;
+    }
     try {
-      if (std::string(int8_matmul_pd(1, w->dim(1), w->dim(2), DType::u8).impl_info_str()).rfind("ref", 0) == 0)
+      if (!f32 && std::string(int8_matmul_pd(1, w->dim(1), w->dim(2), DType::u8).impl_info_str()).rfind("ref", 0) == 0)
         return std::nullopt;
     } catch (const dnnl::error&) {
       return std::nullopt;

@@ -11,7 +11,11 @@
 // the window, and
 //   y[m] = conv(x - xz, w')[m] - wz'[m] * conv(x - xz, 1)
 // modulo 2^32, as the reference's int32 accumulation wraps. oneDNN's int8
-// products are exact only with VNNI / AMX (int8_exact_isa). The primitive
+// products are exact only with VNNI / AMX (int8_exact_isa). Without them,
+// where the weights pass int8_products_exact_in_f32, the kernel runs oneDNN's
+// float32 convolution on x - xz converted (zero padding is then xz's) and w',
+// whose sums are exact integers there, converted to int32 by the dst reorder;
+// the correction is the same. The primitive
 // runs in the layouts oneDNN picks (blocked / channels-last: its plain-NCHW
 // int8 convolution is a reference one); the kernel reorders the plain input
 // in and the result out.
@@ -20,6 +24,7 @@
 
 #include "support/error.h"
 #include "targets/cpu/run/cpu_kernels.h"
+#include "targets/cpu/run/int8_matmul.h"
 
 namespace kiln::targets::cpu {
 
@@ -108,6 +113,24 @@ struct CiState {
   /// Corrected and oneDNN's dst is channels-last: the correction reads it
   /// directly and writes y in NCHW (no dst reorder, one pass less).
   bool fused_correction = false;
+  /// The products run on oneDNN's float32 convolution (no VNNI): x - xz is
+  /// converted to float32 plain first, the dst reorder converts to int32.
+  bool f32 = false;
+
+  /// x - xz as float32 into out (plain, like x).
+  void x_to_f32(const Tensor& x, int32_t zp, float* out) const {
+    const int64_t count = x.numel();
+    const float z = static_cast<float>(zp);
+    if (d.x_type == DType::u8) {
+      const uint8_t* p = x.data<uint8_t>();
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(p[i]) - z;
+    } else {
+      const int8_t* p = x.data<int8_t>();
+#pragma omp parallel for schedule(static) if (count > (1 << 16))
+      for (int64_t i = 0; i < count; ++i) out[i] = static_cast<float>(p[i]) - z;
+    }
+  }
 
   /// correct() from channels-last t [N, sp..., O'] straight into y [N, O, sp...],
   /// in tiles of 16 positions: each channel's row of y is written one cache
@@ -173,14 +196,19 @@ struct CiState {
       // This thread's buffers 1-3 (0 is the scratchpad): reordered x, oneDNN's dst, the plain dst before the correction.
       const bool via_plain = d.corrected && !fused_correction;
       auto* tmp = via_plain ? static_cast<int32_t*>(thread_buffer(3, md_bytes(dst_plain))) : nullptr;
-      dnnl::memory xin(src_plain, engine(), const_cast<void*>(x.raw()));
+      void* xdata = const_cast<void*>(x.raw());
+      if (f32) {  // buffer 4: x - xz in float32, plain
+        xdata = thread_buffer(4, md_bytes(src_plain));
+        x_to_f32(x, zp, static_cast<float*>(xdata));
+      }
+      dnnl::memory xin(src_plain, engine(), xdata);
       dnnl::memory xs = src_in ? dnnl::memory(src, engine(), thread_buffer(1, md_bytes(src))) : xin;
       if (src_in) src_in->execute(stream(), xin, xs);
       dnnl::memory out_plain(dst_plain, engine(), via_plain ? static_cast<void*>(tmp) : y.raw());
       dnnl::memory ys =
           dst_out || fused_correction ? dnnl::memory(dst, engine(), thread_buffer(2, md_bytes(dst))) : out_plain;
       std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, xs}, {DNNL_ARG_WEIGHTS, weights}, {DNNL_ARG_DST, ys}};
-      if (d.x_zero)
+      if (d.x_zero && !f32)
         args[DNNL_ARG_ATTR_ZERO_POINTS | DNNL_ARG_SRC] = dnnl::memory(md_t({1}, dt::s32, tag::a), engine(), &zp);
       if (scratch_bytes) args[DNNL_ARG_SCRATCHPAD] = wrap(scratch, thread_scratch(scratch_bytes));
       prim.execute(stream(), args);
@@ -196,17 +224,19 @@ struct CiState {
 
 }  // namespace
 
-dnnl::convolution_forward::primitive_desc conv_integer_pd(const ir::Node& n, const ir::Model& m) {
+dnnl::convolution_forward::primitive_desc conv_integer_pd(const ir::Node& n, const ir::Model& m, bool f32) {
   const CiDims d = ci_dims(n, m);
   const size_t sp = d.src.size() - 2;
   const dims_t strides = ints_attr(n, "strides", sp), dilates = ints_attr(n, "dilates", sp),
                pb = ints_attr(n, "pads_begin", sp), pe = ints_attr(n, "pads_end", sp);
   const dims_t wd = weight_dims(d, *m.value(n.inputs[1]).constant);
-  return guarded(n, "int8 convolution primitive descriptor", [&] {
-    md_t src(d.src, int8_type(d.x_type), tag::any), wei(wd, dt::s8, tag::any), dst(d.dst_plain, dt::s32, tag::any);
+  const char* what = f32 ? "float32 convolution primitive descriptor (int8 products)" : "int8 convolution primitive descriptor";
+  return guarded(n, what, [&] {
+    md_t src(d.src, f32 ? dt::f32 : int8_type(d.x_type), tag::any), wei(wd, f32 ? dt::f32 : dt::s8, tag::any),
+        dst(d.dst_plain, f32 ? dt::f32 : dt::s32, tag::any);
     dnnl::primitive_attr attr;
     attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-    if (d.x_zero) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
+    if (d.x_zero && !f32) attr.set_zero_points(DNNL_ARG_SRC, 0, {DNNL_RUNTIME_S32_VAL});
     dnnl::convolution_forward::desc desc(dnnl::prop_kind::forward_inference, dnnl::algorithm::convolution_direct, src,
                                          wei, dst, strides, dilates, pb, pe);
     return dnnl::convolution_forward::primitive_desc(desc, attr, engine());
@@ -216,29 +246,44 @@ dnnl::convolution_forward::primitive_desc conv_integer_pd(const ir::Node& n, con
 BoundKernel make_conv_integer(const ir::Node& n, const ir::Model& m) {
   auto st = std::make_shared<CiState>();
   st->d = ci_dims(n, m);
+  const Tensor& w = *m.value(n.inputs[1]).constant;
   auto pd = conv_integer_pd(n, m);
-  if (!int8_exact_isa() || std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
-    fail(ErrorCode::incompatible_artifact,
-         "{}: oneDNN has no int8-exact optimised convolution on this machine (ISA {}, implementation {})", n.label(),
-         onednn_isa(), pd.impl_info_str());
+  if (!int8_exact_isa() || std::string(pd.impl_info_str()).rfind("ref", 0) == 0) {
+    const int64_t per = w.numel() / std::max<int64_t>(1, w.dim(0));
+    if (!int8_products_exact_in_f32(w.data<int8_t>(), w.dim(0), per, per, 1))
+      fail(ErrorCode::incompatible_artifact,
+           "{}: oneDNN has no int8-exact optimised convolution on this machine (ISA {}, implementation {}), and the "
+           "weights' sums are too large for exact float32 products",
+           n.label(), onednn_isa(), pd.impl_info_str());
+    st->f32 = true;
+    pd = conv_integer_pd(n, m, true);
+    if (std::string(pd.impl_info_str()).rfind("ref", 0) == 0)
+      fail(ErrorCode::incompatible_artifact, "{}: oneDNN has no optimised float32 convolution for it here ({})",
+           n.label(), pd.impl_info_str());
+  }
   const CiDims& d = st->d;
   st->src = pd.src_desc();
   st->dst = pd.dst_desc();
   st->scratch = pd.scratchpad_desc();
   st->scratch_bytes = md_bytes(st->scratch);
-  st->src_plain = md_t(d.src, int8_type(d.x_type), plain_tag(d.src.size()));
+  st->src_plain = md_t(d.src, st->f32 ? dt::f32 : int8_type(d.x_type), plain_tag(d.src.size()));
   st->dst_plain = md_t(d.dst_plain, dt::s32, plain_tag(d.dst_plain.size()));
-  const Tensor& w = *m.value(n.inputs[1]).constant;
   const dims_t wd = weight_dims(d, w);
   guarded(n, "int8 convolution reorders", [&] {
-    dnnl::memory plain(md_t(wd, dt::s8, plain_tag(wd.size())), engine(), const_cast<void*>(w.raw()));
+    std::vector<float> wf;
+    if (st->f32) {
+      wf.resize(static_cast<size_t>(w.numel()));
+      for (int64_t i = 0; i < w.numel(); ++i) wf[static_cast<size_t>(i)] = static_cast<float>(w.data<int8_t>()[i]);
+    }
+    dnnl::memory plain(md_t(wd, st->f32 ? dt::f32 : dt::s8, plain_tag(wd.size())), engine(),
+                       st->f32 ? static_cast<void*>(wf.data()) : const_cast<void*>(w.raw()));
     st->weights = dnnl::memory(pd.weights_desc(), engine());
     dnnl::reorder(plain, st->weights).execute(stream(), plain, st->weights);
     stream().wait();
     if (st->src != st->src_plain) st->src_in = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), st->src_plain, engine(), st->src));
     const size_t rank = d.dst_plain.size();
     const tag cl = rank == 3 ? tag::acb : rank == 4 ? tag::acdb : tag::acdeb;
-    st->fused_correction = d.corrected && st->dst == md_t(d.dst_plain, dt::s32, cl);
+    st->fused_correction = d.corrected && !st->f32 && st->dst == md_t(d.dst_plain, dt::s32, cl);
     if (st->dst != st->dst_plain && !st->fused_correction) st->dst_out = dnnl::reorder(dnnl::reorder::primitive_desc(engine(), st->dst, engine(), st->dst_plain));
     return 0;
   });

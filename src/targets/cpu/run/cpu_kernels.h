@@ -98,10 +98,11 @@ dnnl::matmul::primitive_desc matmul_integer_pd(const ir::Node& n, const ir::Mode
 /// attributes group, strides, dilates (oneDNN's: ONNX dilation - 1),
 /// pads_begin, pads_end. With a weight zero point, w' holds after each
 /// group's O/group channels one channel of ones (O' = O + group). The
-/// primitive: src zero point at run time, layouts oneDNN picks. Throws
-/// Error(corrupt_artifact) for operands that do not match, Error(unsupported)
-/// when oneDNN refuses.
-dnnl::convolution_forward::primitive_desc conv_integer_pd(const ir::Node& n, const ir::Model& m);
+/// primitive: src zero point at run time, layouts oneDNN picks; with `f32`,
+/// the float32 convolution the kernel runs without VNNI (no zero point: the
+/// kernel subtracts it). Throws Error(corrupt_artifact) for operands that do
+/// not match, Error(unsupported) when oneDNN refuses.
+dnnl::convolution_forward::primitive_desc conv_integer_pd(const ir::Node& n, const ir::Model& m, bool f32 = false);
 
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);

@@ -168,7 +168,7 @@ void* thread_buffer(int slot, size_t bytes) {
   struct Free {
     void operator()(void* p) const { std::free(p); }
   };
-  constexpr int kSlots = 4;
+  constexpr int kSlots = 5;
   if (slot < 0 || slot >= kSlots) fail(ErrorCode::internal, "thread buffer slot {} is not in [0, {})", slot, kSlots);
   thread_local std::unique_ptr<void, Free> buf[kSlots];
   thread_local size_t cap[kSlots] = {};

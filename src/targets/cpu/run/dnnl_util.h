@@ -75,7 +75,7 @@ dnnl::primitive_attr make_attr(const ir::Node& n);
 /// A buffer of at least `bytes` owned by this thread (reused across calls):
 /// the scratchpad of the primitive running now on this thread.
 void* thread_scratch(size_t bytes);
-/// Buffer `slot` (0 to 3; 0 is thread_scratch's) of at least `bytes` owned
+/// Buffer `slot` (0 to 4; 0 is thread_scratch's) of at least `bytes` owned
 /// by this thread, reused across calls and not cleared: a kernel's temporary
 /// tensors (reordered input, output before its last pass) without an
 /// allocation, zero fill and page faults per run. Throws Error(internal) for
