@@ -33,10 +33,10 @@ def test_dynamic_quantize_lstm_runs_on_cpu_and_matches_ort(kiln, tmp_path):
     j = res.json()
     assert j["target"] == "cpu"
     reasons = {r["op"]: r["reason"] for r in j["reference_nodes"]}
-    if _int8_exact_cpu():  # the cpu target's kernel: not a reference node
-        assert "DynamicQuantizeLSTM" not in reasons, reasons
-    else:
-        assert reasons.get("DynamicQuantizeLSTM") == "no cpu kernel for com.microsoft.DynamicQuantizeLSTM", reasons
+    # The cpu target's kernel, not a reference node: its integer products on
+    # oneDNN's int8 matmul with VNNI, and without VNNI on its float32 one
+    # (exact there: these weights' sums are far below 2^24 / 255).
+    assert "DynamicQuantizeLSTM" not in reasons, reasons
     assert [o["shape"] for o in j["outputs"]] == [[6, 2, 1, 4], [2, 1, 4], [2, 1, 4]]
     so = ort.SessionOptions()
     so.intra_op_num_threads = 1

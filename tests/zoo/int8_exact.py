@@ -6,7 +6,9 @@ target's integer kernels against the ref target, bit for bit.
 The cpu program is compiled with its float operators kept on the reference kernels
 (KILN_DEBUG_CPU_SKIP), so that every difference could only come from the quantized
 operators, which run on the cpu target's kernels (checked: none of them is a
-reference node where oneDNN multiplies int8 exactly, i.e. with VNNI / AMX). Every
+reference node; with VNNI / AMX they run on oneDNN's int8 kernels, without on its
+float32 ones, exact for this model's weights: their sums reach 0.22 of the bound
+2^24 / 255). Every
 output must then equal the ref target's bit for bit on the zoo's seeded input.
 The full cpu program (float operators on oneDNN too) is run as well and its largest
 difference from ref printed (not asserted: oneDNN's float Sigmoid differs from the
@@ -31,12 +33,6 @@ REPO = Path(__file__).resolve().parents[2]
 MODEL = "ddddocr_common_old"
 QUANT_OPS = {"DynamicQuantizeLinear", "ConvInteger", "MatMulInteger", "DynamicQuantizeLSTM"}
 FLOAT_OPS = "Mul,Add,Sub,Div,Max,Min,Sigmoid,Tanh,Relu,Transpose,Concat,Split,Softmax,Gemm,MatMul,Conv,Floor,Round,Clip"
-
-
-def int8_exact_cpu() -> bool:
-    """True when this CPU has VNNI (oneDNN's int8 products are exact only there)."""
-    flags = next((ln for ln in Path("/proc/cpuinfo").read_text().splitlines() if ln.startswith("flags")), "")
-    return any(f in flags.split() for f in ("avx512_vnni", "avx_vnni"))
 
 
 def run(cmd: list[str], env: dict | None = None) -> str:
@@ -82,7 +78,7 @@ def main() -> int:
                 info = json.loads(run([kiln, "inspect", str(art), "--json"]))
                 ref_ops = {n.get("op") for n in info.get("reference_nodes", [])}
                 left = sorted(ref_ops & QUANT_OPS)
-                if int8_exact_cpu() and left:
+                if left:
                     print(f"FAIL: quantized operators left on reference kernels: {left}")
                     return 1
                 print(f"{label}: quantized operators on reference kernels: {left or 'none'}")
