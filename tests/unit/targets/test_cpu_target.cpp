@@ -184,8 +184,8 @@ ModelBuilder gemm_gelu() {
 TEST(CpuTarget, GemmWithBiasAndGeluIsOneMatMul) {
   auto cp = compile_for(gemm_gelu(), Target::cpu());
   EXPECT_EQ(cp.model.main.nodes.size(), 1u);
-  // A matmul, or on oneDNN's sgemm path its 1x1-convolution form (matmul_as_conv.cpp).
-  EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "Conv"), 1);
+  // A matmul, or on oneDNN's sgemm path kiln's SkinnyMatMul (3 rows).
+  EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "SkinnyMatMul"), 1);
   expect_matches_ref(gemm_gelu(), {{"a", filled({3, 8}, 7)}});
 }
 
@@ -208,7 +208,7 @@ TEST(CpuTarget, AnActivationAfterAReshapeOfAProductIsItsPostOp) {
     b.node(act, {"g3"}, {"y"});
     b.output("y");
     auto cp = compile_for(b, Target::cpu());
-    EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "Conv"), 1) << act;
+    EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "SkinnyMatMul"), 1) << act;  // 6 rows
     EXPECT_EQ(count(cp.model, "Eltwise"), 0) << act;
     EXPECT_EQ(count(cp.model, act, ""), 0) << act;
     EXPECT_EQ(cp.model.main.nodes.size(), 2u) << act;  // the product, then the Reshape
@@ -221,7 +221,7 @@ TEST(CpuTarget, AnActivationAfterAReshapeOfAProductIsItsPostOp) {
 // such rows alias in the cache while oneDNN's sgemm copies them). W[k][n] = 1
 // where k = n % 64, else 0, so y[i][n] = a[i][n % 64] + c[n] exactly.
 TEST(CpuTarget, PadsTheRowsOfPlainMatMulWeights) {
-  constexpr int64_t K = 64, N = 128, M = 1;  // one row: a matmul (two or more run as a 1x1 convolution)
+  constexpr int64_t K = 64, N = 128, M = 1;  // one row: a matmul (more: SkinnyMatMul or a 1x1 convolution)
   std::vector<float> w(K * N, 0.f);
   for (int64_t n = 0; n < N; ++n) w[(n % K) * N + n] = 1.f;
   ModelBuilder b;
@@ -343,14 +343,14 @@ TEST(CpuTarget, ConstantWeightMatMulsRunAs1x1ConvolutionsOnTheSgemmPath) {
   EXPECT_EQ(count(cp1.model, "MatMul"), 1);
   EXPECT_EQ(count(cp1.model, "Conv"), 0);
   expect_matches_ref(one, {{"a", filled({1, 40}, 57)}});
-  // Two rows (a decode step at batch 2) already run as a convolution.
-  ModelBuilder two;
-  two.input("a", 1, {2, 40});
-  two.initializer("w", {40, 24}, floats({40, 24}, 58));
-  two.node("MatMul", {"a", "w"}, {"y"});
-  two.output("y");
-  EXPECT_EQ(count(compile_for(two, Target::cpu()).model, "Conv"), sgemm ? 1 : 0);
-  expect_matches_ref(two, {{"a", filled({2, 40}, 59)}});
+  // Seven rows (more than SkinnyMatMul takes: test_cpu_skinny.cpp) already run as a convolution.
+  ModelBuilder seven;
+  seven.input("a", 1, {7, 40});
+  seven.initializer("w", {40, 24}, floats({40, 24}, 58));
+  seven.node("MatMul", {"a", "w"}, {"y"});
+  seven.output("y");
+  EXPECT_EQ(count(compile_for(seven, Target::cpu()).model, "Conv"), sgemm ? 1 : 0);
+  expect_matches_ref(seven, {{"a", filled({7, 40}, 59)}});
 }
 
 // Programs of one set (shape buckets) follow the reference program's choice
@@ -866,8 +866,8 @@ TEST(CpuTarget, LayerNormSoftmaxAndAttentionMask) {
   b.output("y");
   auto cp = compile_for(b, Target::cpu());
   EXPECT_EQ(count(cp.model, "LayerNorm"), 1);
-  // The matmul, or on oneDNN's sgemm path its 1x1-convolution form (matmul_as_conv.cpp).
-  EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "Conv"), 1);
+  // The matmul, or on oneDNN's sgemm path kiln's SkinnyMatMul (4 rows).
+  EXPECT_EQ(count(cp.model, "MatMul") + count(cp.model, "SkinnyMatMul"), 1);
   EXPECT_EQ(count(cp.model, "Softmax"), 1);
   EXPECT_EQ(cp.model.main.nodes.size(), 3u);  // Div and Add are post-ops of the matmul
   expect_matches_ref(b, {{"x", filled({1, 4, 8}, 21)}, {"mask", filled({1, 1, 4}, 22)}});

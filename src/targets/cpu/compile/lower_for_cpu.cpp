@@ -16,6 +16,7 @@ LowerStats lower_for_cpu(ir::Model& m, const LowerOptions& options) {
   st.views_in_place = mark_views_in_place(m);
   // Below ~16K elements a oneDNN call costs more than the work it does.
   st.restored = restore_small_elementwise(m, elementwise, 16384);
+  st.matmuls_as_skinny = matmuls_as_skinny(m, options.layout_reference);
   st.matmuls_as_conv = matmuls_as_conv(m, options.layout_reference);
   st.packed = pack_weights(m, options.layout_reference);
   passes::eliminate_dead_code(m);

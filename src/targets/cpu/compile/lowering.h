@@ -31,11 +31,12 @@ struct LowerStats {
   int concats_in_place = 0;  ///< Concat nodes whose inputs may be produced in place
   int views_in_place = 0;    ///< Reshape-like nodes whose output may alias their input
   int matmuls_as_conv = 0;   ///< MatMul nodes run as 1x1 convolutions (matmuls_as_conv)
+  int matmuls_as_skinny = 0; ///< MatMul nodes run as SkinnyMatMul (matmuls_as_skinny)
 };
 
 /// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
 /// lower_transposes, assign_layouts, mark_concat_in_place, mark_views_in_place, restore_small_elementwise,
-/// matmuls_as_conv, pack_weights, then dead-code
+/// matmuls_as_skinny, matmuls_as_conv, pack_weights, then dead-code
 /// elimination. Shapes must be inferred (infer_and_fold) before.
 /// How weights are laid out when a program is one of several sharing constants.
 struct LowerOptions {
@@ -110,7 +111,7 @@ int mark_concat_in_place(ir::Model& m);
 int mark_views_in_place(ir::Model& m);
 
 /// Rewrites each kiln.cpu.MatMul with constant weights, plain 2-D [M, K] source
-/// and [M, N] destination, at least 8 rows, that oneDNN runs on its sgemm
+/// and [M, N] destination, at least 2 rows, that oneDNN runs on its sgemm
 /// (gemm:jit: no AVX-512) as a kiln.cpu.Conv: a 1x1 convolution over a width
 /// of M in the channels-last layout (the same bytes), with weights packed
 /// into the jit 1x1 kernel's blocked layout; bias and post-ops carried over
@@ -119,6 +120,14 @@ int mark_views_in_place(ir::Model& m);
 /// of the set), a node named like one of its nodes makes the same choice, so
 /// both pack the weights alike. Run before pack_weights. Returns the number rewritten.
 int matmuls_as_conv(ir::Model& m, const ir::Model* layout_reference = nullptr);
+
+/// Rewrites each kiln.cpu.MatMul with constant weights, plain 2-D [M, K] source
+/// and [M, N] destination, 2 to kMaxSkinnyRows rows, that oneDNN runs on its
+/// sgemm (no AVX-512), as a kiln.cpu.SkinnyMatMul (kiln's own kernel: weights
+/// packed in panels of 16 columns, read once per call); bias and post-ops
+/// carried over. With `layout_reference`, only nodes whose namesake there is a
+/// SkinnyMatMul. Run before matmuls_as_conv. Returns the number rewritten.
+int matmuls_as_skinny(ir::Model& m, const ir::Model* layout_reference = nullptr);
 
 /// Reorders each constant weight of Conv / MatMul into the layout its
 /// primitive wants (chosen by oneDNN for the final source/destination

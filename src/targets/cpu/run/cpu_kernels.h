@@ -104,6 +104,27 @@ dnnl::matmul::primitive_desc matmul_integer_pd(const ir::Node& n, const ir::Mode
 /// not match, Error(unsupported) when oneDNN refuses.
 dnnl::convolution_forward::primitive_desc conv_integer_pd(const ir::Node& n, const ir::Model& m, bool f32 = false);
 
+/// kiln.cpu.SkinnyMatMul (run/skinny_matmul.cpp): inputs (A f32 of M * K
+/// values, rows of K; W packed by pack_skinny_weights; [bias f32 [N]];
+/// post-op operands...), output f32 of M * N values; attributes M, K, N,
+/// [md.bias], post-ops with md.post<i> over a plain [M, N] dst. kiln's own
+/// kernel for products of a few rows by constant weights. Throws
+/// Error(corrupt_artifact) for operands that do not match.
+BoundKernel make_skinny_matmul(const ir::Node& n, const ir::Model& m);
+/// Rows one pass of the SkinnyMatMul kernel keeps in registers; more rows are
+/// taken in groups of this many (each reading the weights again).
+constexpr int64_t kMaxSkinnyRows = 6;
+/// The primitive that applies a SkinnyMatMul's post-ops in place: dst + 0
+/// over its plain [M, N] dst, the node's post-op chain attached. Throws
+/// Error(unsupported) naming the node when oneDNN refuses.
+dnnl::binary::primitive_desc skinny_post_pd(const ir::Node& n);
+/// The float32 count of W [K, N] packed for SkinnyMatMul: N rounded up to 16.
+int64_t skinny_packed_size(int64_t K, int64_t N);
+/// W (element (k, n) at w[k * k_stride + n * n_stride]) packed for
+/// SkinnyMatMul: panels of 16 columns, each K x 16 contiguous, the last
+/// padded with zeros; a 1-D f32 tensor of skinny_packed_size(K, N) values.
+Tensor pack_skinny_weights(const float* w, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride);
+
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);
 BoundKernel make_pool(const ir::Node& n, const ir::Model& m);

@@ -10,7 +10,7 @@ KernelFactory find_factory(std::string_view op_type) {
       {"Conv", make_conv},       {"MatMul", make_matmul},       {"Pool", make_pool},
       {"Eltwise", make_eltwise}, {"Binary", make_binary},       {"Softmax", make_softmax},
       {"LayerNorm", make_layernorm}, {"Reorder", make_reorder}, {"Concat", make_concat},
-      {"Resample", make_resample}, {"LSTM", make_lstm},
+      {"Resample", make_resample}, {"LSTM", make_lstm}, {"SkinnyMatMul", make_skinny_matmul},
       {"MatMulInteger", make_matmul_integer}, {"ConvInteger", make_conv_integer},
       {"DynamicQuantizeLSTM", make_dynamic_quantize_lstm}, {"DynamicQuantizeLinear", make_dynamic_quantize_linear},
   };
