@@ -42,6 +42,7 @@ class Layouts {
     std::vector<ir::Node> nodes = std::move(g_.nodes);
     g_.nodes.clear();
     for (auto& n : nodes) {
+      if (is_cpu(n, "GroupConv") && place_group_conv(n)) continue;
       if (is_cpu(n, "Conv") && place_channels_last(n)) continue;
       if (flexible(n) && place_flexible(n)) continue;
       if (is_slice(n) && place_slice(n)) continue;
@@ -165,6 +166,22 @@ class Layouts {
   }
 
   // ---- nodes ----
+  /// kiln.cpu.GroupConv reads and writes only the blocked layout.
+  bool place_group_conv(ir::Node& n) {
+    ir::ValueId x = n.inputs[0], y = n.outputs[0];
+    // group_convs made it for this machine's block and 4-D float32 values: nothing else can read it.
+    KILN_CHECK(rank_ok(x) && rank_ok(y) && n.i("block", 0) == block_, "{}: a GroupConv for block {} here ({})",
+               n.label(), n.i("block", 0), block_);
+    ir::Node b = n;
+    set_md_attr(b, "md.src", blocked_of(x));
+    set_md_attr(b, "md.dst", blocked_of(y));
+    b.inputs[0] = ensure_blocked(x);
+    b.outputs[0] = new_blocked_value(y);
+    pending_plain_.insert(y);
+    g_.nodes.push_back(std::move(b));
+    return true;
+  }
+
   void place_plain(ir::Node n) {
     for (auto& id : n.inputs) ensure_plain(id);
     std::vector<ir::ValueId> inner;

@@ -9,6 +9,7 @@ LowerStats lower_for_cpu(ir::Model& m, const LowerOptions& options) {
   std::vector<Lowered> elementwise;
   st.lowered = lower_ops(m, &elementwise);
   st.fused = fuse_post_ops(m);
+  st.group_convs = group_convs(m);
   st.views_folded = fold_matmul_views(m);
   st.transposes = lower_transposes(m);
   st.reorders = assign_layouts(m, !options.size_independent_weights, options.batch_independent_weights);

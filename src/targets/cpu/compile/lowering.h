@@ -32,9 +32,10 @@ struct LowerStats {
   int views_in_place = 0;    ///< Reshape-like nodes whose output may alias their input
   int matmuls_as_conv = 0;   ///< MatMul nodes run as 1x1 convolutions (matmuls_as_conv)
   int matmuls_as_skinny = 0; ///< MatMul nodes run as SkinnyMatMul (matmuls_as_skinny)
+  int group_convs = 0;       ///< Conv nodes run as GroupConv (group_convs)
 };
 
-/// The whole cpu lowering, in order: lower_ops, fuse_post_ops, fold_matmul_views,
+/// The whole cpu lowering, in order: lower_ops, fuse_post_ops, group_convs, fold_matmul_views,
 /// lower_transposes, assign_layouts, mark_concat_in_place, mark_views_in_place, restore_small_elementwise,
 /// matmuls_as_skinny, matmuls_as_conv, pack_weights, then dead-code
 /// elimination. Shapes must be inferred (infer_and_fold) before.
@@ -120,6 +121,13 @@ int mark_views_in_place(ir::Model& m);
 /// of the set), a node named like one of its nodes makes the same choice, so
 /// both pack the weights alike. Run before pack_weights. Returns the number rewritten.
 int matmuls_as_conv(ir::Model& m, const ir::Model* layout_reference = nullptr);
+
+/// Rewrites each 2-D kiln.cpu.Conv with constant weights whose groups are 2 or
+/// 4 channels wide on both sides (channels a multiple of the channel block),
+/// with no post-op but a ReLU, as a kiln.cpu.GroupConv (kiln's own kernel on
+/// blocked activations; weights packed here). Run before assign_layouts.
+/// Returns the number rewritten.
+int group_convs(ir::Model& m);
 
 /// Rewrites each kiln.cpu.MatMul with constant weights, plain 2-D [M, K] source
 /// and [M, N] destination, 2 to kMaxSkinnyRows rows, that oneDNN runs on its

@@ -118,6 +118,18 @@ constexpr int64_t kMaxSkinnyRows = 6;
 /// over its plain [M, N] dst, the node's post-op chain attached. Throws
 /// Error(unsupported) naming the node when oneDNN refuses.
 dnnl::binary::primitive_desc skinny_post_pd(const ir::Node& n);
+/// kiln.cpu.GroupConv (run/group_conv.cpp): a 2-D convolution over groups of
+/// `width` (2 or 4) input and output channels; inputs (x, weights packed by
+/// pack_group_conv_weights, [bias f32 [C]]), output; x and y channel-blocked
+/// (nChw<block>c, block 8 or 16: the flat [bytes/4] values of the layout
+/// pass); attributes shape (N, C, H, W, OH, OW, KH, KW), strides, dilations
+/// (ONNX's), pads_begin, width, block, relu. Throws Error(corrupt_artifact)
+/// for attributes or weights that do not match.
+BoundKernel make_group_conv(const ir::Node& n, const ir::Model& m);
+/// ONNX Conv weights [C, width, KH, KW] (C output channels, groups of
+/// `width`) packed for GroupConv: per 8 output channels, per tap, per
+/// in-group input channel j, the 8 channels' weights; C * width * KH * KW values.
+Tensor pack_group_conv_weights(const float* w, int64_t C, int64_t width, int64_t KH, int64_t KW);
 /// The float32 count of W [K, N] packed for SkinnyMatMul: N rounded up to 16.
 int64_t skinny_packed_size(int64_t K, int64_t N);
 /// W (element (k, n) at w[k * k_stride + n * n_stride]) packed for

@@ -11,6 +11,7 @@ KernelFactory find_factory(std::string_view op_type) {
       {"Eltwise", make_eltwise}, {"Binary", make_binary},       {"Softmax", make_softmax},
       {"LayerNorm", make_layernorm}, {"Reorder", make_reorder}, {"Concat", make_concat},
       {"Resample", make_resample}, {"LSTM", make_lstm}, {"SkinnyMatMul", make_skinny_matmul},
+      {"GroupConv", make_group_conv},
       {"MatMulInteger", make_matmul_integer}, {"ConvInteger", make_conv_integer},
       {"DynamicQuantizeLSTM", make_dynamic_quantize_lstm}, {"DynamicQuantizeLinear", make_dynamic_quantize_linear},
   };
