@@ -80,5 +80,31 @@ TEST(CpuInstanceNorm, PerChannelAffineAgainstRef) {
   expect_cpu_matches_ref(instance_norm({1, 24, 4, 3, 5}, s, t), wave({1, 24, 4, 3, 5}, 0.23f, 1.f));  // 3-D
 }
 
+// T5's RMSNorm as exported: x * 1 / sqrt(mean(Pow(x, 2)) + eps) * w. The
+// square runs on oneDNN (eltwise square: x * x correctly rounded, checked
+// bit for bit; the reference's powf within an ulp of it); another exponent
+// stays on the reference kernel.
+TEST(CpuRmsNorm, PowTwoIsTheCorrectlyRoundedSquare) {
+  for (float exponent : {2.f, 3.f}) {
+    ModelBuilder b;
+    b.input("x", 1, {2, 16, 512});  // 16K elements: at the size oneDNN takes element-wise work
+    b.initializer("e", {}, {exponent});
+    b.node("Pow", {"x", "e"}, {"y"});
+    b.output("y");
+    EXPECT_EQ(cpu_nodes(b, "Eltwise"), exponent == 2.f ? 1 : 0) << exponent;
+    const Tensor x = wave({2, 16, 512}, 0.37f, 3.f);
+    const Tensor want = run_on(b, Target::ref(), {{"x", x}}).at("y");
+    const Tensor got = run_on(b, Target::cpu(), {{"x", x}}).at("y");
+    ASSERT_EQ(got.numel(), want.numel());
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      const double v = x.data<float>()[i];
+      const float r = want.data<float>()[i], c = got.data<float>()[i];
+      if (exponent == 2.f) ASSERT_EQ(c, static_cast<float>(v * v)) << "[" << i << "]";  // the product is exact in double
+      else ASSERT_EQ(c, r) << "[" << i << "]";  // the same reference kernel
+      ASSERT_LE(std::fabs(c - r), std::fabs(r) * 0x1p-23f) << exponent << " [" << i << "]";
+    }
+  }
+}
+
 }  // namespace
 }  // namespace kiln::testing
