@@ -16,6 +16,7 @@
 #pragma once
 #include <omp.h>
 
+#include <optional>
 #include <string_view>
 
 #include "targets/cpu/run/dnnl_util.h"
@@ -136,6 +137,11 @@ int64_t skinny_packed_size(int64_t K, int64_t N);
 /// SkinnyMatMul: panels of 16 columns, each K x 16 contiguous, the last
 /// padded with zeros; a 1-D f32 tensor of skinny_packed_size(K, N) values.
 Tensor pack_skinny_weights(const float* w, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride);
+
+/// kiln's own kernel for a kiln.cpu.Pool node that max-pools 2-D activations
+/// in matching nChw8c / nChw16c layouts (channels a multiple of the block,
+/// no post-ops; run/max_pool.cpp), else nullopt (oneDNN's pooling).
+std::optional<BoundKernel> make_blocked_max_pool(const ir::Node& n);
 
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
 BoundKernel make_matmul(const ir::Node& n, const ir::Model& m);

@@ -24,6 +24,7 @@ dnnl::pooling_v2_forward::primitive_desc pool_pd(const ir::Node& n) {
 }
 
 BoundKernel make_pool(const ir::Node& n, const ir::Model& m) {
+  if (auto own = make_blocked_max_pool(n)) return std::move(*own);  // max_pool.cpp
   bool single = node_single_threaded(n);
   auto pd = with_threads(single, [&] { return pool_pd(n); });
   expect_same_md(n, "destination layout", pd.dst_desc(), md_attr(n, "md.dst"));
