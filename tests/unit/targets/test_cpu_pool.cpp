@@ -81,6 +81,27 @@ TEST(CpuMaxPool, BlockedMaxPoolsMatchRefBitForBit) {
   }
 }
 
+// A pool on the model's input is plain NCHW (nothing blocked before it):
+// the same kernel, one channel plane at a time.
+TEST(CpuMaxPool, PlainMaxPoolsMatchRefBitForBit) {
+  for (int64_t ceil : {0, 1}) {
+    ModelBuilder b;
+    b.input("x", 1, {1, 5, 13, 15});
+    auto& n = b.node("MaxPool", {"x"}, {"y"});
+    ModelBuilder::attr_ints(n, "kernel_shape", {3, 3});
+    ModelBuilder::attr_ints(n, "strides", {2, 2});
+    ModelBuilder::attr_ints(n, "pads", {1, 0, 0, 1});
+    ModelBuilder::attr_int(n, "ceil_mode", ceil);
+    b.output("y");
+    EXPECT_TRUE(own_kernel(b)) << ceil;
+    const Tensor x = ramp({1, 5, 13, 15}, 42);
+    const Tensor want = run_on(b, Target::ref(), {{"x", x}}).at("y");
+    const Tensor got = run_on(b, Target::cpu(), {{"x", x}}).at("y");
+    ASSERT_EQ(got.shape(), want.shape());
+    for (int64_t i = 0; i < want.numel(); ++i) ASSERT_EQ(got.data<float>()[i], want.data<float>()[i]) << ceil << " [" << i << "]";
+  }
+}
+
 TEST(CpuMaxPool, AveragePoolsStayOneDnns) {
   PoolCase p;
   p.op = "AveragePool";

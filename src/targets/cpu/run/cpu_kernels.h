@@ -139,8 +139,9 @@ int64_t skinny_packed_size(int64_t K, int64_t N);
 Tensor pack_skinny_weights(const float* w, int64_t K, int64_t N, int64_t k_stride, int64_t n_stride);
 
 /// kiln's own kernel for a kiln.cpu.Pool node that max-pools 2-D activations
-/// in matching nChw8c / nChw16c layouts (channels a multiple of the block,
-/// no post-ops; run/max_pool.cpp), else nullopt (oneDNN's pooling).
+/// in matching nChw8c / nChw16c layouts (channels a multiple of the block)
+/// or plain NCHW ones, without post-ops (run/max_pool.cpp), else nullopt
+/// (oneDNN's pooling).
 std::optional<BoundKernel> make_blocked_max_pool(const ir::Node& n);
 
 BoundKernel make_conv(const ir::Node& n, const ir::Model& m);
