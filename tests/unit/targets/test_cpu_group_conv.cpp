@@ -8,31 +8,10 @@
 
 #include <cmath>
 
-#include "artifact/artifact.h"
 #include "cpu_test_util.h"
-#include "kiln/errors.h"
-#include "runtime/program.h"
-#include "targets/host.h"
 
 namespace kiln::testing {
 namespace {
-
-std::vector<float> seeded(int64_t n, uint32_t seed) {
-  std::vector<float> v(static_cast<size_t>(n));
-  uint32_t s = seed * 2654435761u + 11;
-  for (auto& x : v) {
-    s = s * 1664525u + 1013904223u;
-    x = static_cast<float>(s >> 8) / 8388608.0f - 1.0f;
-  }
-  return v;
-}
-
-Tensor input(std::vector<int64_t> shape, uint32_t seed) {
-  Tensor t(DType::f32, shape);
-  auto v = seeded(t.numel(), seed);
-  std::copy(v.begin(), v.end(), t.data<float>());
-  return t;
-}
 
 struct Gc {
   int64_t N = 1, C = 16, H = 9, W = 11, width = 4, out_width = 4, k = 3;
@@ -53,10 +32,10 @@ ModelBuilder model(const Gc& g) {
   const int64_t groups = g.C / g.width, O = groups * g.out_width;
   ModelBuilder b;
   b.input("x", 1, {g.N, g.C, g.H, g.W});
-  b.initializer("w", {O, g.width, g.k, g.k}, seeded(O * g.width * g.k * g.k, 21));
+  b.initializer("w", {O, g.width, g.k, g.k}, seeded_values({O * g.width * g.k * g.k}, 21));
   std::vector<std::string> ins{"x", "w"};
   if (g.bias) {
-    b.initializer("b", {O}, seeded(O, 22));
+    b.initializer("b", {O}, seeded_values({O}, 22));
     ins.push_back("b");
   }
   auto& c = b.node("Conv", ins, {"c"});
@@ -104,7 +83,7 @@ TEST(CpuGroupConv, NarrowGroupsRunOnItAndMatchRef) {
     ModelBuilder b = model(g);
     EXPECT_EQ(cpu_nodes(b, "GroupConv"), 1) << describe(g);
     EXPECT_EQ(cpu_nodes(b, "Conv"), 0) << describe(g);
-    expect_close_to_ref(b, input({g.N, g.C, g.H, g.W}, 30), describe(g));
+    expect_close_to_ref(b, seeded({g.N, g.C, g.H, g.W}, 30), describe(g));
   }
 }
 
@@ -119,7 +98,7 @@ TEST(CpuGroupConv, OtherFormsStayOneDnnsAndMatchRef) {
   for (const Gc& g : {residual, eight, uneven}) {
     ModelBuilder b = model(g);
     EXPECT_EQ(cpu_nodes(b, "GroupConv"), 0) << describe(g);
-    expect_close_to_ref(b, input({g.N, g.C, g.H, g.W}, 31), describe(g));
+    expect_close_to_ref(b, seeded({g.N, g.C, g.H, g.W}, 31), describe(g));
   }
 }
 
@@ -127,28 +106,14 @@ TEST(CpuGroupConv, ArtifactRoundTripAndCorruptNodeRefused) {
   Gc g;
   g.C = 32;
   ModelBuilder b = model(g);
-  auto bytes = b.bytes();
-  artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::bind_input_shapes(cp.model, {});
-  SessionOptions opt;
-  opt.target = Target::cpu();
-  targets::run_pipeline(cp, opt);
-  cp.compat = targets::host_facts(opt.target);
-  const std::map<std::string, Tensor> in{{"x", input({1, 32, 9, 11}, 32)}};
-  const Tensor y = Program(cp).run(in, 0).at("y");
-  auto art = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(cp));
-  const Tensor back = Program(artifact::read_bytes(art, "test")).run(in, 0).at("y");
-  ASSERT_EQ(back.numel(), y.numel());
-  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(back.data<float>()[i], y.data<float>()[i]) << i;
+  auto cp = compile_cpu(b);
+  const std::map<std::string, Tensor> in{{"x", seeded({1, 32, 9, 11}, 32)}};
+  expect_artifact_round_trip(cp, in, "y");
+  std::string name;
   for (auto& n : cp.model.main.nodes)
-    if (n.op_type == "GroupConv") n.attrs["width"] = int64_t{3};
-  try {
-    Program(std::move(cp)).run(in, 0);
-    FAIL() << "a GroupConv of width 3 ran";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::corrupt_artifact) << e.what();
-  }
+    if (n.op_type == "GroupConv") n.attrs["width"] = int64_t{3}, name = n.name;
+  ASSERT_FALSE(name.empty());
+  expect_refused_as_corrupt(std::move(cp), in, name);
 }
 
 }  // namespace

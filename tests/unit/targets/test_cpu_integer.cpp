@@ -14,6 +14,7 @@
 #include <random>
 
 #include "cpu_test_util.h"
+#include "kiln/errors.h"
 #include "targets/cpu/run/cpu_kernels.h"
 #include "targets/cpu/run/int8_matmul.h"
 
@@ -264,6 +265,33 @@ TEST(CpuMatMulInteger, SumsAtTheFloat32BoundAreExact) {
     auto y = run_on(b, Target::cpu(), in).at("y");
     EXPECT_EQ(y.data<int32_t>()[0], 255 * 127 * K);
   }
+}
+
+// An artifact made on a VNNI machine holds int8 products whatever their
+// sums; loaded where oneDNN's int8 is not exact, weights past the float32
+// bound are refused naming the node (with VNNI they run on oneDNN's int8).
+TEST(CpuMatMulInteger, WeightsPastTheFloat32BoundAreRefusedWithoutVnni) {
+  ir::Node n;
+  n.op_type = "MatMulInteger";
+  n.domain = "kiln.cpu";
+  n.name = "big_sums";
+  std::vector<int8_t> b(static_cast<size_t>(600 * 3), 127);  // column sums 255 * 127 * 600 > 2^24
+  if (targets::cpu::int8_exact_isa()) {
+    targets::cpu::Int8Matmul mm(n, 2, 600, 3, DType::u8, b.data(), {});
+    EXPECT_FALSE(mm.in_f32());
+    return;
+  }
+  try {
+    targets::cpu::Int8Matmul mm(n, 2, 600, 3, DType::u8, b.data(), {});
+    FAIL() << "weights past the float32 bound were accepted without VNNI";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::incompatible_artifact) << e.what();
+    EXPECT_NE(std::string(e.what()).find("big_sums"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("too large for exact float32"), std::string::npos) << e.what();
+  }
+  std::vector<int8_t> small(static_cast<size_t>(600 * 3), 1);  // within the bound: float32 products
+  targets::cpu::Int8Matmul ok(n, 2, 600, 3, DType::u8, small.data(), {});
+  EXPECT_TRUE(ok.in_f32());
 }
 
 TEST(CpuMatMulInteger, NonConstantWeightsStayOnReference) {

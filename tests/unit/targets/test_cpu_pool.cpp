@@ -4,22 +4,11 @@
 // nodes it takes (max over matching blocked layouts) and which stay oneDNN's.
 #include <gtest/gtest.h>
 
-#include "artifact/artifact.h"
 #include "cpu_test_util.h"
 #include "targets/cpu/run/cpu_kernels.h"
 
 namespace kiln::testing {
 namespace {
-
-Tensor ramp(const std::vector<int64_t>& shape, uint32_t seed) {
-  Tensor t(DType::f32, shape);
-  uint32_t s = seed * 2654435761u + 3;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.data<float>()[i] = static_cast<float>(s >> 8) / 8388608.0f - 1.0f;
-  }
-  return t;
-}
 
 struct PoolCase {
   int64_t C = 16, H = 13, W = 15, k = 3, stride = 2, dilation = 1;
@@ -48,13 +37,7 @@ ModelBuilder model(const PoolCase& p) {
 
 /// Whether the pool node of b's cpu program runs on kiln's own kernel.
 bool own_kernel(const ModelBuilder& b) {
-  auto bytes = b.bytes();
-  artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::bind_input_shapes(cp.model, {});
-  SessionOptions opt;
-  opt.target = Target::cpu();
-  targets::run_pipeline(cp, opt);
+  const auto cp = compile_cpu(b);
   for (auto& n : cp.model.main.nodes)
     if (n.op_type == "Pool" && n.domain == "kiln.cpu") return targets::cpu::make_blocked_max_pool(n).has_value();
   ADD_FAILURE() << "no kiln.cpu.Pool";
@@ -73,7 +56,7 @@ TEST(CpuMaxPool, BlockedMaxPoolsMatchRefBitForBit) {
     const std::string what = "k " + std::to_string(p.k) + " s " + std::to_string(p.stride) + " d " +
                              std::to_string(p.dilation) + " ceil " + std::to_string(p.ceil) + " C " + std::to_string(p.C);
     EXPECT_TRUE(own_kernel(b)) << what;
-    const Tensor x = ramp({1, p.C, p.H, p.W}, 40);
+    const Tensor x = seeded({1, p.C, p.H, p.W}, 40);
     const Tensor want = run_on(b, Target::ref(), {{"x", x}}).at("y");
     const Tensor got = run_on(b, Target::cpu(), {{"x", x}}).at("y");
     ASSERT_EQ(got.shape(), want.shape()) << what;
@@ -94,7 +77,7 @@ TEST(CpuMaxPool, PlainMaxPoolsMatchRefBitForBit) {
     ModelBuilder::attr_int(n, "ceil_mode", ceil);
     b.output("y");
     EXPECT_TRUE(own_kernel(b)) << ceil;
-    const Tensor x = ramp({1, 5, 13, 15}, 42);
+    const Tensor x = seeded({1, 5, 13, 15}, 42);
     const Tensor want = run_on(b, Target::ref(), {{"x", x}}).at("y");
     const Tensor got = run_on(b, Target::cpu(), {{"x", x}}).at("y");
     ASSERT_EQ(got.shape(), want.shape());
@@ -107,7 +90,7 @@ TEST(CpuMaxPool, AveragePoolsStayOneDnns) {
   p.op = "AveragePool";
   ModelBuilder b = model(p);
   EXPECT_FALSE(own_kernel(b));
-  const Tensor x = ramp({1, p.C, p.H, p.W}, 41);
+  const Tensor x = seeded({1, p.C, p.H, p.W}, 41);
   const Tensor want = run_on(b, Target::ref(), {{"x", x}}).at("y");
   const Tensor got = run_on(b, Target::cpu(), {{"x", x}}).at("y");
   for (int64_t i = 0; i < want.numel(); ++i) ASSERT_NEAR(got.data<float>()[i], want.data<float>()[i], 1e-6) << i;

@@ -7,30 +7,11 @@
 
 #include <cmath>
 
-#include "artifact/artifact.h"
 #include "cpu_test_util.h"
-#include "kiln/errors.h"
-#include "runtime/program.h"
 #include "targets/cpu/run/cpu_kernels.h"
-#include "targets/host.h"
 
 namespace kiln::testing {
 namespace {
-
-Tensor seeded(std::vector<int64_t> shape, uint32_t seed) {
-  Tensor t(DType::f32, shape);
-  uint32_t s = seed * 2654435761u + 7;
-  for (int64_t i = 0; i < t.numel(); ++i) {
-    s = s * 1664525u + 1013904223u;
-    t.data<float>()[i] = static_cast<float>(s >> 8) / 8388608.0f - 1.0f;
-  }
-  return t;
-}
-
-std::vector<float> values(std::vector<int64_t> shape, uint32_t seed) {
-  Tensor t = seeded(shape, seed);
-  return {t.data<float>(), t.data<float>() + t.numel()};
-}
 
 /// True when oneDNN runs a [M, K] x [K, N] f32 matmul on its sgemm here (no
 /// AVX-512): the only machines where kiln uses SkinnyMatMul.
@@ -42,18 +23,6 @@ bool sgemm_here(int64_t M, int64_t K, int64_t N) {
   targets::cpu::set_md_attr(probe, "md.wei", targets::cpu::plain_md({K, N}));
   targets::cpu::set_md_attr(probe, "md.dst", targets::cpu::plain_md({M, N}));
   return std::string(targets::cpu::matmul_pd(probe).impl_info_str()).find("gemm") != std::string::npos;
-}
-
-artifact::CompiledProgram compile_cpu(const ModelBuilder& b) {
-  auto bytes = b.bytes();
-  artifact::CompiledProgram cp;
-  cp.model = onnx_import::import_bytes(bytes.data(), bytes.size(), ".", "test");
-  passes::bind_input_shapes(cp.model, {});
-  SessionOptions opt;
-  opt.target = Target::cpu();
-  targets::run_pipeline(cp, opt);
-  cp.compat = targets::host_facts(opt.target);
-  return cp;
 }
 
 /// Every output of b on cpu within 1e-5 + 1e-5 |ref| of the ref target's.
@@ -74,8 +43,8 @@ void expect_close_to_ref(const ModelBuilder& b, const std::map<std::string, Tens
 ModelBuilder product(int64_t M, int64_t K, int64_t N, bool trans_b, bool bias) {
   ModelBuilder b;
   b.input("a", 1, {M, K});
-  b.initializer("w", trans_b ? std::vector<int64_t>{N, K} : std::vector<int64_t>{K, N}, values({K, N}, 3));
-  if (bias) b.initializer("c", {N}, values({N}, 4));
+  b.initializer("w", trans_b ? std::vector<int64_t>{N, K} : std::vector<int64_t>{K, N}, seeded_values({K, N}, 3));
+  if (bias) b.initializer("c", {N}, seeded_values({N}, 4));
   if (trans_b || bias) {
     auto& g = b.node("Gemm", bias ? std::vector<std::string>{"a", "w", "c"} : std::vector<std::string>{"a", "w"}, {"y"});
     ModelBuilder::attr_int(g, "transB", trans_b ? 1 : 0);
@@ -107,8 +76,8 @@ TEST(CpuSkinnyMatMul, BiasAndPostOpsAreCarriedOver) {
   ModelBuilder b;
   b.input("a", 1, {M, K});
   b.input("r", 1, {M, N});
-  b.initializer("w", {K, N}, values({K, N}, 5));
-  b.initializer("c", {N}, values({N}, 6));
+  b.initializer("w", {K, N}, seeded_values({K, N}, 5));
+  b.initializer("c", {N}, seeded_values({N}, 6));
   b.initializer("half", {}, {0.5f});
   b.node("Gemm", {"a", "w", "c"}, {"g"});
   b.node("Relu", {"g"}, {"h"});
@@ -124,7 +93,7 @@ TEST(CpuSkinnyMatMul, BiasAndPostOpsAreCarriedOver) {
   Tensor a = seeded({M, K}, 7), r = seeded({M, N}, 8);
   expect_close_to_ref(b, {{"a", a}, {"r", r}}, "post-ops");
   // By hand for one element: y[1][3] = 0.5 * (max(0, sum_k a[1][k] w[k][3] + c[3]) + r[1][3]).
-  auto w = values({K, N}, 5), c = values({N}, 6);
+  auto w = seeded_values({K, N}, 5), c = seeded_values({N}, 6);
   double acc = c[3];
   for (int64_t k = 0; k < K; ++k) acc += static_cast<double>(a.data<float>()[K + k]) * w[static_cast<size_t>(k * N + 3)];
   const double want = 0.5 * (std::max(0.0, acc) + r.data<float>()[N + 3]);
@@ -139,20 +108,11 @@ TEST(CpuSkinnyMatMul, ArtifactRoundTripAndCorruptNodeRefused) {
   ASSERT_EQ(cp.model.main.nodes.size(), 1u);
   ASSERT_EQ(cp.model.main.nodes[0].op_type, "SkinnyMatMul");
   const std::map<std::string, Tensor> in{{"a", seeded({3, 200}, 9)}};
-  const Tensor y = Program(cp).run(in, 0).at("y");
-  auto bytes = std::make_shared<const std::vector<uint8_t>>(artifact::serialize(cp));
-  const Tensor back = Program(artifact::read_bytes(bytes, "test")).run(in, 0).at("y");
-  ASSERT_EQ(back.numel(), y.numel());
-  for (int64_t i = 0; i < y.numel(); ++i) ASSERT_EQ(back.data<float>()[i], y.data<float>()[i]) << i;
+  expect_artifact_round_trip(cp, in, "y");
   // A node whose N disagrees with its packed weights: refused at load, naming it.
   auto bad = cp;
   bad.model.main.nodes[0].attrs["N"] = int64_t{71};
-  try {
-    Program(std::move(bad)).run(in, 0);
-    FAIL() << "a corrupt SkinnyMatMul ran";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), ErrorCode::corrupt_artifact) << e.what();
-  }
+  expect_refused_as_corrupt(std::move(bad), in, cp.model.main.nodes[0].name);
 }
 
 }  // namespace

@@ -80,6 +80,7 @@ bool has_avx2_fma() { return __builtin_cpu_supports("avx2") && __builtin_cpu_sup
 struct SkinnyState {
   int64_t M = 0, K = 0, N = 0;
   bool bias = false, single = false;
+  bool fast = false;  ///< AVX2 + FMA here (decided at load)
   std::vector<int64_t> out_shape;
   /// dst + 0 with the node's post-ops, in place; absent without post-ops.
   std::optional<dnnl::binary> post;
@@ -89,7 +90,6 @@ struct SkinnyState {
 
   void product(const float* a, const float* w, const float* b, float* c) const {
     const int64_t panels = (N + kPanel - 1) / kPanel;
-    const bool fast = has_avx2_fma();
 #pragma omp parallel for schedule(static) if (!single && panels > 1)
     for (int64_t p = 0; p < panels; ++p) {
       const int64_t col0 = p * kPanel, cols = std::min(kPanel, N - col0);
@@ -179,6 +179,7 @@ BoundKernel make_skinny_matmul(const ir::Node& n, const ir::Model& m) {
     fail(ErrorCode::corrupt_artifact, "{}: packed weights '{}' do not hold {} x {} values in 16-column panels",
          n.label(), w.name, st->K, st->N);
   st->single = 2.0 * static_cast<double>(st->M * st->N * st->K) < 1e6;
+  st->fast = has_avx2_fma();
   auto post = read_post_ops(n);
   if (!post.empty()) {
     st->dst_md = plain_md({st->M, st->N});
