@@ -22,7 +22,9 @@
 // already kept is above iou_threshold (default 0), until
 // max_output_boxes_per_class (default 0: none) are kept. Boxes are corners
 // (y1, x1, y2, x2) in either order (center_point_box 0) or (xc, yc, w, h)
-// (center_point_box 1); a box of zero area never suppresses anything.
+// (center_point_box 1); a box of zero area never suppresses anything. Kept
+// boxes sit in a uniform grid (KeptBoxes) so that a candidate is tested only
+// against those it can intersect: the selection is the plain greedy one.
 //
 // dtypes: X, rois, boxes, scores float32 / float64; batch_indices int64/int32.
 #include <algorithm>
@@ -30,6 +32,8 @@
 #include <cstring>
 #include <optional>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include "ops/util.h"
 
@@ -227,6 +231,115 @@ bool suppresses(const Box& a, const Box& b, double threshold) {
   return inter / uni > threshold;
 }
 
+/// The boxes kept so far by one (batch, class) pass of greedy NMS, with a
+/// uniform grid over them: a candidate is tested only against the kept boxes
+/// that share a grid cell with it. Suppression needs a positive intersection
+/// (suppresses()), and two boxes whose x and y extents overlap by a positive
+/// length share a cell, so the answer is the one testing every kept box gives:
+/// the selection is unchanged. What changes is the cost of batched NMS
+/// (torchvision's detectors offset each class's boxes so that classes never
+/// overlap, then run one NMS: 13500 boxes, 8000 kept), from O(boxes x kept)
+/// box tests to about O(boxes).
+class KeptBoxes {
+ public:
+  /// `cell`: the grid's cell edge in box units (> 0 and finite).
+  explicit KeptBoxes(double cell) : cell_(cell) {}
+
+  size_t size() const { return boxes_.size(); }
+
+  /// True when a kept box suppresses `c` (IoU above `iou`).
+  bool suppressed(const Box& c, double iou) {
+    const Span sp = span(c);
+    if (sp.empty) return false;  // no positive extent: intersects nothing
+    if (!sp.gridded) {
+      for (const Box& k : boxes_)
+        if (suppresses(c, k, iou)) return true;
+      return false;
+    }
+    for (uint32_t i : always_)
+      if (suppresses(c, boxes_[i], iou)) return true;
+    ++query_;
+    for (int64_t cx = sp.x0; cx <= sp.x1; ++cx)
+      for (int64_t cy = sp.y0; cy <= sp.y1; ++cy) {
+        auto it = cells_.find(key(cx, cy));
+        if (it == cells_.end()) continue;
+        for (uint32_t i : it->second) {
+          if (stamp_[i] == query_) continue;  // seen in another cell
+          stamp_[i] = query_;
+          if (suppresses(c, boxes_[i], iou)) return true;
+        }
+      }
+    return false;
+  }
+
+  /// Keeps `b`.
+  void add(const Box& b) {
+    const auto i = static_cast<uint32_t>(boxes_.size());
+    boxes_.push_back(b);
+    stamp_.push_back(0);
+    const Span sp = span(b);
+    if (sp.empty) return;  // can never suppress anything
+    if (!sp.gridded) {
+      always_.push_back(i);
+      return;
+    }
+    for (int64_t cx = sp.x0; cx <= sp.x1; ++cx)
+      for (int64_t cy = sp.y0; cy <= sp.y1; ++cy) cells_[key(cx, cy)].push_back(i);
+  }
+
+ private:
+  /// A box's cell range; `gridded` false for boxes too large for the grid
+  /// (more than kMaxCells cells, or coordinates past 2^30 cells, or NaN):
+  /// those are tested against every kept box / by every candidate.
+  struct Span {
+    bool empty = false, gridded = false;
+    int64_t x0 = 0, x1 = 0, y0 = 0, y1 = 0;
+  };
+  static constexpr int64_t kMaxCells = 64;
+  static constexpr double kMaxCell = 1073741824.0;  // 2^30
+
+  Span span(const Box& b) const {
+    Span sp;
+    if (b.x0 >= b.x1 || b.y0 >= b.y1) {  // also false for NaN: handled below
+      sp.empty = !(std::isnan(b.x0) || std::isnan(b.x1) || std::isnan(b.y0) || std::isnan(b.y1));
+      if (sp.empty) return sp;
+    }
+    const double fx0 = std::floor(b.x0 / cell_), fx1 = std::floor(b.x1 / cell_);
+    const double fy0 = std::floor(b.y0 / cell_), fy1 = std::floor(b.y1 / cell_);
+    for (double f : {fx0, fx1, fy0, fy1})
+      if (!(f > -kMaxCell && f < kMaxCell)) return sp;  // NaN or far out: not gridded
+    sp.x0 = static_cast<int64_t>(fx0), sp.x1 = static_cast<int64_t>(fx1);
+    sp.y0 = static_cast<int64_t>(fy0), sp.y1 = static_cast<int64_t>(fy1);
+    sp.gridded = (sp.x1 - sp.x0 + 1) * (sp.y1 - sp.y0 + 1) <= kMaxCells;
+    return sp;
+  }
+
+  static uint64_t key(int64_t cx, int64_t cy) {
+    return (static_cast<uint64_t>(cx + (int64_t{1} << 31)) << 32) | static_cast<uint64_t>(cy + (int64_t{1} << 31));
+  }
+
+  double cell_;
+  std::vector<Box> boxes_;
+  std::vector<uint32_t> always_;  ///< kept boxes not in the grid
+  std::unordered_map<uint64_t, std::vector<uint32_t>> cells_;
+  std::vector<uint32_t> stamp_;  ///< per kept box: the last query that tested it
+  uint32_t query_ = 0;
+};
+
+/// The grid cell edge for one NMS pass: the mean of the candidates' larger
+/// side (finite, positive ones), so that a typical box covers 1-4 cells; 1
+/// when there is none.
+double grid_cell(const std::vector<Box>& cands) {
+  double sum = 0;
+  int64_t n = 0;
+  for (const Box& b : cands) {
+    const double side = std::max(b.x1 - b.x0, b.y1 - b.y0);
+    if (side > 0 && std::isfinite(side)) sum += side, ++n;
+  }
+  const double cell = n ? sum / static_cast<double>(n) : 1.0;
+  return cell > 0 && std::isfinite(cell) ? cell : 1.0;
+}
+
 /// Optional scalar input i as a double; nullopt when absent or empty.
 std::optional<double> scalar_input(const ir::Node& n, const Tensor* t, const char* what) {
   if (!t || t->numel() == 0) return std::nullopt;
@@ -262,7 +375,7 @@ std::vector<int64_t> nms(const ir::Node& n, const Tensor& boxes_t, const Tensor&
   const int64_t B = boxes_t.dim(0), S = boxes_t.dim(1), K = scores_t.dim(1);
   std::vector<int64_t> out;
   std::vector<int64_t> order;
-  std::vector<Box> kept;
+  std::vector<Box> cands;
   for (int64_t b = 0; b < B; ++b)
     for (int64_t k = 0; k < K; ++k) {
       const double* sc = scores.data() + (b * K + k) * S;
@@ -270,19 +383,14 @@ std::vector<int64_t> nms(const ir::Node& n, const Tensor& boxes_t, const Tensor&
       for (int64_t s = 0; s < S; ++s)
         if (!score_min || sc[s] > *score_min) order.push_back(s);
       std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return sc[i] > sc[j]; });
-      kept.clear();
-      for (int64_t s : order) {
+      cands.clear();
+      for (int64_t s : order) cands.push_back(box_at(boxes.data() + (b * S + s) * 4, center == 1));
+      KeptBoxes kept(grid_cell(cands));
+      for (size_t i = 0; i < order.size(); ++i) {
         if (static_cast<int64_t>(kept.size()) >= max_out) break;
-        const Box cand = box_at(boxes.data() + (b * S + s) * 4, center == 1);
-        bool keep = true;
-        for (const Box& k2 : kept)
-          if (suppresses(cand, k2, iou)) {
-            keep = false;
-            break;
-          }
-        if (!keep) continue;
-        kept.push_back(cand);
-        out.insert(out.end(), {b, k, s});
+        if (kept.suppressed(cands[i], iou)) continue;
+        kept.add(cands[i]);
+        out.insert(out.end(), {b, k, order[i]});
       }
     }
   return out;

@@ -79,12 +79,10 @@ void kernel_gather(KernelContext& c) {
 
 // ---- GatherElements / ScatterElements addressing ----------------------------------------
 
-/// For every element of `index_shape` (row-major), the flat offset into a
-/// tensor of `data_shape` that element addresses along `axis`. Checks that
-/// the index tensor fits inside the data outside the axis.
-std::vector<int64_t> element_offsets(const ir::Node& n, const std::vector<int64_t>& data_shape,
-                                     const std::vector<int64_t>& index_shape, const std::vector<int64_t>& idx,
-                                     int64_t axis) {
+/// Checks that an index tensor of `index_shape` fits a data tensor of
+/// `data_shape` outside `axis` (same rank, no larger elsewhere).
+void check_element_shapes(const ir::Node& n, const std::vector<int64_t>& data_shape,
+                          const std::vector<int64_t>& index_shape, int64_t axis) {
   if (index_shape.size() != data_shape.size())
     fail(ErrorCode::invalid_input, "{}: indices rank {} differs from data rank {}", n.label(), index_shape.size(),
          data_shape.size());
@@ -92,19 +90,50 @@ std::vector<int64_t> element_offsets(const ir::Node& n, const std::vector<int64_
     if (static_cast<int64_t>(d) != axis && index_shape[d] > data_shape[d])
       fail(ErrorCode::invalid_input, "{}: indices shape [{}] exceeds data shape [{}] on axis {}", n.label(),
            fmt::join(index_shape, ","), fmt::join(data_shape, ","), d);
-  auto st = strides_of(data_shape);
-  std::vector<int64_t> out(idx.size()), pos(index_shape.size(), 0);
-  for (size_t e = 0; e < idx.size(); ++e) {
-    int64_t off = 0;
-    for (size_t d = 0; d < pos.size(); ++d)
-      off += (static_cast<int64_t>(d) == axis ? resolve_index(n, idx[e], data_shape[d], axis) : pos[d]) * st[d];
-    out[e] = off;
-    for (size_t d = pos.size(); d-- > 0;) {
-      if (++pos[d] < index_shape[d]) break;
-      pos[d] = 0;
+}
+
+/// Calls f(e, off) for every element e of the index tensor `it` in row-major
+/// order, off being the flat offset into a tensor of `data_shape` that e
+/// addresses along `axis` (its index value there, the element's own position
+/// elsewhere). Raises Error(invalid_input) on a bad shape or an index outside
+/// [-dim, dim-1]. Walks the index tensor a row (last dimension) at a time with
+/// the row's base offset computed once: no per-element offset table (a
+/// detector's RoI scatter addresses ~2M elements).
+template <class F>
+void for_each_element(const ir::Node& n, const std::vector<int64_t>& data_shape, const Tensor& it, int64_t axis,
+                      F&& f) {
+  const std::vector<int64_t>& index_shape = it.shape();
+  check_element_shapes(n, data_shape, index_shape, axis);
+  const int64_t total = it.numel();
+  if (total == 0 || index_shape.empty()) return;
+  if (it.dtype() != DType::i64 && it.dtype() != DType::i32) unsupported_dtype(n, it.dtype(), "indices");
+  const size_t r = index_shape.size();
+  const auto st = strides_of(data_shape);
+  const int64_t dim = data_shape[static_cast<size_t>(axis)], axis_stride = st[static_cast<size_t>(axis)];
+  const int64_t inner = index_shape[r - 1];
+  const bool axis_last = axis == static_cast<int64_t>(r) - 1;
+  auto walk = [&](const auto* idx) {
+    std::vector<int64_t> pos(r - 1, 0);
+    for (int64_t e0 = 0; e0 < total; e0 += inner) {
+      int64_t base = 0;
+      for (size_t d = 0; d + 1 < r; ++d)
+        if (static_cast<int64_t>(d) != axis) base += pos[d] * st[d];
+      for (int64_t j = 0; j < inner; ++j) {
+        const int64_t v = static_cast<int64_t>(idx[e0 + j]);
+        const int64_t k = v < 0 ? v + dim : v;
+        if (k < 0 || k >= dim) resolve_index(n, v, dim, axis);  // raises, naming the value
+        f(e0 + j, base + k * axis_stride + (axis_last ? 0 : j));
+      }
+      for (size_t d = r - 1; d-- > 0;) {
+        if (++pos[d] < index_shape[d]) break;
+        pos[d] = 0;
+      }
     }
-  }
-  return out;
+  };
+  if (it.dtype() == DType::i64)
+    walk(it.data<int64_t>());
+  else
+    walk(it.data<int32_t>());
 }
 
 std::vector<OutType> infer_gather_elements(const InferContext& c) {
@@ -121,11 +150,13 @@ void kernel_gather_elements(KernelContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& it = c.in(1);
   int64_t axis = normalize_axis(c.node, c.node.i("axis", 0), x.rank());
-  auto offs = element_offsets(c.node, x.shape(), it.shape(), read_indices(c, 1), axis);
+  check_element_shapes(c.node, x.shape(), it.shape(), axis);
   Tensor& y = c.output(0, x.dtype(), it.shape());
   by_width(c.node, x.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    for (size_t e = 0; e < offs.size(); ++e) y.data<T>()[e] = x.data<T>()[offs[e]];
+    const T* src = x.data<T>();
+    T* dst = y.data<T>();
+    for_each_element(c.node, x.shape(), it, axis, [&](int64_t e, int64_t off) { dst[e] = src[off]; });
   });
 }
 
@@ -267,11 +298,35 @@ std::vector<OutType> infer_scatter(const InferContext& c) {
 void kernel_scatter_elements(KernelContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& it = c.in(1);
-  if (c.in(2).shape() != it.shape())
-    fail(ErrorCode::invalid_input, "{}: updates {} must have the shape of indices {}", c.node.label(),
-         c.in(2).describe(), it.describe());
+  const Tensor& u = c.in(2);
+  if (u.shape() != it.shape())
+    fail(ErrorCode::invalid_input, "{}: updates {} must have the shape of indices {}", c.node.label(), u.describe(),
+         it.describe());
+  if (u.dtype() != x.dtype())
+    fail(ErrorCode::invalid_input, "{}: updates dtype {} differs from data dtype {}", c.node.label(),
+         dtype_name(u.dtype()), dtype_name(x.dtype()));
   int64_t axis = normalize_axis(c.node, c.node.i("axis", 0), x.rank());
-  scatter(c, element_offsets(c.node, x.shape(), it.shape(), read_indices(c, 1), axis), 1);
+  check_element_shapes(c.node, x.shape(), it.shape(), axis);
+  Reduction red = reduction_of(c.node);
+  if (dtype_size(x.dtype()) == 0) unsupported_dtype(c.node, x.dtype(), "input 0");
+  Tensor& y = c.output(0, x.dtype(), x.shape());
+  if (x.nbytes()) std::memcpy(y.raw(), x.raw(), x.nbytes());
+  // In index order, so that with reduction none a repeated index keeps the last update.
+  if (red == Reduction::none) {
+    by_width(c.node, x.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* out = y.data<T>();
+      const T* upd = u.data<T>();
+      for_each_element(c.node, x.shape(), it, axis, [&](int64_t e, int64_t off) { out[off] = upd[e]; });
+    });
+  } else {
+    KILN_DISPATCH_NUMERIC(x.dtype(), c.node, "data with a reduction", {
+      scalar_t* out = y.data<scalar_t>();
+      const scalar_t* upd = u.data<scalar_t>();
+      for_each_element(c.node, x.shape(), it, axis,
+                       [&](int64_t e, int64_t off) { reduce_into(out[off], upd[e], red); });
+    });
+  }
 }
 
 void kernel_scatter_nd(KernelContext& c) {

@@ -32,9 +32,12 @@ using SgemmFn = void (*)(bool trans_a, bool trans_b, int64_t M, int64_t N, int64
 
 /// While it lives, sgemm() on the calling thread forwards every product
 /// with M, N, K > 0 to `f`, a kernel with sgemm's contract (nullptr: the
-/// built-in one); the previous override comes back at destruction. Only the
-/// precision check sets one (a library GEMM JIT-compiled for this CPU, for
-/// its reference runs): normal ref runs, the oracle, never do. Callers that
+/// built-in one); the previous override comes back at destruction. Two
+/// callers set one, both to a library GEMM JIT-compiled for this CPU
+/// (targets::library_sgemm): the precision check, for its reference runs,
+/// and the cpu target around every reference kernel it runs (products with
+/// data-dependent shapes, If / Loop bodies). Runs of the ref target, the
+/// oracle, never do. Callers that
 /// run sgemm on OpenMP worker threads pass the calling thread's override on
 /// (sgemm_override()).
 class SgemmOverride {

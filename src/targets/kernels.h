@@ -127,7 +127,8 @@ struct DevicePrewarmSettler {
 
 /// oneDNN's sgemm (dnnl_sgemm: JIT-compiled for this CPU's ISA) with
 /// ops::sgemm's contract (row-major, beta == 0 never reads C), for
-/// ops::SgemmOverride: the precision check's reference runs. C is computed
+/// ops::SgemmOverride: the precision check's reference runs and the cpu
+/// target's reference kernels (bind_kernel). C is computed
 /// in fixed tiles, one single-threaded oneDNN call each, spread over OpenMP's
 /// threads: the result does not depend on the thread count. Its sums are
 /// ordered differently from the built-in kernel's (results differ in the
@@ -145,8 +146,9 @@ KernelFactory find_factory(std::string_view target, std::string_view domain, std
 
 /// The kernel of `node` for `target`: the target's factory when it has one
 /// for the node's (domain, op_type), else the reference kernel of
-/// ops::registry(). Throws Error(unsupported) naming the node, domain and
-/// target when neither knows the operator.
+/// ops::registry() (on the cpu target, with its products on library_sgemm).
+/// Throws Error(unsupported) naming the node, domain and target when neither
+/// knows the operator.
 BoundKernel bind_kernel(std::string_view target, const ir::Node& node, const ir::Model& model);
 
 }  // namespace kiln::targets

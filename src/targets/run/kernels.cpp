@@ -2,6 +2,7 @@
 
 #include <omp.h>
 
+#include "ops/gemm_kernel.h"
 #include "support/error.h"
 #include "targets/cpu/run/cpu_kernels.h"
 #ifdef KILN_WITH_CUDA
@@ -75,24 +76,31 @@ BoundKernel bind_kernel(std::string_view target, const ir::Node& node, const ir:
     fail(ErrorCode::unsupported,
          "the artifact uses operator {} (domain '{}') at node '{}', which this build of kiln lacks for target '{}'",
          node.op_type, node.domain, node.name, target);
-  // On the cpu target a reference kernel with a small static output runs on
-  // the calling thread alone: its OpenMP loops would spend more waking the
-  // other threads than they save (the ref target stays as it is: the oracle).
-  if (target == "cpu" && !has_subgraph(node) && small_outputs(node, model, 1 << 20)) {
-    ops::KernelFn k = op->kernel;
-    return [k](ops::KernelContext& ctx) {
-      int saved = omp_get_max_threads();
-      omp_set_num_threads(1);
-      try {
-        k(ctx);
-      } catch (...) {
-        omp_set_num_threads(saved);
-        throw;
-      }
+  if (target != "cpu") return BoundKernel(op->kernel);
+  // On the cpu target (and in a device target's host segments) a reference
+  // kernel's products -- MatMul / Gemm whose rows are only known at run time
+  // (a detector's per-proposal box head), products inside If / Loop bodies --
+  // run on oneDNN's JIT sgemm instead of the portable SSE2 GEMM (~5x slower
+  // on AVX2), which the ref target keeps: it is the oracle, and its results
+  // must not depend on the CPU's ISA.
+  // A reference kernel with a small static output also runs on the calling
+  // thread alone: its OpenMP loops would spend more waking the other threads
+  // than they save.
+  const bool serial = !has_subgraph(node) && small_outputs(node, model, 1 << 20);
+  ops::KernelFn k = op->kernel;
+  return [k, serial](ops::KernelContext& ctx) {
+    const ops::SgemmOverride gemm(library_sgemm);
+    if (!serial) return k(ctx);
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    try {
+      k(ctx);
+    } catch (...) {
       omp_set_num_threads(saved);
-    };
-  }
-  return BoundKernel(op->kernel);
+      throw;
+    }
+    omp_set_num_threads(saved);
+  };
 }
 
 }  // namespace kiln::targets

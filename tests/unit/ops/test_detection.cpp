@@ -4,6 +4,11 @@
 // optional inputs were run through onnxruntime 1.20.1 instead (the onnx
 // reference requires every input). The suppression decisions are also
 // worked out in the comments.
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <limits>
+
 #include "kiln/errors.h"
 #include "op_test_util.h"
 
@@ -127,6 +132,83 @@ TEST(NonMaxSuppression, CenterPointBoxes) {
 TEST(NonMaxSuppression, NoMaxOutputSelectsNothing) {
   auto y = run_op("NonMaxSuppression", {}, {corner_boxes(), two_class_scores()});
   EXPECT_EQ(y[0].shape(), (Ints{0, 3}));
+}
+
+/// Greedy NMS as the spec words it, every candidate against every kept box
+/// (corner boxes, one batch, one class, no score threshold, no limit): what
+/// the kernel's grid must reproduce.
+std::vector<int64_t> brute_force_nms(const std::vector<float>& b, const std::vector<float>& score, double iou) {
+  const size_t n = score.size();
+  std::vector<int64_t> order(n);
+  for (size_t i = 0; i < n; ++i) order[i] = static_cast<int64_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int64_t i, int64_t j) { return score[static_cast<size_t>(i)] > score[static_cast<size_t>(j)]; });
+  auto box = [&](int64_t i) {
+    const float* p = b.data() + i * 4;
+    return std::array<double, 4>{std::min<double>(p[0], p[2]), std::min<double>(p[1], p[3]), std::max<double>(p[0], p[2]),
+                                 std::max<double>(p[1], p[3])};
+  };
+  std::vector<int64_t> kept;
+  for (int64_t c : order) {
+    const auto a = box(c);
+    bool keep = true;
+    for (int64_t k : kept) {
+      const auto o = box(k);
+      const double iy = std::min(a[2], o[2]) - std::max(a[0], o[0]), ix = std::min(a[3], o[3]) - std::max(a[1], o[1]);
+      if (ix <= 0 || iy <= 0) continue;
+      const double aa = (a[2] - a[0]) * (a[3] - a[1]), ao = (o[2] - o[0]) * (o[3] - o[1]);
+      const double u = aa + ao - ix * iy;
+      if (aa <= 0 || ao <= 0 || u <= 0) continue;
+      if (ix * iy / u > iou) {
+        keep = false;
+        break;
+      }
+    }
+    if (keep) kept.push_back(c);
+  }
+  return kept;
+}
+
+TEST(NonMaxSuppression, BatchedClassesMatchBruteForce) {
+  // torchvision's batched NMS: 40 classes of 100 boxes each, every class offset
+  // by (class * 1000) on both axes so that classes never overlap; plus boxes
+  // the grid must treat specially: a huge one covering every class, a
+  // zero-area one, NaN corners, an infinite one, tiny ones, exact duplicates.
+  uint32_t seed = 7;
+  auto rnd = [&] { return static_cast<double>((seed = seed * 1664525u + 1013904223u) >> 8) / 16777216.0; };
+  std::vector<float> b, score;
+  auto add = [&](double y0, double x0, double y1, double x1, double s) {
+    b.insert(b.end(), {static_cast<float>(y0), static_cast<float>(x0), static_cast<float>(y1), static_cast<float>(x1)});
+    score.push_back(static_cast<float>(s));
+  };
+  for (int c = 0; c < 40; ++c)
+    for (int i = 0; i < 100; ++i) {
+      const double y = rnd() * 300, x = rnd() * 300, h = 5 + rnd() * 120, w = 5 + rnd() * 120;
+      if (i % 2) add(c * 1000 + y + h, c * 1000 + x + w, c * 1000 + y, c * 1000 + x, rnd());  // corners in either order
+      else add(c * 1000 + y, c * 1000 + x, c * 1000 + y + h, c * 1000 + x + w, rnd());
+    }
+  add(0, 0, 40000, 40000, 0.5);  // covers every class: more cells than the grid takes
+  add(0, 0, 39990, 39990, 0.4);  // suppressed by the one above (IoU 0.9995) alone
+  // Away from the classes: a box too large for the grid (12 x 12 cells of
+  // ~106) kept, then a box inside it small enough for the grid (IoU 0.34).
+  add(50000, 50000, 51200, 51200, 0.45);
+  add(50100, 50100, 50800, 50800, 0.44);
+  add(10, 10, 10, 80, 0.99);     // zero area
+  add(std::nan(""), 0, 50, 50, 0.98);
+  add(0, 0, 50, std::numeric_limits<double>::infinity(), 0.97);
+  add(1000, 1000, 1000.5, 1000.5, 0.96);
+  add(1000, 1000, 1000.5, 1000.5, 0.95);  // a duplicate of the box above
+  const int64_t n = static_cast<int64_t>(score.size());
+  for (double iou : {0.0, 0.3, 0.7}) {
+    auto y = run_op("NonMaxSuppression", {},
+                    {make<float>({1, n, 4}, b), make<float>({1, 1, n}, score), make<int64_t>({1}, {INT64_MAX}),
+                     make<float>({1}, {static_cast<float>(iou)})});
+    std::vector<int64_t> got;
+    for (size_t r = 0; r < values<int64_t>(y[0]).size(); r += 3) got.push_back(values<int64_t>(y[0])[r + 2]);
+    const auto want = brute_force_nms(b, score, iou);
+    EXPECT_GT(want.size(), 100u) << "iou " << iou;
+    EXPECT_LT(want.size(), static_cast<size_t>(n)) << "iou " << iou;
+    EXPECT_EQ(got, want) << "iou " << iou;
+  }
 }
 
 }  // namespace

@@ -168,6 +168,63 @@ TEST(ScatterElements, NegativeIndexAndDeprecatedScatter) {
   EXPECT_EQ(values<int64_t>(z), (I{7, 2, 8}));
 }
 
+/// Rank-4 data, a smaller index tensor, every axis, int32 and int64 indices
+/// with negative values and repeats, against a per-element loop written from
+/// the spec (out[..., idx[i,j,k,l] on axis, ...] = upd[i,j,k,l], in row-major
+/// order of the index tensor): the kernel walks rows with a base offset.
+TEST(ScatterElements, RandomizedRank4MatchesSpecLoop) {
+  const I data_shape{3, 4, 5, 6}, idx_shape{2, 3, 4, 5};
+  const I dst{4 * 5 * 6, 5 * 6, 6, 1};  // data strides
+  uint32_t seed = 12345;
+  auto next = [&] { return seed = seed * 1664525u + 1013904223u; };
+  F data(360);
+  for (auto& v : data) v = static_cast<float>(next() % 1000) / 10.f;
+  for (int64_t axis = 0; axis < 4; ++axis) {
+    for (DType it : {DType::i64, DType::i32}) {
+      const int64_t dim = data_shape[static_cast<size_t>(axis)];
+      I idx(120);
+      F upd(120);
+      for (size_t e = 0; e < idx.size(); ++e) {
+        idx[e] = static_cast<int64_t>(next() % static_cast<uint32_t>(2 * dim)) - dim;  // [-dim, dim)
+        upd[e] = static_cast<float>(e) + 0.5f;
+      }
+      F want_scatter = data, want_add = data, want_gather(120);
+      for (int64_t i = 0, e = 0; i < 2; ++i)
+        for (int64_t j = 0; j < 3; ++j)
+          for (int64_t k = 0; k < 4; ++k)
+            for (int64_t l = 0; l < 5; ++l, ++e) {
+              I pos{i, j, k, l};
+              const int64_t v = idx[static_cast<size_t>(e)];
+              pos[static_cast<size_t>(axis)] = v < 0 ? v + dim : v;
+              const int64_t off = pos[0] * dst[0] + pos[1] * dst[1] + pos[2] * dst[2] + pos[3];
+              want_scatter[static_cast<size_t>(off)] = upd[static_cast<size_t>(e)];
+              want_add[static_cast<size_t>(off)] += upd[static_cast<size_t>(e)];
+              want_gather[static_cast<size_t>(e)] = data[static_cast<size_t>(off)];
+            }
+      Tensor indices = it == DType::i64 ? ints(idx_shape, idx) : make<int32_t>(idx_shape, std::vector<int32_t>(idx.begin(), idx.end()));
+      const std::map<std::string, AttrValue> ax{{"axis", axis}};
+      SCOPED_TRACE(::testing::Message() << "axis " << axis << ", indices " << dtype_name(it));
+      EXPECT_EQ(values<float>(run_op("ScatterElements", ax, {make<float>(data_shape, data), indices, make<float>(idx_shape, upd)})[0]),
+                want_scatter);
+      EXPECT_EQ(values<float>(run_op("ScatterElements", {{"axis", axis}, {"reduction", std::string("add")}},
+                                     {make<float>(data_shape, data), indices, make<float>(idx_shape, upd)})[0]),
+                want_add);
+      EXPECT_EQ(values<float>(run_op("GatherElements", ax, {make<float>(data_shape, data), indices})[0]), want_gather);
+    }
+  }
+  // One index out of range, deep inside the tensor: an error, not a write past the end.
+  I bad(120, 0);
+  bad[77] = 4;
+  EXPECT_EQ(code_of([&] {
+              run_op("ScatterElements", {{"axis", int64_t{3}}},
+                     {make<float>({3, 4, 5, 4}, F(240, 0.f)), ints(idx_shape, bad), make<float>(idx_shape, F(120, 1.f))});
+            }),
+            ErrorCode::invalid_input);
+  // Index tensor larger than the data off the axis.
+  EXPECT_EQ(code_of([&] { run_op("GatherElements", {{"axis", int64_t{0}}}, {make<float>({2, 2}, {1, 2, 3, 4}), ints({1, 3}, {0, 0, 0})}); }),
+            ErrorCode::invalid_input);
+}
+
 // ---- ScatterND ------------------------------------------------------------------------------
 
 TEST(ScatterND, SpecExampleAndSlices) {
