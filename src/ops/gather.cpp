@@ -162,17 +162,11 @@ void kernel_gather_elements(KernelContext& c) {
 
 // ---- GatherND / ScatterND addressing ---------------------------------------------------------
 
-/// GatherND/ScatterND geometry: the data offset of each index tuple and the
-/// number of elements each tuple addresses.
-struct NdPlan {
-  std::vector<int64_t> offsets;
-  int64_t block = 1;
-};
-
-/// Resolves index tuples (last indices dim = k) against data with `batch`
-/// leading dims shared by data and indices (GatherND batch_dims).
-NdPlan nd_plan(const ir::Node& n, const std::vector<int64_t>& data_shape, const std::vector<int64_t>& index_shape,
-               const std::vector<int64_t>& idx, size_t batch) {
+/// Checks GatherND/ScatterND geometry: indices [..., k] against data with
+/// `batch` leading dims shared by both (GatherND batch_dims). Returns the
+/// number of data elements each index tuple addresses.
+int64_t nd_block(const ir::Node& n, const std::vector<int64_t>& data_shape, const std::vector<int64_t>& index_shape,
+                 size_t batch) {
   size_t r = data_shape.size(), q = index_shape.size();
   if (q == 0 || batch >= q || batch >= r)
     fail(ErrorCode::invalid_input, "{}: indices of rank {} and batch_dims {} do not fit data of rank {}", n.label(), q,
@@ -185,21 +179,40 @@ NdPlan nd_plan(const ir::Node& n, const std::vector<int64_t>& data_shape, const 
     if (index_shape[d] != data_shape[d])
       fail(ErrorCode::invalid_input, "{}: batch dim {} differs: data {} vs indices {}", n.label(), d, data_shape[d],
            index_shape[d]);
-  auto st = strides_of(data_shape);
-  NdPlan p;
-  p.block = prod(data_shape, batch + k);
-  int64_t batches = prod(data_shape, 0, batch);
-  int64_t per_batch = prod(index_shape, batch, q - 1);
-  int64_t batch_stride = prod(data_shape, batch);
-  for (int64_t b = 0; b < batches; ++b)
-    for (int64_t t = 0; t < per_batch; ++t) {
-      const int64_t* tuple = idx.data() + (b * per_batch + t) * static_cast<int64_t>(k);
-      int64_t off = b * batch_stride;
-      for (size_t j = 0; j < k; ++j)
-        off += resolve_index(n, tuple[j], data_shape[batch + j], static_cast<int64_t>(batch + j)) * st[batch + j];
-      p.offsets.push_back(off);
-    }
-  return p;
+  return prod(data_shape, batch + k);
+}
+
+/// Calls f(t, off) for every index tuple t of `it` (int32 / int64, last dim
+/// k) in order, off being the flat data offset it addresses (geometry checked
+/// by nd_block first). Raises Error(invalid_input) on an index out of range.
+/// Reads the indices where they are: a detector's score gather has ~10M tuples.
+template <class F>
+void for_each_tuple(const ir::Node& n, const std::vector<int64_t>& data_shape, const Tensor& it, size_t batch, F&& f) {
+  if (it.dtype() != DType::i64 && it.dtype() != DType::i32) unsupported_dtype(n, it.dtype(), "indices");
+  const std::vector<int64_t>& index_shape = it.shape();
+  nd_block(n, data_shape, index_shape, batch);
+  const size_t q = index_shape.size(), k = static_cast<size_t>(index_shape[q - 1]);
+  const auto st = strides_of(data_shape);
+  const int64_t batches = prod(data_shape, 0, batch), per_batch = prod(index_shape, batch, q - 1);
+  const int64_t batch_stride = prod(data_shape, batch);
+  auto walk = [&](const auto* idx) {
+    for (int64_t b = 0; b < batches; ++b)
+      for (int64_t t = 0; t < per_batch; ++t) {
+        const auto* tuple = idx + (b * per_batch + t) * static_cast<int64_t>(k);
+        int64_t off = b * batch_stride;
+        for (size_t j = 0; j < k; ++j) {
+          const int64_t v = static_cast<int64_t>(tuple[j]), dim = data_shape[batch + j];
+          const int64_t i = v < 0 ? v + dim : v;
+          if (i < 0 || i >= dim) resolve_index(n, v, dim, static_cast<int64_t>(batch + j));  // raises
+          off += i * st[batch + j];
+        }
+        f(b * per_batch + t, off);
+      }
+  };
+  if (it.dtype() == DType::i64)
+    walk(it.data<int64_t>());
+  else
+    walk(it.data<int32_t>());
 }
 
 std::vector<OutType> infer_gather_nd(const InferContext& c) {
@@ -222,15 +235,21 @@ void kernel_gather_nd(KernelContext& c) {
   const Tensor& it = c.in(1);
   int64_t b = c.node.i("batch_dims", 0);
   if (b < 0) fail(ErrorCode::invalid_model, "{}: batch_dims must be >= 0, got {}", c.node.label(), b);
-  NdPlan p = nd_plan(c.node, x.shape(), it.shape(), read_indices(c, 1), static_cast<size_t>(b));
+  const int64_t block = nd_block(c.node, x.shape(), it.shape(), static_cast<size_t>(b));
   std::vector<int64_t> shape(it.shape().begin(), it.shape().end() - 1);
   shape.insert(shape.end(), x.shape().begin() + b + it.shape().back(), x.shape().end());
   Tensor& y = c.output(0, x.dtype(), shape);
-  size_t esize = dtype_size(x.dtype()), bytes = static_cast<size_t>(p.block) * esize;
-  if (bytes == 0) return;
-  for (size_t t = 0; t < p.offsets.size(); ++t)
-    std::memcpy(static_cast<char*>(y.raw()) + t * bytes, static_cast<const char*>(x.raw()) + p.offsets[t] * esize,
-                bytes);
+  if (block == 0 || y.numel() == 0) return;
+  by_width(c.node, x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* src = x.data<T>();
+    T* dst = y.data<T>();
+    if (block == 1)  // whole-element tuples (NonZero's output): no memcpy per element
+      for_each_tuple(c.node, x.shape(), it, static_cast<size_t>(b), [&](int64_t t, int64_t off) { dst[t] = src[off]; });
+    else
+      for_each_tuple(c.node, x.shape(), it, static_cast<size_t>(b),
+                     [&](int64_t t, int64_t off) { std::copy_n(src + off, block, dst + t * block); });
+  });
 }
 
 // ---- Scatter -----------------------------------------------------------------------------
@@ -332,13 +351,16 @@ void kernel_scatter_elements(KernelContext& c) {
 void kernel_scatter_nd(KernelContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& it = c.in(1);
-  NdPlan p = nd_plan(c.node, x.shape(), it.shape(), read_indices(c, 1), 0);
+  const int64_t block = nd_block(c.node, x.shape(), it.shape(), 0);
+  std::vector<int64_t> offsets;
+  offsets.reserve(static_cast<size_t>(it.numel() / std::max<int64_t>(it.shape().back(), 1)));
+  for_each_tuple(c.node, x.shape(), it, 0, [&](int64_t, int64_t off) { offsets.push_back(off); });
   std::vector<int64_t> expect(it.shape().begin(), it.shape().end() - 1);
   expect.insert(expect.end(), x.shape().begin() + it.shape().back(), x.shape().end());
   if (c.in(2).shape() != expect)
     fail(ErrorCode::invalid_input, "{}: updates {} must have shape [{}]", c.node.label(), c.in(2).describe(),
          fmt::join(expect, ","));
-  scatter(c, p.offsets, p.block);
+  scatter(c, offsets, block);
 }
 
 }  // namespace

@@ -256,10 +256,38 @@ void kernel_one_hot(KernelContext& c) {
 // ---- NonZero -------------------------------------------------------------------------------------
 
 /// Flat positions of the non-zero elements (NaN counts as non-zero, -0 as zero).
+/// Calls f(i) for every flat position i of x whose value is not zero (NaN is
+/// not zero, -0.0 is), in order. float32 / float64 / integers / bool are
+/// tested in their own type; the 16- and 8-bit floats through
+/// element_as_double.
+template <class F>
+void for_each_nonzero(const Tensor& x, F&& f) {
+  const int64_t n = x.numel();
+  auto scan = [&](const auto* v) {
+    for (int64_t i = 0; i < n; ++i)
+      if (v[i] != 0) f(i);
+  };
+  switch (x.dtype()) {
+    case DType::f32: return scan(x.data<float>());
+    case DType::f64: return scan(x.data<double>());
+    case DType::boolean:
+    case DType::u8: return scan(static_cast<const uint8_t*>(x.raw()));
+    case DType::i8: return scan(static_cast<const int8_t*>(x.raw()));
+    case DType::u16:
+    case DType::i16: return scan(static_cast<const uint16_t*>(x.raw()));
+    case DType::u32:
+    case DType::i32: return scan(static_cast<const uint32_t*>(x.raw()));
+    case DType::u64:
+    case DType::i64: return scan(static_cast<const uint64_t*>(x.raw()));
+    default:
+      for (int64_t i = 0; i < n; ++i)
+        if (element_as_double(x, i) != 0.0) f(i);
+  }
+}
+
 std::vector<int64_t> nonzero_positions(const Tensor& x) {
   std::vector<int64_t> pos;
-  for (int64_t i = 0; i < x.numel(); ++i)
-    if (element_as_double(x, i) != 0.0) pos.push_back(i);
+  for_each_nonzero(x, [&](int64_t i) { pos.push_back(i); });
   return pos;
 }
 
@@ -275,13 +303,26 @@ std::vector<OutType> infer_nonzero(const InferContext& c) {
 void kernel_nonzero(KernelContext& c) {
   const Tensor& x = c.in(0);
   if (dtype_size(x.dtype()) == 0) unsupported_dtype(c.node, x.dtype(), "input 0");
-  auto pos = nonzero_positions(x);
   std::vector<int64_t> dims = x.rank() == 0 ? std::vector<int64_t>{1} : x.shape();
-  int64_t n = static_cast<int64_t>(pos.size()), r = static_cast<int64_t>(dims.size());
+  int64_t n = 0;
+  for_each_nonzero(x, [&](int64_t) { ++n; });
+  const int64_t r = static_cast<int64_t>(dims.size());
   Tensor& y = c.output(0, DType::i64, {r, n});
-  auto st = strides_of(dims);
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t d = 0; d < r; ++d) y.data<int64_t>()[d * n + j] = pos[j] / st[d] % dims[d];
+  if (n == 0) return;
+  // Coordinates from a running multi-index (no divisions per element): the
+  // positions come in increasing order, so the index advances from the last.
+  int64_t* out = y.data<int64_t>();
+  std::vector<int64_t> coord(static_cast<size_t>(r), 0);
+  int64_t at = 0, j = 0;
+  for_each_nonzero(x, [&](int64_t i) {
+    for (; at < i; ++at)
+      for (int64_t d = r - 1; d >= 0; --d) {
+        if (++coord[static_cast<size_t>(d)] < dims[static_cast<size_t>(d)]) break;
+        coord[static_cast<size_t>(d)] = 0;
+      }
+    for (int64_t d = 0; d < r; ++d) out[d * n + j] = coord[static_cast<size_t>(d)];
+    ++j;
+  });
 }
 
 // ---- TopK -------------------------------------------------------------------------------------

@@ -134,6 +134,55 @@ TEST(GatherND, SpecExamples) {
   EXPECT_EQ(code_of([&] { run_op("GatherND", {}, {d2, ints({1, 2}, {2, 0})}); }), ErrorCode::invalid_input);
 }
 
+/// Data [2, 5, 6, 3]; tuples of length 1-3 with and without batch_dims 1,
+/// int32 and int64, negative values; against a loop over the spec's formula.
+/// GatherND copies whole elements (k = 3) or blocks (k < 3), and ScatterND
+/// writes the same offsets back.
+TEST(GatherND, RandomizedTuplesMatchSpecLoop) {
+  const I shape{2, 5, 6, 3}, st{90, 18, 3, 1};
+  F data(180);
+  for (size_t i = 0; i < data.size(); ++i) data[i] = static_cast<float>(i) * 0.25f;
+  uint32_t seed = 99;
+  auto next = [&](int64_t dim) { return static_cast<int64_t>((seed = seed * 1664525u + 1013904223u) >> 8) % (2 * dim) - dim; };
+  for (int64_t batch : {int64_t{0}, int64_t{1}})
+    for (int64_t k = 1; k + batch <= 3; ++k)
+      for (DType it : {DType::i64, DType::i32}) {
+        const int64_t tuples = 7, block = k + batch == 3 ? 3 : (k + batch == 2 ? 18 : 90);
+        I idx_shape = batch ? I{2, tuples, k} : I{tuples, k};
+        const int64_t groups = batch ? 2 : 1;
+        I idx, offs;
+        for (int64_t g = 0; g < groups; ++g)
+          for (int64_t t = 0; t < tuples; ++t) {
+            int64_t off = g * st[0];
+            for (int64_t j = 0; j < k; ++j) {
+              const int64_t d = batch + j, v = next(shape[static_cast<size_t>(d)]);
+              idx.push_back(v);
+              off += (v < 0 ? v + shape[static_cast<size_t>(d)] : v) * st[static_cast<size_t>(d)];
+            }
+            offs.push_back(off);
+          }
+        F want;
+        for (int64_t o : offs) want.insert(want.end(), data.begin() + o, data.begin() + o + block);
+        Tensor indices = it == DType::i64 ? ints(idx_shape, idx)
+                                          : make<int32_t>(idx_shape, std::vector<int32_t>(idx.begin(), idx.end()));
+        SCOPED_TRACE(::testing::Message() << "batch_dims " << batch << ", k " << k << ", " << dtype_name(it));
+        auto y = run_op("GatherND", {{"batch_dims", batch}}, {make<float>(shape, data), indices})[0];
+        EXPECT_EQ(values<float>(y), want);
+        if (batch == 0) {  // ScatterND has no batch_dims: write the gathered blocks, doubled, back
+          F upd = want, expect = data;
+          for (auto& v : upd) v *= 2;
+          for (size_t t = 0; t < offs.size(); ++t)
+            std::copy_n(upd.begin() + static_cast<int64_t>(t) * block, block, expect.begin() + offs[t]);
+          I upd_shape{tuples};
+          upd_shape.insert(upd_shape.end(), shape.begin() + k, shape.end());
+          auto z = run_op("ScatterND", {}, {make<float>(shape, data), indices, make<float>(upd_shape, upd)})[0];
+          EXPECT_EQ(values<float>(z), expect);
+        }
+      }
+  EXPECT_EQ(code_of([&] { run_op("GatherND", {}, {make<float>(shape, data), ints({1, 3}, {1, 5, 0})}); }),
+            ErrorCode::invalid_input);
+}
+
 // ---- ScatterElements / Scatter --------------------------------------------------------------
 
 TEST(ScatterElements, SpecExamples) {

@@ -187,6 +187,40 @@ TEST(NonZero, CoordinatesRowMajor) {
   EXPECT_EQ(run_op("NonZero", {}, {make<float>({3}, {0, -0.0f, 0})})[0].shape(), (I{1, 0}));
 }
 
+/// Rank 3 with zeros, -0.0, NaN and runs of zeros at the start and end; the
+/// same pattern as int32 and as float16 (tested through its value: -0.0's
+/// bits are not zero): coordinates against a loop with divisions.
+TEST(NonZero, Rank3DtypesMatchDivisionLoop) {
+  const I dims{3, 4, 5};
+  F v(60, 0.f);
+  for (size_t i = 3; i < 57; ++i)
+    if (i % 3 == 0 || i % 7 == 0) v[i] = static_cast<float>(i) - 30.f;  // includes 0.0 at i = 30
+  v[10] = -0.0f;
+  v[11] = std::numeric_limits<float>::quiet_NaN();
+  I want_rows[3];
+  int64_t n = 0;
+  for (int64_t i = 0; i < 60; ++i)
+    if (v[static_cast<size_t>(i)] != 0.f) {
+      want_rows[0].push_back(i / 20), want_rows[1].push_back(i / 5 % 4), want_rows[2].push_back(i % 5);
+      ++n;
+    }
+  I want;
+  for (auto& r : want_rows) want.insert(want.end(), r.begin(), r.end());
+  auto y = run_op("NonZero", {}, {make<float>(dims, v)})[0];
+  EXPECT_EQ(y.shape(), (I{3, n}));
+  EXPECT_EQ(values<int64_t>(y), want);
+  std::vector<int32_t> iv(60);
+  std::vector<uint16_t> hv(60);
+  for (size_t i = 0; i < 60; ++i) {
+    iv[i] = std::isnan(v[i]) ? 1 : static_cast<int32_t>(v[i]);
+    hv[i] = float_to_half(v[i]);
+  }
+  EXPECT_EQ(values<int64_t>(run_op("NonZero", {}, {make<int32_t>(dims, iv)})[0]), want);
+  Tensor h(DType::f16, dims);
+  std::memcpy(h.raw(), hv.data(), 120);
+  EXPECT_EQ(values<int64_t>(run_op("NonZero", {}, {h})[0]), want);
+}
+
 // ---- TopK ---------------------------------------------------------------------------------------
 
 TEST(TopK, LargestSmallestAndTies) {
