@@ -121,17 +121,32 @@ void kernel_pad(KernelContext& c) {
     const T* src = x.data<T>();
     T* dst = y.data<T>();
     T fill = value.data<T>()[0];
-    std::vector<int64_t> idx(rank, 0);
-    for (int64_t o = 0; o < total; ++o) {
-      int64_t off = 0;
+    if (total == 0) return;
+    if (rank == 0) {
+      dst[0] = src[0];
+      return;
+    }
+    // A row (the last axis) at a time: the outer axes decide once whether the
+    // row reads the input at all and where; the last axis maps through its
+    // source table.
+    const int64_t inner = shape[rank - 1];
+    const std::vector<int64_t>& last = source[rank - 1];
+    std::vector<int64_t> idx(rank - 1, 0);
+    for (int64_t o = 0; o < total; o += inner) {
+      int64_t base = 0;
       bool inside = true;
-      for (int64_t d = 0; d < rank && inside; ++d) {
-        int64_t s = source[d][idx[d]];
+      for (int64_t d = 0; d + 1 < rank && inside; ++d) {
+        const int64_t s = source[d][idx[d]];
         inside = s >= 0;
-        off += s * st[d];
+        base += s * st[d];
       }
-      dst[o] = inside ? src[off] : fill;
-      for (int64_t d = rank; d-- > 0;) {
+      T* row = dst + o;
+      if (!inside) {
+        std::fill_n(row, inner, fill);
+      } else {
+        for (int64_t j = 0; j < inner; ++j) row[j] = last[j] >= 0 ? src[base + last[j]] : fill;
+      }
+      for (int64_t d = rank - 1; d-- > 0;) {
         if (++idx[d] < shape[d]) break;
         idx[d] = 0;
       }

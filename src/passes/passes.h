@@ -146,6 +146,15 @@ int einsum_to_matmul(ir::Model& m);
 /// (DeepLab's atrous pyramid) becomes a 1x1. Returns the number of Convs cut.
 int prune_conv_taps(ir::Model& m);
 
+/// Splits a 2-D stride-1 Conv (group 1, constant f32 weights, static dims)
+/// whose taps read the input for at most half of the (tap, output position)
+/// pairs -- an atrous 3x3 over a map not much larger than its dilation --
+/// into one 1x1 Conv per tap over the input rectangle it reads (Slice), each
+/// zero-padded to the output (Pad) and summed (Add); the bias on a tap that
+/// covers the whole output, else a final Add. Run after prune_conv_taps.
+/// Returns the number of Convs split.
+int split_conv_taps(ir::Model& m);
+
 /// What recognize_attention found.
 struct AttentionStats {
   int blocks = 0;     ///< scaled dot-product attention blocks recognised

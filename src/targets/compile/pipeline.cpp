@@ -64,6 +64,7 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     // and skips them), then the oneDNN lowering.
     int einsums = passes::einsum_to_matmul(cp.model);
     int pruned = passes::prune_conv_taps(cp.model);
+    int split = passes::split_conv_taps(cp.model);
     int simplified = passes::simplify_algebra(cp.model);
     int merged = passes::eliminate_common_subexpressions(cp.model);
     int bn = passes::fold_batch_norm(cp.model);
@@ -71,10 +72,11 @@ PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& 
     int ln = passes::recognize_layernorm(cp.model);
     passes::AttentionStats att = passes::recognize_attention(cp.model);
     st.dead += passes::eliminate_dead_code(cp.model);
-    log().info("cpu graph passes: {} Einsums as MatMul, {} Convs cut to their used taps, {} simplified, {} common "
+    log().info("cpu graph passes: {} Einsums as MatMul, {} Convs cut to their used taps, {} split into their taps, "
+               "{} simplified, {} common "
                "subexpressions merged, {} BatchNormalizations folded, {} Gelus, {} LayerNormalizations and {} "
                "attention blocks recognised ({} with their Q / K scalings moved onto the scores)",
-               einsums, pruned, simplified, merged, bn, gelu, ln, att.blocks, att.rewritten);
+               einsums, pruned, split, simplified, merged, bn, gelu, ln, att.blocks, att.rewritten);
     auto low = cpu::lower_for_cpu(cp.model, {layout_reference, bucketed, batch_varies});
     log().info("cpu lowering: {} nodes lowered to oneDNN, {} fused as bias/post-ops, {} views folded, {} transposes "
                "as oneDNN reorders, {} reorders, "
