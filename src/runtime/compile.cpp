@@ -53,6 +53,10 @@ std::string options_text(const SessionOptions& opt) {
     }
   }
   if (opt.target.kind == Target::Kind::cuda && opt.fallback == Fallback::error) s += ";fallback=error";
+  // Measurement switches the lowering reads (set ones only, so that keys
+  // without them stay put): a program built with KILN_CUDA_MERGE_QKV=0 is
+  // another program.
+  for (auto& [name, value] : targets::compile_env_switches()) s += fmt::format(";env:{}={}", name, value);
   return s;
 }
 

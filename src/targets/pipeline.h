@@ -4,6 +4,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "artifact/artifact.h"
@@ -52,6 +53,16 @@ struct PipelineStats {
 /// `precision_check` (may be empty): for 16-bit cuda programs, called with
 /// the graph the precision pass is about to convert; returns the nodes to
 /// keep in float32 (runtime/precision_check.h; cuda::LowerOptions).
+/// Names of the environment switches the lowering passes read (measurement
+/// aids such as KILN_CUDA_MERGE_QKV=0), sorted. A program compiled with one
+/// set must not be reused without it, so the set ones are part of the cache
+/// key (options_text).
+const std::vector<std::string>& compile_env_switch_names();
+
+/// The switches of compile_env_switch_names() set in this process's
+/// environment, as (name, value), in name order.
+std::vector<std::pair<std::string, std::string>> compile_env_switches();
+
 using PrecisionHook = std::function<std::set<std::string>(const ir::Model&, DType)>;
 PipelineStats run_pipeline(artifact::CompiledProgram& cp, const SessionOptions& opt, bool bucketed = false,
                            const ir::Model* layout_reference = nullptr, bool batch_varies = false,

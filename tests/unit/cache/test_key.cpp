@@ -2,7 +2,11 @@
 // field changed alone gives another key, and a lookup with it misses.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <fstream>
 #include <functional>
+#include <iterator>
+#include <optional>
 #include <set>
 
 #include "cache/cache.h"
@@ -10,6 +14,7 @@
 #include "cache_test_util.h"
 #include "runtime/compile.h"
 #include "support/version.h"
+#include "targets/pipeline.h"
 
 namespace kiln::testing {
 namespace {
@@ -106,6 +111,71 @@ TEST(CacheKey, RunTimeOptionsAreNotInTheKey) {
   b.cache_mismatch = MismatchPolicy::error;
   b.trust_cache_dir = true;
   EXPECT_EQ(cache::derive_key(key_fields(kDigest, a)), cache::derive_key(key_fields(kDigest, b)));
+}
+
+/// Sets an environment variable for the scope, restoring the previous state.
+struct ScopedEnv {
+  std::string name;
+  std::optional<std::string> old;
+  ScopedEnv(std::string n, const char* value) : name(std::move(n)) {
+    if (const char* o = std::getenv(name.c_str())) old = o;
+    if (value) ::setenv(name.c_str(), value, 1);
+    else ::unsetenv(name.c_str());
+  }
+  ~ScopedEnv() {
+    if (old) ::setenv(name.c_str(), old->c_str(), 1);
+    else ::unsetenv(name.c_str());
+  }
+};
+
+TEST(CacheKey, CompileEnvironmentSwitchesAreInTheKey) {
+  // A program compiled with a measurement switch (here: Q / K / V left
+  // unmerged) is another program: its key differs, and `kiln cache explain`
+  // shows the switch among the option items.
+  ScopedEnv clear_merge("KILN_CUDA_MERGE_QKV", nullptr), clear_split("KILN_CUDA_GEMM_SPLIT_K", nullptr);
+  SessionOptions opt;
+  const std::string base = cache::derive_key(key_fields(kDigest, opt));
+  {
+    ScopedEnv merge("KILN_CUDA_MERGE_QKV", "0");
+    EXPECT_NE(cache::derive_key(key_fields(kDigest, opt)), base);
+    EXPECT_NE(options_text(opt).find(";env:KILN_CUDA_MERGE_QKV=0"), std::string::npos) << options_text(opt);
+    ScopedEnv split("KILN_CUDA_GEMM_SPLIT_K", "0");
+    const std::string both = cache::derive_key(key_fields(kDigest, opt));
+    ScopedEnv split1("KILN_CUDA_GEMM_SPLIT_K", "1");
+    EXPECT_NE(cache::derive_key(key_fields(kDigest, opt)), both);  // the value counts, not only the name
+  }
+  EXPECT_EQ(cache::derive_key(key_fields(kDigest, opt)), base);
+  // Logging and debug dumps do not change a program.
+  ScopedEnv log("KILN_LOG", "debug"), dump("KILN_DEBUG_DUMP", "/dev/null");
+  EXPECT_EQ(cache::derive_key(key_fields(kDigest, opt)), base);
+}
+
+TEST(CacheKey, EveryEnvironmentSwitchTheLoweringReadsIsListed) {
+  // Scans the passes and the targets' compile directories for getenv("KILN_...")
+  // so that a new measurement switch cannot be left out of the key.
+  const fs::path root = fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  ASSERT_TRUE(fs::is_directory(root / "src" / "passes")) << root;
+  const std::set<std::string> listed(targets::compile_env_switch_names().begin(),
+                                     targets::compile_env_switch_names().end());
+  const std::set<std::string> no_program_change{"KILN_DEBUG_DUMP", "KILN_CUDA_DUMP_SOURCE"};
+  std::vector<fs::path> dirs{root / "src" / "passes", root / "src" / "targets" / "compile"};
+  for (auto& t : fs::directory_iterator(root / "src" / "targets"))
+    if (fs::is_directory(t.path() / "compile")) dirs.push_back(t.path() / "compile");
+  int found = 0;
+  for (auto& d : dirs)
+    for (auto& f : fs::directory_iterator(d)) {
+      std::ifstream in(f.path());
+      const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      for (size_t at = text.find("getenv(\"KILN_"); at != std::string::npos; at = text.find("getenv(\"KILN_", at + 1)) {
+        const size_t b = at + 8, e = text.find('"', b);
+        const std::string name = text.substr(b, e - b);
+        if (no_program_change.count(name)) continue;
+        ++found;
+        EXPECT_TRUE(listed.count(name)) << name << " (" << f.path().filename().string()
+                                        << ") changes compiled programs but is not in compile_env_switch_names()";
+      }
+    }
+  EXPECT_GE(found, 10);  // the scan found the switches at all
 }
 
 TEST(CacheKey, DifferingFieldsNamesEachFieldWithBothValues) {
