@@ -30,15 +30,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
-/// The value's static dims, or nullopt.
-std::optional<std::vector<int64_t>> static_f32_dims(const ir::Model& m, ir::ValueId v) {
-  const ir::Value& val = m.value(v);
-  if (val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return std::nullopt;
-  return ir::to_sizes(*val.shape);
-}
-
 int index_of(const std::vector<int>& labels, int id) {
   auto it = std::find(labels.begin(), labels.end(), id);
   return it == labels.end() ? -1 : static_cast<int>(it - labels.begin());
@@ -86,26 +77,13 @@ class EinsumRewriter {
   EinsumRewriter(ir::Model& m, ir::Graph& g) : m_(m), g_(g) {}
 
   int run() {
-    int count = 0;
-    std::vector<ir::Node> nodes;
-    nodes.reserve(g_.nodes.size());
-    for (auto& n : g_.nodes) {
-      std::vector<ir::Node> rep = rewrite(n);
-      if (rep.empty()) {
-        nodes.push_back(std::move(n));
-        continue;
-      }
-      ++count;
-      for (auto& r : rep) nodes.push_back(std::move(r));
-    }
-    g_.nodes = std::move(nodes);
-    return count;
+    return replace_nodes(g_, [&](const ir::Node& n) { return rewrite(n); });
   }
 
  private:
   /// The replacement nodes of an Einsum node (empty: keep it).
   std::vector<ir::Node> rewrite(const ir::Node& n) {
-    if (!onnx(n, "Einsum") || n.inputs.size() != 2 || n.outputs.size() != 1) return {};
+    if (!is_onnx_op(n, "Einsum") || n.inputs.size() != 2 || n.outputs.size() != 1) return {};
     auto ad = static_f32_dims(m_, n.inputs[0]);
     auto bd = static_f32_dims(m_, n.inputs[1]);
     auto yd = static_f32_dims(m_, n.outputs[0]);
@@ -114,8 +92,7 @@ class EinsumRewriter {
     const auto g = group_labels(l, *ad, *bd);
     if (!g) return {};
     std::vector<ir::Node> out;
-    base_ = n.name.empty() ? m_.value(n.outputs[0]).name : n.name;
-    opset_ = n.opset;
+    make_ = NodeMaker(m_, (n.name.empty() ? m_.value(n.outputs[0]).name : n.name) + "/einsum_", n.opset);
     // Operands: A as [batch, M, K], B as [batch, K, N].
     const ir::ValueId a = operand(out, n.inputs[0], l.inputs[0], *ad, g->batch, g->m, g->k, "a");
     const ir::ValueId b = operand(out, n.inputs[1], l.inputs[1], *bd, g->batch, g->k, g->n, "b");
@@ -137,15 +114,15 @@ class EinsumRewriter {
     std::vector<int64_t> perm;
     for (int id : l.output) perm.push_back(index_of(order, id));
     const bool last_reshape = ordered_dims != mm_dims, last_transpose = !identity(perm);
-    ir::ValueId mm = (last_reshape || last_transpose) ? temp(mm_dims, "matmul") : n.outputs[0];
-    out.push_back(node("MatMul", {a, b}, mm, "matmul"));
+    ir::ValueId mm = (last_reshape || last_transpose) ? make_.temp(mm_dims, "matmul") : n.outputs[0];
+    out.push_back(make_.node("MatMul", {a, b}, mm, "matmul"));
     if (last_reshape) {
-      const ir::ValueId r = last_transpose ? temp(ordered_dims, "unflat") : n.outputs[0];
-      out.push_back(node("Reshape", {mm, shape_constant(ordered_dims, "unflat_shape")}, r, "unflat"));
+      const ir::ValueId r = last_transpose ? make_.temp(ordered_dims, "unflat") : n.outputs[0];
+      out.push_back(make_.node("Reshape", {mm, make_.ints(ordered_dims, "unflat_shape")}, r, "unflat"));
       mm = r;
     }
     if (last_transpose) {
-      ir::Node t = node("Transpose", {mm}, n.outputs[0], "out_transpose");
+      ir::Node t = make_.node("Transpose", {mm}, n.outputs[0], "out_transpose");
       t.attrs["perm"] = perm;
       out.push_back(std::move(t));
     }
@@ -165,8 +142,8 @@ class EinsumRewriter {
         tdims.push_back(dims[static_cast<size_t>(perm.back())]);
       }
     if (!identity(perm)) {
-      const ir::ValueId t = temp(tdims, std::string(tag) + "_transpose");
-      ir::Node tn = node("Transpose", {x}, t, std::string(tag) + "_transpose");
+      const ir::ValueId t = make_.temp(tdims, std::string(tag) + "_transpose");
+      ir::Node tn = make_.node("Transpose", {x}, t, std::string(tag) + "_transpose");
       tn.attrs["perm"] = perm;
       out.push_back(std::move(tn));
       x = t;
@@ -180,8 +157,8 @@ class EinsumRewriter {
     rdims.push_back(span(outer.size(), rows.size()));
     rdims.push_back(span(outer.size() + rows.size(), cols.size()));
     if (rdims != tdims) {
-      const ir::ValueId r = temp(rdims, std::string(tag) + "_flat");
-      out.push_back(node("Reshape", {x, shape_constant(rdims, std::string(tag) + "_flat_shape")}, r,
+      const ir::ValueId r = make_.temp(rdims, std::string(tag) + "_flat");
+      out.push_back(make_.node("Reshape", {x, make_.ints(rdims, std::string(tag) + "_flat_shape")}, r,
                          std::string(tag) + "_flat"));
       x = r;
     }
@@ -201,39 +178,9 @@ class EinsumRewriter {
     return true;
   }
 
-  ir::ValueId temp(const std::vector<int64_t>& dims, const std::string& tag) {
-    ir::Value v;
-    v.name = base_ + "/einsum_" + tag;
-    v.dtype = DType::f32;
-    v.shape = ir::static_shape(dims);
-    return m_.add_value(std::move(v));
-  }
-
-  ir::ValueId shape_constant(const std::vector<int64_t>& dims, const std::string& tag) {
-    Tensor t(DType::i64, {static_cast<int64_t>(dims.size())});
-    std::copy(dims.begin(), dims.end(), t.data<int64_t>());
-    ir::Value v;
-    v.name = base_ + "/einsum_" + tag;
-    v.dtype = DType::i64;
-    v.shape = ir::static_shape({static_cast<int64_t>(dims.size())});
-    v.constant = std::move(t);
-    return m_.add_value(std::move(v));
-  }
-
-  ir::Node node(const char* op, std::vector<ir::ValueId> in, ir::ValueId y, const std::string& tag) const {
-    ir::Node r;
-    r.op_type = op;
-    r.name = base_ + "/einsum_" + tag;
-    r.opset = opset_;
-    r.inputs = std::move(in);
-    r.outputs = {y};
-    return r;
-  }
-
   ir::Model& m_;
   ir::Graph& g_;
-  std::string base_;
-  int opset_ = 0;
+  NodeMaker make_{m_, "", 0};
 };
 
 }  // namespace

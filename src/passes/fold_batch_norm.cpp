@@ -11,8 +11,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
 const Tensor* f32_const(const ir::Model& m, ir::ValueId v) {
   if (v == ir::kNoValue || !m.value(v).constant || m.value(v).constant->dtype() != DType::f32) return nullptr;
   return &*m.value(v).constant;
@@ -66,7 +64,7 @@ class BnFolder {
     std::vector<char> drop(g_.nodes.size(), 0);
     for (size_t j = 0; j < g_.nodes.size(); ++j) {
       ir::Node& bn = g_.nodes[j];
-      if (!onnx(bn, "BatchNormalization") || bn.inputs.size() != 5) continue;
+      if (!is_onnx_op(bn, "BatchNormalization") || bn.inputs.size() != 5) continue;
       bool extra_outputs = false;
       for (size_t o = 1; o < bn.outputs.size(); ++o) extra_outputs |= bn.outputs[o] != ir::kNoValue;
       if (extra_outputs || bn.i("training_mode", 0) != 0) continue;
@@ -92,8 +90,8 @@ class BnFolder {
 
   bool fold(ir::Node& p, const ir::Node& bn) {
     if (p.outputs.size() != 1) return false;
-    if (onnx(p, "Conv")) return fold_conv(p, bn);
-    if (onnx(p, "Gemm")) return fold_gemm(p, bn);
+    if (is_onnx_op(p, "Conv")) return fold_conv(p, bn);
+    if (is_onnx_op(p, "Gemm")) return fold_gemm(p, bn);
     return false;
   }
 

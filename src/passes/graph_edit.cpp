@@ -53,4 +53,61 @@ std::vector<int> producer_indices(const ir::Graph& g, size_t nvalues) {
   return p;
 }
 
+std::optional<std::vector<int64_t>> static_f32_dims(const ir::Model& m, ir::ValueId v) {
+  if (v == ir::kNoValue) return std::nullopt;
+  const ir::Value& val = m.value(v);
+  if (val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return std::nullopt;
+  return ir::to_sizes(*val.shape);
+}
+
+int replace_nodes(ir::Graph& g, const std::function<std::vector<ir::Node>(const ir::Node&)>& rewrite) {
+  int count = 0;
+  std::vector<ir::Node> nodes;
+  nodes.reserve(g.nodes.size());
+  for (auto& n : g.nodes) {
+    std::vector<ir::Node> rep = rewrite(n);
+    if (rep.empty()) {
+      nodes.push_back(std::move(n));
+      continue;
+    }
+    ++count;
+    for (auto& r : rep) nodes.push_back(std::move(r));
+  }
+  g.nodes = std::move(nodes);
+  return count;
+}
+
+ir::ValueId NodeMaker::temp(const std::vector<int64_t>& dims, const std::string& tag) const {
+  ir::Value v;
+  v.name = prefix_ + tag;
+  v.dtype = DType::f32;
+  v.shape = ir::static_shape(dims);
+  return m_->add_value(std::move(v));
+}
+
+ir::ValueId NodeMaker::constant(Tensor t, const std::string& tag) const {
+  ir::Value v;
+  v.name = prefix_ + tag;
+  v.dtype = t.dtype();
+  v.shape = ir::static_shape(t.shape());
+  v.constant = std::move(t);
+  return m_->add_value(std::move(v));
+}
+
+ir::ValueId NodeMaker::ints(const std::vector<int64_t>& v, const std::string& tag) const {
+  Tensor t(DType::i64, {static_cast<int64_t>(v.size())});
+  std::copy(v.begin(), v.end(), t.data<int64_t>());
+  return constant(std::move(t), tag);
+}
+
+ir::Node NodeMaker::node(const char* op, std::vector<ir::ValueId> in, ir::ValueId out, const std::string& tag) const {
+  ir::Node r;
+  r.op_type = op;
+  r.name = prefix_ + tag;
+  r.opset = opset_;
+  r.inputs = std::move(in);
+  r.outputs = {out};
+  return r;
+}
+
 }  // namespace kiln::passes

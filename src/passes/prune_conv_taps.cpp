@@ -21,15 +21,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
-std::optional<std::vector<int64_t>> static_dims_of(const ir::Model& m, ir::ValueId v) {
-  if (v == ir::kNoValue) return std::nullopt;
-  const ir::Value& val = m.value(v);
-  if (val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return std::nullopt;
-  return ir::to_sizes(*val.shape);
-}
-
 /// The new geometry of one spatial dim.
 struct Cut {
   int64_t first = 0, taps = 0;       ///< first kept tap and the number kept
@@ -87,10 +78,10 @@ Tensor slice_weights(const Tensor& w, const std::vector<Cut>& cuts) {
 
 /// Cuts n's kernel when that changes something; true when it did.
 bool prune(ir::Model& m, ir::Node& n) {
-  if (!onnx(n, "Conv") || n.inputs.size() < 2 || n.outputs.size() != 1) return false;
+  if (!is_onnx_op(n, "Conv") || n.inputs.size() < 2 || n.outputs.size() != 1) return false;
   const ir::Value& wv = m.value(n.inputs[1]);
   if (!wv.constant || wv.constant->dtype() != DType::f32) return false;
-  auto xd = static_dims_of(m, n.inputs[0]), yd = static_dims_of(m, n.outputs[0]);
+  auto xd = static_f32_dims(m, n.inputs[0]), yd = static_f32_dims(m, n.outputs[0]);
   const std::vector<int64_t> wd = wv.constant->shape();
   if (!xd || !yd || xd->size() < 3 || xd->size() != wd.size() || yd->size() != wd.size()) return false;
   const size_t sp = xd->size() - 2;

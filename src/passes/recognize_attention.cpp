@@ -29,8 +29,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
 class AttentionMatcher {
  public:
   AttentionMatcher(ir::Model& m, ir::Graph& g, AttentionStats& st)
@@ -39,7 +37,7 @@ class AttentionMatcher {
   int run() {
     std::vector<Insert> inserts;
     for (size_t i = 0; i < g_.nodes.size(); ++i) {
-      if (!onnx(g_.nodes[i], "Softmax")) continue;
+      if (!is_onnx_op(g_.nodes[i], "Softmax")) continue;
       auto block = match(i);
       if (!block) continue;
       ++st_.blocks;
@@ -87,14 +85,14 @@ class AttentionMatcher {
   /// constant: x's index among n's inputs and the multiplier c (or 1/c).
   /// (A one-element c of higher rank than x broadcasts x to more dims: not a scalar.)
   std::optional<std::pair<int, double>> scalar_scaling(const ir::Node& n) const {
-    if (n.inputs.size() != 2 || !(onnx(n, "Mul") || onnx(n, "Div"))) return std::nullopt;
+    if (n.inputs.size() != 2 || !(is_onnx_op(n, "Mul") || is_onnx_op(n, "Div"))) return std::nullopt;
     if (!keeps_rank(n.inputs[0], n.inputs[1]) || !keeps_rank(n.inputs[1], n.inputs[0])) return std::nullopt;
     double c = 0;
     if (scalar_constant(m_, n.inputs[1], c)) {
-      if (onnx(n, "Div")) return c == 0 ? std::nullopt : std::optional<std::pair<int, double>>({0, 1 / c});
+      if (is_onnx_op(n, "Div")) return c == 0 ? std::nullopt : std::optional<std::pair<int, double>>({0, 1 / c});
       return std::pair<int, double>{0, c};
     }
-    if (onnx(n, "Mul") && scalar_constant(m_, n.inputs[0], c)) return std::pair<int, double>{1, c};
+    if (is_onnx_op(n, "Mul") && scalar_constant(m_, n.inputs[0], c)) return std::pair<int, double>{1, c};
     return std::nullopt;
   }
 
@@ -113,7 +111,7 @@ class AttentionMatcher {
         s.factor = sc->second;
         break;
       }
-      if (!(onnx(n, "Transpose") || onnx(n, "Reshape")) || n.inputs.empty()) break;
+      if (!(is_onnx_op(n, "Transpose") || is_onnx_op(n, "Reshape")) || n.inputs.empty()) break;
       v = n.inputs[0];
     }
     return s;
@@ -139,14 +137,14 @@ class AttentionMatcher {
     if (!single_use(probs)) return std::nullopt;
     bool feeds_matmul = false;
     for (auto& n : g_.nodes)
-      if (onnx(n, "MatMul") && n.inputs.size() == 2 && n.inputs[0] == probs) feeds_matmul = true;
+      if (is_onnx_op(n, "MatMul") && n.inputs.size() == 2 && n.inputs[0] == probs) feeds_matmul = true;
     if (!feeds_matmul) return std::nullopt;
     // Back from the Softmax: [+ mask], [scalar scaling], MatMul(Q, K^T).
     Block b;
     ir::ValueId cur = sm.inputs[0];
     auto step = [&](ir::ValueId v) { return single_use(v) ? producer(v) : -1; };
     int p = step(cur);
-    if (p >= 0 && onnx(g_.nodes[static_cast<size_t>(p)], "Add")) {
+    if (p >= 0 && is_onnx_op(g_.nodes[static_cast<size_t>(p)], "Add")) {
       const ir::Node& add = g_.nodes[static_cast<size_t>(p)];
       if (add.inputs.size() != 2) return std::nullopt;
       // The mask is the operand that is not the scores chain: the chain is
@@ -155,10 +153,10 @@ class AttentionMatcher {
       auto chain_like = [&](int q) {
         if (q < 0) return false;
         const ir::Node& n = g_.nodes[static_cast<size_t>(q)];
-        if (onnx(n, "MatMul")) return true;
+        if (is_onnx_op(n, "MatMul")) return true;
         auto sc = scalar_scaling(n);
         int r = sc ? step(n.inputs[static_cast<size_t>(sc->first)]) : -1;
-        return r >= 0 && onnx(g_.nodes[static_cast<size_t>(r)], "MatMul");
+        return r >= 0 && is_onnx_op(g_.nodes[static_cast<size_t>(r)], "MatMul");
       };
       cur = chain_like(a) ? add.inputs[0] : chain_like(c) ? add.inputs[1] : ir::kNoValue;
       if (cur == ir::kNoValue) return std::nullopt;
@@ -172,7 +170,7 @@ class AttentionMatcher {
         p = step(n.inputs[static_cast<size_t>(sc->first)]);
       }
     }
-    if (p < 0 || !onnx(g_.nodes[static_cast<size_t>(p)], "MatMul")) return std::nullopt;
+    if (p < 0 || !is_onnx_op(g_.nodes[static_cast<size_t>(p)], "MatMul")) return std::nullopt;
     const ir::Node& mm = g_.nodes[static_cast<size_t>(p)];
     if (mm.inputs.size() != 2 || mm.inputs[0] == mm.inputs[1]) return std::nullopt;
     b.scores = p;

@@ -14,8 +14,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
 bool near(double a, double b) { return std::fabs(a - b) <= 1e-4 * std::fabs(b); }
 
 class GeluMatcher {
@@ -46,7 +44,7 @@ class GeluMatcher {
     if (v == ir::kNoValue || producer_[v] < 0) return nullptr;
     if (single_use && uses_[v] != 1) return nullptr;
     const ir::Node& n = g_.nodes[static_cast<size_t>(producer_[v])];
-    return onnx(n, op) ? &n : nullptr;
+    return is_onnx_op(n, op) ? &n : nullptr;
   }
   bool is_const(ir::ValueId v, double want) const {
     double c;
@@ -99,7 +97,7 @@ class GeluMatcher {
 
   /// The Gelu input when n is the last node of the pattern.
   ir::ValueId match(const ir::Node& n) const {
-    if (!onnx(n, "Mul") || n.inputs.size() != 2 || n.outputs.size() != 1) return ir::kNoValue;
+    if (!is_onnx_op(n, "Mul") || n.inputs.size() != 2 || n.outputs.size() != 1) return ir::kNoValue;
     ir::ValueId a = n.inputs[0], b = n.inputs[1];
     // (x * (1+erf)) * 0.5
     if (ir::ValueId inner = times_const(n, 0.5); inner != ir::kNoValue) {

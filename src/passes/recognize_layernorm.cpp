@@ -16,8 +16,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
 class LayerNormMatcher {
  public:
   LayerNormMatcher(ir::Model& m, ir::Graph& g)
@@ -64,7 +62,7 @@ class LayerNormMatcher {
   const ir::Node* prod(ir::ValueId v, const char* op, int uses = 1) const {
     if (v == ir::kNoValue || producer_[v] < 0 || uses_[v] != uses) return nullptr;
     const ir::Node& n = g_.nodes[static_cast<size_t>(producer_[v])];
-    return onnx(n, op) ? &n : nullptr;
+    return is_onnx_op(n, op) ? &n : nullptr;
   }
   const ir::Value& val(ir::ValueId v) const { return m_.value(v); }
 
@@ -104,7 +102,7 @@ class LayerNormMatcher {
     ir::ValueId beta = ir::kNoValue, gamma = ir::kNoValue;
     // Optional + beta, then optional * gamma (each read once by the next).
     auto step_back = [&](const char* op, ir::ValueId& param) {
-      if (!onnx(*n, op)) return true;  // the optional step is not there
+      if (!is_onnx_op(*n, op)) return true;  // the optional step is not there
       if (n->inputs.size() != 2) return false;
       // `param` is the constant operand, the other one the rest of the chain.
       const ir::ValueId a = n->inputs[0], b = n->inputs[1];
@@ -118,7 +116,7 @@ class LayerNormMatcher {
     if (!step_back("Add", beta)) return false;
     if (!step_back("Mul", gamma)) return false;
     // d / Sqrt(var + eps)
-    if (!onnx(*n, "Div") || n->inputs.size() != 2) return false;
+    if (!is_onnx_op(*n, "Div") || n->inputs.size() != 2) return false;
     const ir::ValueId d = n->inputs[0];
     const ir::Node* sq = prod(n->inputs[1], "Sqrt");
     if (!sq) return false;
@@ -142,7 +140,7 @@ class LayerNormMatcher {
     }
     if (sq_of != d) return false;
     // d = x - ReduceMean(x): read by the square and the Div (Mul(d, d) reads it twice).
-    const int d_uses = onnx(g_.nodes[static_cast<size_t>(producer_[s2])], "Mul") ? 3 : 2;
+    const int d_uses = is_onnx_op(g_.nodes[static_cast<size_t>(producer_[s2])], "Mul") ? 3 : 2;
     const ir::Node* sub = prod(d, "Sub", d_uses);
     if (!sub || sub->inputs.size() != 2) return false;
     const ir::ValueId x = sub->inputs[0];

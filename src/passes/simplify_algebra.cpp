@@ -12,8 +12,6 @@ namespace kiln::passes {
 
 namespace {
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
 bool same_type(const ir::Model& m, ir::ValueId a, ir::ValueId b) {
   const ir::Value &x = m.value(a), &y = m.value(b);
   return x.dtype == y.dtype && x.dtype != DType::undefined && x.shape && y.shape && ir::is_static(*x.shape) &&
@@ -44,28 +42,28 @@ ir::ValueId passthrough(const ir::Model& m, const ir::Node& n) {
   for (size_t i = 1; i < n.outputs.size(); ++i)
     if (n.outputs[i] != ir::kNoValue) return ir::kNoValue;
   ir::ValueId x = n.inputs[0], y = n.outputs[0];
-  if (onnx(n, "Identity")) return x;
-  if (onnx(n, "Dropout")) {
+  if (is_onnx_op(n, "Identity")) return x;
+  if (is_onnx_op(n, "Dropout")) {
     if (n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue && !all_equal(m, n.inputs[2], 0)) return ir::kNoValue;
     return x;
   }
   if (!same_type(m, x, y)) return ir::kNoValue;
-  if (onnx(n, "Cast") || onnx(n, "Reshape") || onnx(n, "Squeeze") || onnx(n, "Unsqueeze") || onnx(n, "Flatten"))
+  if (is_onnx_op(n, "Cast") || is_onnx_op(n, "Reshape") || is_onnx_op(n, "Squeeze") || is_onnx_op(n, "Unsqueeze") || is_onnx_op(n, "Flatten"))
     return x;
-  if (onnx(n, "Transpose")) {
+  if (is_onnx_op(n, "Transpose")) {
     auto perm = n.ints("perm");
     for (size_t i = 0; i < perm.size(); ++i)
       if (perm[i] != static_cast<int64_t>(i)) return ir::kNoValue;
     return perm.empty() && m.value(x).shape->size() > 1 ? ir::kNoValue : x;
   }
-  if (onnx(n, "Pad") && n.inputs.size() > 1 && all_equal(m, n.inputs[1], 0) && n.s("mode", "constant") == "constant")
+  if (is_onnx_op(n, "Pad") && n.inputs.size() > 1 && all_equal(m, n.inputs[1], 0) && n.s("mode", "constant") == "constant")
     return x;
   if (n.inputs.size() == 2) {
     ir::ValueId a = n.inputs[0], b = n.inputs[1];
-    if ((onnx(n, "Add") || onnx(n, "Sub")) && all_equal(m, b, 0)) return a;
-    if (onnx(n, "Add") && all_equal(m, a, 0) && same_type(m, b, y)) return b;
-    if ((onnx(n, "Mul") || onnx(n, "Div")) && all_equal(m, b, 1)) return a;
-    if (onnx(n, "Mul") && all_equal(m, a, 1) && same_type(m, b, y)) return b;
+    if ((is_onnx_op(n, "Add") || is_onnx_op(n, "Sub")) && all_equal(m, b, 0)) return a;
+    if (is_onnx_op(n, "Add") && all_equal(m, a, 0) && same_type(m, b, y)) return b;
+    if ((is_onnx_op(n, "Mul") || is_onnx_op(n, "Div")) && all_equal(m, b, 1)) return a;
+    if (is_onnx_op(n, "Mul") && all_equal(m, a, 1) && same_type(m, b, y)) return b;
   }
   return ir::kNoValue;
 }
@@ -114,12 +112,12 @@ class Simplifier {
   /// Transpose(Transpose(x)) and Reshape(Reshape(x)) read x directly when the
   /// inner node has no other reader.
   bool merge_chain(ir::Node& n, const std::vector<int>& producer, std::vector<int>& uses) {
-    bool tr = onnx(n, "Transpose"), rs = onnx(n, "Reshape");
+    bool tr = is_onnx_op(n, "Transpose"), rs = is_onnx_op(n, "Reshape");
     if (!(tr || rs) || n.inputs.empty() || n.inputs[0] == ir::kNoValue) return false;
     ir::ValueId mid = n.inputs[0];
     if (producer[mid] < 0 || uses[mid] != 1 || is_graph_output(mid)) return false;
     const ir::Node& inner = g_.nodes[static_cast<size_t>(producer[mid])];
-    if (!onnx(inner, n.op_type.c_str()) || inner.inputs.empty()) return false;
+    if (!is_onnx_op(inner, n.op_type.c_str()) || inner.inputs.empty()) return false;
     if (tr) {
       auto in = inner.ints("perm"), out = n.ints("perm");
       if (in.empty() || out.size() != in.size()) return false;

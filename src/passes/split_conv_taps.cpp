@@ -34,15 +34,6 @@ constexpr double kMaxWork = 0.5;
 /// At most this many taps (nodes made: up to 4 per tap).
 constexpr int64_t kMaxTaps = 25;
 
-bool onnx(const ir::Node& n, const char* op) { return (n.domain.empty() || n.domain == "ai.onnx") && n.op_type == op; }
-
-std::optional<std::vector<int64_t>> static_f32_dims(const ir::Model& m, ir::ValueId v) {
-  if (v == ir::kNoValue) return std::nullopt;
-  const ir::Value& val = m.value(v);
-  if (val.dtype != DType::f32 || !val.shape || !ir::is_static(*val.shape)) return std::nullopt;
-  return ir::to_sizes(*val.shape);
-}
-
 /// The output positions [begin, end) at which tap t of one spatial dim
 /// (stride 1) reads the input, and the input position of `begin`.
 struct Range {
@@ -68,26 +59,13 @@ class Splitter {
   Splitter(ir::Model& m, ir::Graph& g) : m_(m), g_(g) {}
 
   int run() {
-    int count = 0;
-    std::vector<ir::Node> nodes;
-    nodes.reserve(g_.nodes.size());
-    for (auto& n : g_.nodes) {
-      std::vector<ir::Node> out = rewrite(n);
-      if (out.empty()) {
-        nodes.push_back(std::move(n));
-        continue;
-      }
-      ++count;
-      for (auto& r : out) nodes.push_back(std::move(r));
-    }
-    g_.nodes = std::move(nodes);
-    return count;
+    return replace_nodes(g_, [&](const ir::Node& n) { return rewrite(n); });
   }
 
  private:
   /// The replacement of Conv n (empty: keep it).
   std::vector<ir::Node> rewrite(const ir::Node& n) {
-    if (!onnx(n, "Conv") || n.inputs.size() < 2 || n.outputs.size() != 1) return {};
+    if (!is_onnx_op(n, "Conv") || n.inputs.size() < 2 || n.outputs.size() != 1) return {};
     if (n.i("group", 1) != 1 || n.s("auto_pad", "NOTSET") != "NOTSET") return {};
     const ir::Value& wv = m_.value(n.inputs[1]);
     if (!wv.constant || wv.constant->dtype() != DType::f32) return {};
@@ -121,8 +99,8 @@ class Splitter {
       }
     if (taps.empty() || static_cast<double>(work) > kMaxWork * static_cast<double>(kh * kw * oh * ow)) return {};
 
-    base_ = (n.name.empty() ? m_.value(n.outputs[0]).name : n.name) + "/tap";
-    opset_ = std::max(n.opset, 13);  // Slice and Pad with their operands as inputs
+    // Slice and Pad with their operands as inputs: opset 13 at least.
+    make_ = NodeMaker(m_, (n.name.empty() ? m_.value(n.outputs[0]).name : n.name) + "/tap", std::max(n.opset, 13));
     const int64_t N = (*yd)[0], M = (*yd)[1], C = (*xd)[1];
     auto full = [&](const Tap& t) { return t.rows.size() == oh && t.cols.size() == ow; };
     // The bias rides on the first tap covering the whole output, if any.
@@ -143,26 +121,26 @@ class Splitter {
       ir::ValueId x = n.inputs[0];
       const int64_t h = t.rows.size(), w = t.cols.size();
       if (h != (*xd)[2] || w != (*xd)[3]) {
-        const ir::ValueId s = temp({N, C, h, w}, tag + "_in");
-        out.push_back(node("Slice",
-                           {x, ints({t.rows.in_begin, t.cols.in_begin}, tag + "_starts"),
-                            ints({t.rows.in_begin + h, t.cols.in_begin + w}, tag + "_ends"), ints({2, 3}, tag + "_axes")},
+        const ir::ValueId s = make_.temp({N, C, h, w}, tag + "_in");
+        out.push_back(make_.node("Slice",
+                           {x, make_.ints({t.rows.in_begin, t.cols.in_begin}, tag + "_starts"),
+                            make_.ints({t.rows.in_begin + h, t.cols.in_begin + w}, tag + "_ends"), make_.ints({2, 3}, tag + "_axes")},
                            s, tag + "_in"));
         x = s;
       }
       // Its 1x1 product.
       const bool padded = !full(t);
       const bool direct = last && !padded && acc == ir::kNoValue;
-      ir::ValueId y = direct ? n.outputs[0] : temp({N, M, h, w}, tag + "_conv");
+      ir::ValueId y = direct ? n.outputs[0] : make_.temp({N, M, h, w}, tag + "_conv");
       std::vector<ir::ValueId> conv_in{x, tap_weights(weights, t.th, t.tw, tag)};
       if (static_cast<int>(i) == bias_tap) conv_in.push_back(n.inputs[2]);
-      out.push_back(node("Conv", conv_in, y, tag + "_conv"));
+      out.push_back(make_.node("Conv", conv_in, y, tag + "_conv"));
       // Placed in the output.
       if (padded) {
         const bool into_out = last && acc == ir::kNoValue;
-        const ir::ValueId p = into_out ? n.outputs[0] : temp({N, M, oh, ow}, tag + "_placed");
-        out.push_back(node("Pad",
-                           {y, ints({0, 0, t.rows.begin, t.cols.begin, 0, 0, oh - t.rows.end, ow - t.cols.end},
+        const ir::ValueId p = into_out ? n.outputs[0] : make_.temp({N, M, oh, ow}, tag + "_placed");
+        out.push_back(make_.node("Pad",
+                           {y, make_.ints({0, 0, t.rows.begin, t.cols.begin, 0, 0, oh - t.rows.end, ow - t.cols.end},
                                     tag + "_pads")},
                            p, tag + "_placed"));
         y = p;
@@ -171,15 +149,15 @@ class Splitter {
         acc = y;
         continue;
       }
-      const ir::ValueId sum = last ? n.outputs[0] : temp({N, M, oh, ow}, tag + "_sum");
-      out.push_back(node("Add", {acc, y}, sum, tag + "_sum"));
+      const ir::ValueId sum = last ? n.outputs[0] : make_.temp({N, M, oh, ow}, tag + "_sum");
+      out.push_back(make_.node("Add", {acc, y}, sum, tag + "_sum"));
       acc = sum;
     }
     if (final_bias) {
       const Tensor b = *m_.value(n.inputs[2]).constant;
       Tensor b4(DType::f32, {1, M, 1, 1});
       std::copy_n(b.data<float>(), M, b4.data<float>());
-      out.push_back(node("Add", {acc, constant(std::move(b4), "bias")}, n.outputs[0], "bias"));
+      out.push_back(make_.node("Add", {acc, make_.constant(std::move(b4), "bias")}, n.outputs[0], "bias"));
     }
     return out;
   }
@@ -189,46 +167,12 @@ class Splitter {
     const auto& d = w.shape();
     Tensor t(DType::f32, {d[0], d[1], 1, 1});
     for (int64_t o = 0; o < d[0] * d[1]; ++o) t.data<float>()[o] = w.data<float>()[(o * d[2] + th) * d[3] + tw];
-    return constant(std::move(t), tag + "_w");
-  }
-
-  ir::ValueId ints(const std::vector<int64_t>& v, const std::string& tag) {
-    Tensor t(DType::i64, {static_cast<int64_t>(v.size())});
-    std::copy(v.begin(), v.end(), t.data<int64_t>());
-    return constant(std::move(t), tag);
-  }
-
-  ir::ValueId constant(Tensor t, const std::string& tag) {
-    ir::Value v;
-    v.name = base_ + tag;
-    v.dtype = t.dtype();
-    v.shape = ir::static_shape(t.shape());
-    v.constant = std::move(t);
-    return m_.add_value(std::move(v));
-  }
-
-  ir::ValueId temp(const std::vector<int64_t>& dims, const std::string& tag) {
-    ir::Value v;
-    v.name = base_ + tag;
-    v.dtype = DType::f32;
-    v.shape = ir::static_shape(dims);
-    return m_.add_value(std::move(v));
-  }
-
-  ir::Node node(const char* op, std::vector<ir::ValueId> in, ir::ValueId y, const std::string& tag) const {
-    ir::Node r;
-    r.op_type = op;
-    r.name = base_ + tag;
-    r.opset = opset_;
-    r.inputs = std::move(in);
-    r.outputs = {y};
-    return r;
+    return make_.constant(std::move(t), tag + "_w");
   }
 
   ir::Model& m_;
   ir::Graph& g_;
-  std::string base_;
-  int opset_ = 0;
+  NodeMaker make_{m_, "", 0};
 };
 
 }  // namespace
