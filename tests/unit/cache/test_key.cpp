@@ -153,7 +153,7 @@ TEST(CacheKey, CompileEnvironmentSwitchesAreInTheKey) {
 TEST(CacheKey, EveryEnvironmentSwitchTheLoweringReadsIsListed) {
   // Scans the passes and the targets' compile directories for getenv("KILN_...")
   // so that a new measurement switch cannot be left out of the key.
-  const fs::path root = fs::path(__FILE__).parent_path().parent_path().parent_path().parent_path();
+  const fs::path root = KILN_SOURCE_DIR;  // tests/CMakeLists.txt
   ASSERT_TRUE(fs::is_directory(root / "src" / "passes")) << root;
   const std::set<std::string> listed(targets::compile_env_switch_names().begin(),
                                      targets::compile_env_switch_names().end());
