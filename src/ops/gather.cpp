@@ -150,8 +150,7 @@ void kernel_gather_elements(KernelContext& c) {
   const Tensor& x = c.in(0);
   const Tensor& it = c.in(1);
   int64_t axis = normalize_axis(c.node, c.node.i("axis", 0), x.rank());
-  check_element_shapes(c.node, x.shape(), it.shape(), axis);
-  Tensor& y = c.output(0, x.dtype(), it.shape());
+  Tensor& y = c.output(0, x.dtype(), it.shape());  // shapes checked by for_each_element
   by_width(c.node, x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* src = x.data<T>();

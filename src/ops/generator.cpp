@@ -255,7 +255,6 @@ void kernel_one_hot(KernelContext& c) {
 
 // ---- NonZero -------------------------------------------------------------------------------------
 
-/// Flat positions of the non-zero elements (NaN counts as non-zero, -0 as zero).
 /// Calls f(i) for every flat position i of x whose value is not zero (NaN is
 /// not zero, -0.0 is), in order. float32 / float64 / integers / bool are
 /// tested in their own type; the 16- and 8-bit floats through
@@ -285,6 +284,7 @@ void for_each_nonzero(const Tensor& x, F&& f) {
   }
 }
 
+/// Flat positions of the non-zero elements (NaN counts as non-zero, -0 as zero).
 std::vector<int64_t> nonzero_positions(const Tensor& x) {
   std::vector<int64_t> pos;
   for_each_nonzero(x, [&](int64_t i) { pos.push_back(i); });

@@ -51,9 +51,6 @@ Range valid(int64_t in, int64_t out, int64_t t, int64_t dil, int64_t pad_begin) 
   return r;
 }
 
-/// Output channels of Conv weights [M, C, kh, kw].
-int64_t wd_of(const ir::Value& w) { return w.constant->rank() > 0 ? w.constant->dim(0) : -1; }
-
 class Splitter {
  public:
   Splitter(ir::Model& m, ir::Graph& g) : m_(m), g_(g) {}
@@ -69,15 +66,16 @@ class Splitter {
     if (n.i("group", 1) != 1 || n.s("auto_pad", "NOTSET") != "NOTSET") return {};
     const ir::Value& wv = m_.value(n.inputs[1]);
     if (!wv.constant || wv.constant->dtype() != DType::f32) return {};
-    const bool has_bias = n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue;
-    if (has_bias && (!m_.value(n.inputs[2]).constant || m_.value(n.inputs[2]).constant->dtype() != DType::f32 ||
-                     m_.value(n.inputs[2]).constant->numel() != wd_of(wv)))
-      return {};
     auto xd = static_f32_dims(m_, n.inputs[0]), yd = static_f32_dims(m_, n.outputs[0]);
     // A copy: adding values below moves the model's value table.
     const Tensor weights = *wv.constant;
     const std::vector<int64_t> wd = weights.shape();
     if (!xd || !yd || xd->size() != 4 || yd->size() != 4 || wd.size() != 4) return {};
+    const bool has_bias = n.inputs.size() > 2 && n.inputs[2] != ir::kNoValue;
+    if (has_bias) {
+      const ir::Value& b = m_.value(n.inputs[2]);
+      if (!b.constant || b.constant->dtype() != DType::f32 || b.constant->numel() != wd[0]) return {};
+    }
     if (n.ints("strides", {1, 1}) != std::vector<int64_t>{1, 1}) return {};
     const auto dil = n.ints("dilations", {1, 1}), pads = n.ints("pads", {0, 0, 0, 0});
     if (dil.size() != 2 || pads.size() != 4) return {};
@@ -122,10 +120,9 @@ class Splitter {
       const int64_t h = t.rows.size(), w = t.cols.size();
       if (h != (*xd)[2] || w != (*xd)[3]) {
         const ir::ValueId s = make_.temp({N, C, h, w}, tag + "_in");
-        out.push_back(make_.node("Slice",
-                           {x, make_.ints({t.rows.in_begin, t.cols.in_begin}, tag + "_starts"),
-                            make_.ints({t.rows.in_begin + h, t.cols.in_begin + w}, tag + "_ends"), make_.ints({2, 3}, tag + "_axes")},
-                           s, tag + "_in"));
+        const ir::ValueId starts = make_.ints({t.rows.in_begin, t.cols.in_begin}, tag + "_starts");
+        const ir::ValueId ends = make_.ints({t.rows.in_begin + h, t.cols.in_begin + w}, tag + "_ends");
+        out.push_back(make_.node("Slice", {x, starts, ends, make_.ints({2, 3}, tag + "_axes")}, s, tag + "_in"));
         x = s;
       }
       // Its 1x1 product.
@@ -139,10 +136,9 @@ class Splitter {
       if (padded) {
         const bool into_out = last && acc == ir::kNoValue;
         const ir::ValueId p = into_out ? n.outputs[0] : make_.temp({N, M, oh, ow}, tag + "_placed");
-        out.push_back(make_.node("Pad",
-                           {y, make_.ints({0, 0, t.rows.begin, t.cols.begin, 0, 0, oh - t.rows.end, ow - t.cols.end},
-                                    tag + "_pads")},
-                           p, tag + "_placed"));
+        const ir::ValueId pads_v =
+            make_.ints({0, 0, t.rows.begin, t.cols.begin, 0, 0, oh - t.rows.end, ow - t.cols.end}, tag + "_pads");
+        out.push_back(make_.node("Pad", {y, pads_v}, p, tag + "_placed"));
         y = p;
       }
       if (acc == ir::kNoValue) {
